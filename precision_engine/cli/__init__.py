@@ -1,0 +1,1 @@
+"""The `precision` command line. `app` is the typer application; each verb lives in its own module."""

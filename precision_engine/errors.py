@@ -1,0 +1,36 @@
+"""User-facing errors. The CLI turns each into one clear line and a non-zero exit; never a traceback
+unless PRECISION_TRACEBACK=1 is set."""
+
+from __future__ import annotations
+
+
+class PrecisionError(Exception):
+    """Base of every error caused by user input (a policy, a model path, a flag)."""
+
+    exit_code = 1
+
+
+class UsageError(PrecisionError):
+    """Bad flags or arguments: exit 2, like `diff` and most Unix tools."""
+
+    exit_code = 2
+
+
+class PolicyError(PrecisionError):
+    """A policy failed to load or validate. `diagnostics` holds every problem found in one pass."""
+
+    def __init__(self, diagnostics: list) -> None:
+        self.diagnostics = list(diagnostics)
+        super().__init__("\n".join(str(d) for d in self.diagnostics))
+
+
+class ModelError(PrecisionError):
+    """A model could not be found, built or matched against a plan."""
+
+
+class UnsupportedError(PrecisionError):
+    """A valid request this engine refuses on purpose (e.g. rewriting fused MoE experts)."""
+
+
+class NonFiniteError(PrecisionError):
+    """NaN or Inf reached a quantizer while the policy says `numerics.nonfinite: error`."""

@@ -1,7 +1,53 @@
-"""CLI verbs (being written)."""
+"""`precision bench kernels|linear`: FP8 against BF16 on this machine's GPU, same run, table + JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from precision_engine.errors import UnsupportedError
+
+
+class Target(str, Enum):
+    kernels = "kernels"
+    linear = "linear"
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command()
+    def bench(
+        what: Annotated[Target, typer.Argument(help="kernels: FP8 GEMMs alone; linear: the FP8 linear layer.")],
+        out: Annotated[Path | None, typer.Option("--out", help="Write every number and the environment as JSON.")] = None,
+        quick: Annotated[bool, typer.Option("--quick", help="Two shapes, one training and one decode size.")] = False,
+    ) -> None:
+        """Benchmark FP8 against BF16 (median of CUDA-event timings, fresh random data, BF16 in the same run).
+
+        Shapes: the projections of Llama-3.1-8B and Qwen3-8B at 8192/16384 tokens (training) and 1/16/64 (decode).
+
+        Examples:
+          precision bench kernels --quick
+          precision bench linear --out bench_linear.json
+        """
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UnsupportedError("precision bench needs a CUDA GPU (none is visible); run it on the GPU machine")
+        from precision_engine.bench import gemm, linear
+
+        if what is Target.kernels:
+            rows = gemm.bench_kernels(quick=quick)
+            kinds = [k for k in ("cublas", "triton", "deep_gemm") if any(f"{k}_ms" in r for r in rows)]
+            table = gemm.format_table(rows, kinds)
+        else:
+            rows = linear.bench_linear(quick=quick)
+            table = linear.format_table(rows)
+        typer.echo(table)
+        if out is not None:
+            result = {"command": " ".join(["precision", *sys.argv[1:]]), "env": gemm.environment(), "rows": rows}
+            out.write_text(json.dumps(result, indent=1))
+            typer.echo(f"wrote {out}")

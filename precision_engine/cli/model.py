@@ -1,7 +1,245 @@
-"""CLI verbs (being written)."""
+"""`precision export` and `precision check`: a policy applied to real modules.
+
+torch and transformers load inside the command bodies, never at import (`precision validate` shares the app).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
+from precision_engine.errors import UsageError
+
+PolicyOpt = Annotated[
+    str, typer.Option("--policy", "-p", help="A policy file, or the name of a shipped policy.", show_default=False)
+]
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        "-m",
+        help="A built-in architecture (tiny-llama, llama-3.1-8b, ...; random weights) or a local HF model "
+        "directory (its safetensors weights are loaded when present).",
+        show_default=False,
+    ),
+]
+SetOpt = Annotated[
+    list[str], typer.Option("--set", help="Override a key of the policy: --set kernel=reference (repeatable).")
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of random weights and random token sequences.")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda.")]
+
+
+def export(
+    policy: PolicyOpt,
+    model: ModelOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The checkpoint directory to write.", show_default=False)],
+    set_: SetOpt = [],  # noqa: B006 (typer reads the default; it is never mutated)
+    phase: Annotated[str, typer.Option("--phase", help="Whose numerics to export.")] = "rollout",
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out directory.")] = False,
+    calibration_ids: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--calibration-ids",
+            help="JSON list of token-id lists to calibrate FP8 KV-cache scales on (default: random tokens).",
+        ),
+    ] = None,
+    device: DeviceOpt = "cpu",
+    seed: SeedOpt = 0,
+) -> None:
+    """Write what the rollout engine loads for POLICY: block-FP8 `weight` + `weight_scale_inv` for FP8 modules,
+    BF16 for the rest, `quantization_config` in config.json, and `kv_cache_scales.json` (SGLang's
+    --quantization-param-path) when the policy has an FP8 KV cache. Written atomically.
+
+    Examples:
+
+      precision export --policy jetrl_unified --model ./Llama-3.1-8B --out ./Llama-3.1-8B-fp8
+
+      precision export -p jetrl_unified_kv -m tiny-llama -o /tmp/tiny-fp8 --calibration-ids prompts.json
+
+      sglang: python -m sglang.launch_server --model-path ./Llama-3.1-8B-fp8 --kv-cache-dtype fp8_e4m3
+              --quantization-param-path ./Llama-3.1-8B-fp8/kv_cache_scales.json
+    """
+    from precision_engine.compile import compile_plan
+    from precision_engine.integrations.hf_export import KV_SCALES_FILE, export_checkpoint
+    from precision_engine.models import load_inventory
+    from precision_engine.policy import load_policy
+    from precision_engine.rewrite import apply
+
+    loaded = load_policy(policy, overrides=tuple(set_))
+    plan = compile_plan(loaded, load_inventory(model))
+    net, random_weights = _load_model(model, device, seed)
+    apply(plan, net, phase)
+    kv_scales = None
+    if loaded.kv_cache.is_fp8:
+        kv_scales = _calibrate(loaded, net, calibration_ids, seed, device)
+    written = export_checkpoint(net, plan, out, phase=phase, kv_scales=kv_scales, overwrite=overwrite)
+    note = " (random weights)" if random_weights else ""
+    typer.echo(f"wrote {written}{note}: {plan.phases[phase].fp8_flop_share():.0%} of GEMM FLOPs in block FP8")
+    if kv_scales is not None:
+        source = calibration_ids or "random tokens"
+        typer.echo(f"KV-cache scales calibrated on {source}: {written / KV_SCALES_FILE}")
+
+
+def check(
+    policy: PolicyOpt,
+    model: ModelOpt,
+    set_: SetOpt = [],  # noqa: B006
+    device: DeviceOpt = "cpu",
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")] = 64,
+    batch: Annotated[int, typer.Option("--batch", help="Sequences.")] = 2,
+    prompt_len: Annotated[
+        Optional[int], typer.Option("--prompt-len", help="Decode path: tokens prefilled before decoding (default half).")
+    ] = None,
+    decode: Annotated[bool, typer.Option("--decode/--no-decode", help="Also check incremental decode.")] = True,
+    layers: Annotated[bool, typer.Option("--layers/--no-layers", help="Compare every module's output.")] = True,
+    top: Annotated[int, typer.Option("--top", help="Modules to list, largest difference first.")] = 8,
+    seed: SeedOpt = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the full report as JSON.")] = False,
+) -> None:
+    """Run the same token sequences through the training forward and the rollout path of POLICY, from the
+    same weights, and report per-module and logprob differences (max |d logp|, mean KL, bitwise equality).
+
+    Exit status: 0 when the numerics promise holds (or the policy makes none), 1 when a policy whose plan is
+    identical in both phases still gives different rollout-prefill logits.
+
+    Examples:
+
+      precision check --policy jetrl_unified --model tiny-llama
+
+      precision check -p fp8_rollout_naive -m tiny-qwen3 --seq-len 128 --json
+
+      precision check -p jetrl_unified -m llama-3.1-8b --device cuda --batch 4 --seq-len 256
+    """
+    from precision_engine.models import resolve_config
+    from precision_engine.policy import load_policy
+    from precision_engine.verify import check_identity, random_sequences
+
+    if seq_len < 2 or batch < 1:
+        raise UsageError("--seq-len must be >= 2 and --batch >= 1")
+    if prompt_len is not None and not 1 <= prompt_len < seq_len:
+        raise UsageError(f"--prompt-len must be in [1, {seq_len - 1}]")
+    _check_device(device)
+    loaded = load_policy(policy, overrides=tuple(set_))
+    config = resolve_config(model)
+    vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+    sequences = random_sequences(vocab, batch, seq_len, seed=seed)
+    report = check_identity(
+        loaded, model, sequences, device=device, seed=seed, prompt_len=prompt_len, decode=decode, layers=layers
+    )
+    if json_out:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        _render_check(report, top)
+    raise typer.Exit(0 if report.promise_holds else 1)
+
+
+def _render_check(report, top: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    promise = "identical in every module" if report.plan_identical else (
+        f"differs in {len(report.differing_modules)} modules"
+    )
+    console.print(
+        f"{report.policy} on {report.model} ({report.device}, {report.batch}x{report.seq_len} random tokens, "
+        f"KV cache {report.kv_cache}); plan: train forward vs rollout {promise}"
+    )
+    paths = Table("rollout path", "tokens", "max |d logp|", "mean KL", "bitwise", "identity promised")
+    for diff in (report.prefill, report.decode):
+        if diff is None:
+            continue
+        if not report.plan_identical:
+            promised = "no (plan differs)"
+        else:
+            promised = "yes" if diff.covered else f"no: {diff.why_not_covered}"
+        paths.add_row(
+            diff.path, str(diff.tokens), f"{diff.max_abs_dlogp:.3g}", f"{diff.mean_kl:.3g}",
+            "yes" if diff.bitwise else "no", promised,
+        )
+    console.print(paths)
+    if report.layers:
+        worst = sorted(report.layers, key=lambda d: d.rel_l2, reverse=True)[:top]
+        equal = sum(d.bitwise for d in report.layers)
+        table = Table("module (prefill)", "max |diff|", "rel L2", "bitwise",
+                      title=f"{equal}/{len(report.layers)} module outputs bitwise equal; largest differences:")
+        for d in worst:
+            table.add_row(d.name, f"{d.max_abs:.3g}", f"{d.rel_l2:.3g}", "yes" if d.bitwise else "no")
+        console.print(table)
+    if not report.plan_identical:
+        console.print("no identity promised: this policy computes rollout and training differently")
+    elif not report.prefill.covered:
+        console.print(f"module numerics identical, logprobs not promised: {report.prefill.why_not_covered}")
+    else:
+        verdict = "holds" if report.prefill.bitwise else "is BROKEN"
+        console.print(f"numerics promise {verdict}: rollout prefill logprobs vs training forward")
+
+
+def _load_model(spec: str, device: str, seed: int):
+    """(model, random_weights): a local HF directory's weights when it has safetensors, else random ones."""
+    from precision_engine.models import build_model
+
+    _check_device(device)
+    directory = Path(spec).expanduser()
+    if directory.is_dir() and any(directory.glob("*.safetensors")):
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype="bfloat16", local_files_only=True)
+        return model.to(device).eval(), False
+    return build_model(spec, device=device, dtype="bf16", seed=seed), True
+
+
+def _calibrate(policy, model, calibration_ids: Path | None, seed: int, device: str):
+    import torch
+
+    from precision_engine.numerics.kv_cache import KVCacheCalibrator
+    from precision_engine.verify import random_sequences
+
+    if calibration_ids is not None:
+        ids, mask = _read_token_ids(calibration_ids)
+    else:
+        # Random tokens only exercise the pipeline; real prompts (--calibration-ids) give meaningful scales.
+        count = min(policy.kv_cache.calibration_sequences, 8)
+        ids = random_sequences(model.config.get_text_config(decoder=True).vocab_size, count, 64, seed=seed)
+        mask = None
+    calibrator = KVCacheCalibrator(policy.kv_cache, ids.to(device), None if mask is None else mask.to(device))
+    with torch.no_grad():
+        return calibrator.after_weight_update(model)
+
+
+def _read_token_ids(path: Path):
+    """A JSON list of token-id lists -> right-padded ids [B, T] and the attention mask."""
+    import torch
+
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise UsageError(f"--calibration-ids {path}: not a readable JSON file ({err})") from None
+    if not (isinstance(rows, list) and rows and all(isinstance(r, list) and r for r in rows)):
+        raise UsageError(f"--calibration-ids {path}: expected a non-empty list of non-empty token-id lists")
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"--device {device!r}: use cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA GPU is visible here (hint: --device cpu)")
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command()(export)
+    app.command()(check)

@@ -1,0 +1,117 @@
+"""`precision bench kernels`: FP8 GEMMs alone (operands already quantized) against BF16 in the same run.
+
+Shapes are the projection GEMMs of Llama-3.1-8B and Qwen3-8B, (N, K) = (out, in) features, at training sizes
+(M = 8192, 16384 tokens) and decode sizes (M = 1, 16, 64). Every timed call gets the next of several freshly
+drawn input sets, together larger than the L2, so decode numbers measure HBM, not the cache. Decode sizes are
+timed as CUDA-graph replays (see `time_graphed`), training sizes eagerly.
+"""
+
+from __future__ import annotations
+
+import platform
+from datetime import datetime, timezone
+
+import torch
+
+from precision_engine.bench.timing import median, rotation, time_cuda
+
+# (N, K): q/o, k/v, Llama MLP up|gate / down, Qwen3 MLP up|gate / down, fused qkv
+SHAPES_8B: tuple[tuple[int, int], ...] = (
+    (4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (12288, 4096), (4096, 12288), (6144, 4096),
+)
+TRAIN_M = (8192, 16384)
+DECODE_M = (1, 16, 64)
+QUICK_SHAPES = ((4096, 4096), (14336, 4096))
+
+
+def environment() -> dict:
+    """Card and software versions recorded with every result."""
+    import triton
+
+    env = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+    }
+    if torch.cuda.is_available():
+        env["device"] = torch.cuda.get_device_name()
+        env["sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
+    return env
+
+
+def time_graphed(fn, sets: list[tuple], *, warmup: int, reps: int) -> float:
+    """Median ms per call of fn(*set), run as CUDA-graph replays of one call per input set.
+
+    Decode-sized kernels take less time than their host-side launch, so eager timing measures Python, not the
+    GPU. Rollout engines (SGLang) run decode as CUDA graphs; BF16 and FP8 are both timed this way here.
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compile, autotune and allocate outside the capture
+        for _ in range(3):
+            for s in sets:
+                fn(*s)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for s in sets:
+            fn(*s)
+    return median(time_cuda(graph.replay, warmup=warmup, reps=reps)) / len(sets)
+
+
+def timed(fn, sets: list[tuple], *, graphed: bool, warmup: int, reps: int) -> float:
+    """Median ms per call: graph replays for decode sizes, eager CUDA-event timing otherwise."""
+    if graphed:
+        return time_graphed(fn, sets, warmup=warmup, reps=reps)
+    return median(time_cuda(fn, warmup=warmup, reps=reps, inputs_rotation=sets))
+
+
+def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> list[dict]:
+    """One row per (shape, M): median ms of BF16 and of each FP8 kernel, and their ratios (BF16 ms / FP8 ms)."""
+    from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
+    from precision_engine.numerics.gemm import deep_gemm_available, fp8_gemm
+    from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
+
+    act, wfmt = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
+    kernels = [Kernel.CUBLAS, Kernel.TRITON] + ([Kernel.DEEP_GEMM] if deep_gemm_available() else [])
+    shapes = QUICK_SHAPES if quick else SHAPES_8B
+    ms_list = (TRAIN_M[:1] + DECODE_M[:1]) if quick else (TRAIN_M + DECODE_M)
+    rows = []
+    for n, k in shapes:
+        for m in ms_list:
+
+            def make():
+                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+                return x, w, quantize_rows_1xG(x, act), quantize_blocks(w, wfmt)
+
+            sets = rotation(make, (m + n) * k * 3)
+            graphed = m <= DECODE_M[-1]
+            bf16 = timed(lambda x, w, xq, wq: torch.mm(x, w.t()), sets, graphed=graphed, warmup=warmup, reps=reps)
+            row = {"n": n, "k": k, "m": m, "graphed": graphed, "bf16_ms": bf16}
+            for kern in kernels:
+                ms = timed(
+                    lambda x, w, xq, wq, kern=kern: fp8_gemm(xq, wq, kernel=kern, batch_invariant=False),
+                    sets, graphed=graphed, warmup=warmup, reps=reps,
+                )
+                row[f"{kern.value}_ms"] = ms
+                row[f"{kern.value}_x"] = bf16 / ms
+            row["flops"] = 2 * m * n * k
+            rows.append(row)
+            del sets
+    return rows
+
+
+def format_table(rows: list[dict], kinds: list[str]) -> str:
+    """A fixed-width table: shape, M, BF16 ms, then ms and speed-up for each kind."""
+    head = f"{'N x K':>13} {'M':>6} {'bf16 ms':>9}" + "".join(f" {k + ' ms':>13} {'x':>6}" for k in kinds)
+    lines = [head]
+    for r in rows:
+        line = f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['bf16_ms']:>9.4f}"
+        for k in kinds:
+            if f"{k}_ms" in r:
+                line += f" {r[f'{k}_ms']:>13.4f} {r[f'{k}_x']:>6.2f}"
+        lines.append(line)
+    return "\n".join(lines)

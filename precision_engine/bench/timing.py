@@ -1,0 +1,66 @@
+"""Kernel timing done right: CUDA events per repetition, warm-up, median, inputs rotated past the L2.
+
+Timing one buffer over and over measures the cache, not HBM, so callers pass several input sets whose total
+size exceeds the L2 (`rotation` builds them from a factory of fresh random inputs) and each repetition uses
+the next set. Without CUDA the same loop runs with a host clock, so the utility is testable on a laptop.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+
+def time_cuda(
+    fn: Callable[..., object],
+    *,
+    warmup: int = 10,
+    reps: int = 50,
+    inputs_rotation: Sequence[tuple] | None = None,
+) -> list[float]:
+    """Milliseconds of each of `reps` calls of fn(*inputs_rotation[i % n]) (fn() when no rotation given)."""
+    sets = list(inputs_rotation) if inputs_rotation else [()]
+    for i in range(warmup):
+        fn(*sets[i % len(sets)])
+    if not torch.cuda.is_available():
+        times = []
+        for i in range(reps):
+            start = time.perf_counter()
+            fn(*sets[i % len(sets)])
+            times.append((time.perf_counter() - start) * 1e3)
+        return times
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    torch.cuda.synchronize()
+    for i in range(reps):
+        starts[i].record()
+        fn(*sets[i % len(sets)])
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def median(times_ms: Sequence[float]) -> float:
+    return statistics.median(times_ms)
+
+
+def l2_bytes() -> int:
+    """The device's L2 size (50 MiB on an H200); a conservative 64 MiB without CUDA."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    return 64 << 20
+
+
+def rotation(
+    make_inputs: Callable[[], tuple], bytes_per_set: int, *, l2_multiple: float = 4.0, max_sets: int = 64
+) -> list[tuple]:
+    """Enough freshly drawn input sets that cycling through them touches `l2_multiple` x the L2 (at least 2)."""
+    n = min(max_sets, max(2, -(-int(l2_multiple * l2_bytes()) // max(1, bytes_per_set))))
+    return [make_inputs() for _ in range(n)]
+
+
+def gbps(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9

@@ -1,0 +1,110 @@
+"""Resolve a model spec to a config and build the HF model from it, never touching the network.
+
+A spec is a built-in name (or that model's HF id), a local HF model directory, or a config.json path.
+Hub ids are never fetched: plans must work offline and reproducibly, so an unknown id is an error that
+says how to get its config.json instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from precision_engine.errors import ModelError
+from precision_engine.models.inventory import ModelInventory, inventory_from_model
+from precision_engine.models.registry import BUILTIN_MODELS, find_builtin
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+# config.json keys that describe a checkpoint's stored weights, not the architecture: building from them
+# would make transformers wrap modules in quantized layers (and want their kernels installed).
+_CHECKPOINT_ONLY_KEYS = ("quantization_config",)
+
+
+def resolve_config(spec: str) -> dict:
+    """The config.json contents a spec names, as a dict."""
+    builtin = find_builtin(spec)
+    if builtin is not None:
+        return json.loads(json.dumps(dict(builtin.config)))  # a deep, mutable copy
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise ModelError(f"{spec}: a directory without a config.json; pass an HF model directory")
+    if not path.is_file():
+        raise ModelError(_unknown_spec_message(spec))
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelError(f"{path}: not a readable config.json ({err})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise ModelError(f"{path}: not an HF config.json (no 'model_type' key)")
+    return config
+
+
+def _unknown_spec_message(spec: str) -> str:
+    names = list(BUILTIN_MODELS)
+    close = difflib.get_close_matches(spec.lower(), names, n=1, cutoff=0.5)
+    hint = f" did you mean '{close[0]}'?" if close else ""
+    return (
+        f"unknown model '{spec}': not a built-in architecture and no such file or directory.{hint} "
+        f"Built-in: {', '.join(names)}. For another model pass a local HF model directory or its config.json "
+        f"(hub ids are never downloaded)."
+    )
+
+
+def _hf_config(config: dict, spec: str):
+    from transformers import AutoConfig
+
+    kwargs = {k: v for k, v in config.items() if k not in _CHECKPOINT_ONLY_KEYS}
+    model_type = kwargs.pop("model_type")
+    try:
+        return AutoConfig.for_model(model_type, **kwargs)
+    except (ValueError, KeyError, TypeError) as err:
+        raise ModelError(f"{spec}: transformers cannot build model_type '{model_type}' ({err})") from None
+
+
+def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    aliases = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+    resolved = getattr(torch, aliases.get(dtype, dtype), None)
+    if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
+        raise ModelError(f"unknown dtype '{dtype}'; use bf16, fp16 or fp32")
+    return resolved
+
+
+def build_model(
+    spec: str, *, device: torch.device | str = "meta", dtype: torch.dtype | str = "fp32", seed: int = 0
+) -> nn.Module:
+    """The HF causal LM a spec names, with random weights (none at all on the meta device).
+
+    `seed` makes CPU/GPU initialisation reproducible without disturbing the caller's global RNG.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    hf_config = _hf_config(resolve_config(spec), spec)
+    torch_dtype = _torch_dtype(dtype)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            with torch.device(device):
+                model = AutoModelForCausalLM.from_config(hf_config, dtype=torch_dtype)
+        except ValueError as err:  # a config transformers knows but not as a causal LM
+            raise ModelError(f"{spec}: not a causal LM transformers can build ({err})") from None
+    return model.eval()
+
+
+def load_inventory(spec: str) -> ModelInventory:
+    """The module inventory of a model, built on the meta device: no weights are allocated or downloaded."""
+    model = build_model(spec, device="meta")
+    builtin = find_builtin(spec)
+    return inventory_from_model(model, model_id=builtin.name if builtin else spec, config=resolve_config(spec))
+

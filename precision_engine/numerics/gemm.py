@@ -1,0 +1,201 @@
+"""FP8 GEMM dispatch: one function, `fp8_gemm(a, b)` = dequant(a) @ dequant(b)^T, over several kernels.
+
+Operands are `Quantized` (see `numerics.quantize`): `a` is [M, K] in 1x128 groups along K (scale
+[M, ceil(K/128)]); `b` is [N, K] in 128x128 blocks (weights, scale [ceil(N/128), ceil(K/128)]) or in 1x128
+groups along K (the wgrad pair, scale [N, ceil(K/128)]). The three GEMMs of a linear all fit this one shape:
+fprop x @ W^T, dgrad dy @ (W^T)^T, wgrad dy^T @ (x^T)^T with both wgrad operands grouped along tokens.
+
+Kernels (`Kernel`):
+  reference  exact and batch-invariant anywhere (CPU tests and CPU runs): per 128-wide K block the FP8 x FP8
+             dot products are exact in float64 (each E4M3 product has <= 8 significant bits and spans 2^-18 ..
+             2^18, so 128 of them sum exactly in 53 bits; E5M2's wider range can round, in extreme mixes only),
+             then scaled and summed over K blocks in increasing order, rounded once to out_dtype.
+  triton     `triton_gemm`: fixed K order, no split-K, same bits for a row at any M (decode and prefill tiles).
+  cublas     torch._scaled_mm blockwise on Hopper; its algorithm choice depends on M, so it is not
+             batch-invariant. M is zero-padded to a multiple of 16, K and N to multiples of 128 (copies,
+             only for shapes that need them).
+  deep_gemm  DeepGEMM's fp8_gemm_nt when the package is importable (block weights only).
+AUTO picks: reference off CUDA; triton when batch_invariant (rollout and trainer logprobs must agree bitwise)
+or M <= 64 (decode, where cuBLAS is slower than BF16); otherwise deep_gemm if importable, else cublas.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import TYPE_CHECKING
+
+import torch
+
+from precision_engine.errors import UnsupportedError
+from precision_engine.numerics.formats import Granularity, Kernel
+
+if TYPE_CHECKING:
+    from precision_engine.numerics.quantize import Quantized
+
+GROUP = 128  # the only scale granularity the GEMMs take: 1x128 groups and 128x128 blocks
+SMALL_M_MAX = 64  # decode sizes: the Triton small-M tiles beat cuBLAS here
+# cuBLAS (13.0, H200) refuses blockwise scaling at M=1 (CUBLAS_STATUS_NOT_SUPPORTED); rows are zero-padded to
+# this multiple. Only odd decode sizes pay the copy; training sizes are multiples already.
+CUBLAS_M_ALIGN = 16
+
+
+def fp8_gemm(
+    a: Quantized,
+    b: Quantized,
+    *,
+    out_dtype: torch.dtype = torch.bfloat16,
+    kernel: Kernel = Kernel.AUTO,
+    batch_invariant: bool = True,
+) -> torch.Tensor:
+    """dequant(a) @ dequant(b)^T -> [M, N] in out_dtype. Raises UnsupportedError for layouts it cannot run."""
+    b_scale_rows = _check_operands(a, b)
+    kernel = _choose(kernel, a.data, batch_invariant)
+    if kernel is Kernel.REFERENCE:
+        return reference_gemm(a, b, out_dtype=out_dtype)
+    if kernel is Kernel.TRITON:
+        from precision_engine.numerics.triton_gemm import block_scaled_gemm
+
+        return block_scaled_gemm(
+            a.data, a.scale, b.data, b.scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype
+        )
+    if kernel is Kernel.CUBLAS:
+        return _cublas_gemm(a, b, b_scale_rows, out_dtype)
+    return _deep_gemm(a, b, b_scale_rows, out_dtype)
+
+
+def reference_gemm(a: Quantized, b: Quantized, *, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """The exact, batch-invariant GEMM (see the module docstring). Works on any device; slow."""
+    b_scale_rows = _check_operands(a, b)
+    m, k = a.data.shape
+    n = b.data.shape[0]
+    a64 = a.data.to(torch.float64)
+    b64 = b.data.to(torch.float64)
+    sa = a.scale.to(torch.float64)
+    sb = b.scale.to(torch.float64).repeat_interleave(b_scale_rows, dim=0)[:n]
+    out = torch.zeros((m, n), dtype=torch.float64, device=a.data.device)
+    for kb in range(_cdiv(k, GROUP)):
+        cols = slice(kb * GROUP, min(k, (kb + 1) * GROUP))
+        exact = a64[:, cols] @ b64[:, cols].T  # exact: any summation order gives these bits
+        out += exact * sa[:, kb, None] * sb[None, :, kb]
+    return out.to(out_dtype)
+
+
+@functools.cache
+def deep_gemm_available() -> bool:
+    try:
+        import deep_gemm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _choose(kernel: Kernel, a_data: torch.Tensor, batch_invariant: bool) -> Kernel:
+    on_cuda = a_data.is_cuda
+    if kernel is Kernel.AUTO:
+        if not on_cuda:
+            return Kernel.REFERENCE
+        if batch_invariant or a_data.shape[0] <= SMALL_M_MAX:
+            return Kernel.TRITON
+        return Kernel.DEEP_GEMM if deep_gemm_available() else Kernel.CUBLAS
+    if kernel is Kernel.TRITON and not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise UnsupportedError("the triton GEMM needs a CUDA device (or TRITON_INTERPRET=1); use kernel: reference")
+    if kernel is Kernel.CUBLAS and not on_cuda:
+        raise UnsupportedError("the cublas GEMM (torch._scaled_mm) needs a CUDA device; use kernel: reference")
+    if kernel is Kernel.DEEP_GEMM and not (on_cuda and deep_gemm_available()):
+        raise UnsupportedError("kernel deep_gemm needs the deep_gemm package and a CUDA device; use kernel: auto")
+    return kernel
+
+
+def _check_operands(a: Quantized, b: Quantized) -> int:
+    """Validate shapes and scale granularities; return how many rows of b share a scale row (128 or 1)."""
+    if a.data.dim() != 2 or b.data.dim() != 2:
+        raise UnsupportedError(f"fp8_gemm takes 2-D operands, got {tuple(a.data.shape)} and {tuple(b.data.shape)}")
+    m, k = a.data.shape
+    n, kb_ = b.data.shape
+    if k != kb_:
+        raise UnsupportedError(f"fp8_gemm: K differs, a is [{m}, {k}] and b is [{n}, {kb_}]")
+    kblocks = _cdiv(k, GROUP)
+    if not _is_group128(a.fmt) or tuple(a.scale.shape) != (m, kblocks):
+        raise UnsupportedError(
+            f"fp8_gemm: operand a must be 1x128 groups along K with scale [{m}, {kblocks}]; "
+            f"got {a.fmt.describe()} with scale {tuple(a.scale.shape)}"
+        )
+    if b.fmt.granularity is Granularity.BLOCK and b.fmt.block == (GROUP, GROUP):
+        rows = GROUP
+    elif _is_group128(b.fmt):
+        rows = 1
+    else:
+        raise UnsupportedError(
+            f"fp8_gemm: operand b must be 128x128 blocks or 1x128 groups, got {b.fmt.describe()}"
+        )
+    if tuple(b.scale.shape) != (_cdiv(n, rows), kblocks):
+        raise UnsupportedError(
+            f"fp8_gemm: b scale must be [{_cdiv(n, rows)}, {kblocks}], got {tuple(b.scale.shape)}"
+        )
+    return rows
+
+
+def _is_group128(fmt) -> bool:
+    return fmt.is_quantized and fmt.granularity is Granularity.GROUP and fmt.group == GROUP
+
+
+def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype) -> torch.Tensor:
+    """torch._scaled_mm with the blockwise layouts recorded in DESIGN.md; no copies for aligned shapes.
+
+    mat2 is b^T viewed column-major ([K, N] with strides (1, K)); scale_a must be M-major (strides (1, M));
+    scale_b is b.scale^T: [K/128, N/128] with strides (1, K/128) for blocks, [K/128, N] contiguous for groups.
+    """
+    m, k = a.data.shape
+    n = b.data.shape[0]
+    m_pad = _round_up(m, CUBLAS_M_ALIGN)
+    k_pad = _round_up(k, GROUP)
+    n_pad = _round_up(n, GROUP) if b_scale_rows == GROUP else _round_up(n, 16)
+    a_data = _pad_fp8(a.data, m_pad, k_pad).contiguous()
+    b_data = _pad_fp8(b.data, n_pad, k_pad).contiguous()
+    b_scale = b.scale
+    if b_scale_rows == 1 and n_pad != n:
+        b_scale = torch.nn.functional.pad(b_scale, (0, 0, 0, n_pad - n), value=1.0)
+    a_scale = a.scale
+    if m_pad != m:
+        a_scale = torch.ones((a.scale.shape[1], m_pad), dtype=a.scale.dtype, device=a.scale.device).t()
+        a_scale[:m] = a.scale
+    elif a_scale.stride(0) != 1:
+        a_scale = a_scale.t().contiguous().t()
+    b_scale_t = b_scale.t()
+    if b_scale_rows == GROUP and b_scale_t.stride(0) != 1:
+        b_scale_t = b_scale.contiguous().t()
+    if b_scale_rows == 1 and not b_scale_t.is_contiguous():
+        b_scale_t = b_scale_t.contiguous()
+    out = torch._scaled_mm(
+        a_data, b_data.t(), scale_a=a_scale.float(), scale_b=b_scale_t.float(), out_dtype=out_dtype
+    )
+    return out[:m, :n] if (m_pad, n_pad) != (m, n) else out
+
+
+def _deep_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype) -> torch.Tensor:
+    """DeepGEMM's NT kernel (1x128 activations x 128x128 weights, BF16 out)."""
+    import deep_gemm
+
+    if b_scale_rows != GROUP or out_dtype != torch.bfloat16 or a.data.shape[1] % GROUP:
+        raise UnsupportedError("kernel deep_gemm takes 128x128 block weights, K a multiple of 128 and bf16 out")
+    out = torch.empty((a.data.shape[0], b.data.shape[0]), dtype=out_dtype, device=a.data.device)
+    deep_gemm.fp8_gemm_nt((a.data, a.scale.float()), (b.data, b.scale.float()), out)
+    return out
+
+
+def _pad_fp8(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Zero-pad an FP8 matrix (FP8 zero is the all-zero byte); returns x itself when already that shape."""
+    if tuple(x.shape) == (rows, cols):
+        return x
+    padded = torch.zeros((rows, cols), dtype=torch.uint8, device=x.device)
+    padded[: x.shape[0], : x.shape[1]] = x.view(torch.uint8)
+    return padded.view(x.dtype)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(a: int, b: int) -> int:
+    return _cdiv(a, b) * b

@@ -1,0 +1,192 @@
+"""FP8 linear layer with the Jet-RL dataflow: every GEMM of forward and backward in FP8.
+
+    fprop  y  = Q(x)[1x128]  @ Q(W)[128x128]^T
+    dgrad  dx = Q(dy)[1x128] @ Q(W)[128x128]          (the same cached weight bytes, transposed once per version)
+    wgrad  dW = Q(dy)[128x1]^T @ Q(x)[128x1]          (both re-quantized along tokens; x from the saved FP8
+                                                      activation, not from a BF16 copy)
+
+Saved for backward: x in FP8 with its 1x128 scales (half the bytes of BF16), plus the compute-dtype x only when
+the spec leaves `wgrad_operands` unset. A spec whose `grad_output` / `wgrad_operands` is None runs that GEMM in
+the compute dtype against the master weight (straight-through, as torchao does): the rollout-only policies.
+
+The master weight stays in its own dtype (BF16 or FP32) and is quantized once per `weight._version`: rollout
+never re-quantizes, training re-quantizes once per optimizer step, and the bytes are those `to_block_fp8` exports.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from precision_engine.errors import UnsupportedError
+from precision_engine.numerics.formats import Axis, DType, Granularity, LinearSpec, QuantFormat
+from precision_engine.numerics.gemm import fp8_gemm
+from precision_engine.numerics.quantize import (
+    Quantized,
+    check_finite,
+    quantize_blocks,
+    quantize_rows_1xG,
+    quantize_tokens_transposed,
+    requantize_tokens_transposed,
+)
+from precision_engine.policy.model import NumericsSpec
+
+TORCH_DTYPE = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP32: torch.float32}
+
+
+class Fp8Linear(nn.Module):
+    """nn.Linear whose GEMMs run in FP8 per a `LinearSpec`. Shares its Parameters with the Linear it wraps."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        spec: LinearSpec,
+        *,
+        bias: bool = True,
+        numerics: NumericsSpec | None = None,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        _check_spec(spec)
+        self.in_features = in_features
+        self.out_features = out_features
+        self.spec = spec
+        self.numerics = numerics or NumericsSpec()
+        self.weight = nn.Parameter(torch.empty((out_features, in_features), device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(out_features, device=device, dtype=dtype)) if bias else None
+        self._w_cache: tuple[tuple, Quantized] | None = None
+        self._wt_cache: tuple[Quantized, Quantized] | None = None
+        if self.weight.device.type != "meta":
+            nn.Linear.reset_parameters(self)
+
+    @classmethod
+    def from_linear(
+        cls, linear: nn.Linear, spec: LinearSpec, *, numerics: NumericsSpec | None = None
+    ) -> Fp8Linear:
+        """Wrap `linear` without copying: the new module holds the same Parameter objects (same state_dict)."""
+        new = cls(
+            linear.in_features, linear.out_features, spec,
+            bias=linear.bias is not None, numerics=numerics, device="meta",
+        )
+        new.weight = linear.weight
+        new.bias = linear.bias
+        return new
+
+    def to_linear(self) -> nn.Linear:
+        """The plain nn.Linear over the same Parameters (undoes the rewrite)."""
+        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device="meta")
+        linear.weight = self.weight
+        linear.bias = self.bias
+        return linear
+
+    def quantized_weight(self) -> Quantized:
+        """Q(W) in 128x128 blocks, cached until the weight changes (version counter or storage)."""
+        w = self.weight
+        key = (w._version, w.data_ptr(), w.device, w.dtype)
+        if self._w_cache is None or self._w_cache[0] != key:
+            wq = quantize_blocks(w.detach(), self.spec.weight)
+            check_finite(wq, self.numerics.nonfinite, "weight")
+            self._w_cache = (key, wq)
+        return self._w_cache[1]
+
+    def _quantized_weight_t(self, wq: Quantized) -> Quantized:
+        """Q(W)^T as a K-major [K, N] operand for dgrad: the same bytes transposed (128x128 blocks are
+        symmetric under transposition), copied once per weight version so no GEMM reads a strided operand."""
+        if self._wt_cache is None or self._wt_cache[0] is not wq:
+            wt = Quantized(wq.data.t().contiguous(), wq.scale.t().contiguous(), wq.fmt)
+            self._wt_cache = (wq, wt)
+        return self._wt_cache[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wq = self.quantized_weight()
+        return _Fp8LinearFn.apply(x, self.weight, self.bias, wq.data, wq.scale, self)
+
+    def extra_repr(self) -> str:
+        s = self.spec
+        fmts = [f"w={s.weight.describe()}", f"x={s.input.describe()}"]
+        fmts.append(f"dy={s.grad_output.describe() if s.grad_output else s.compute.value}")
+        fmts.append(f"wgrad={s.wgrad_operands.describe() if s.wgrad_operands else s.compute.value}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, {', '.join(fmts)}"
+        )
+
+
+class _Fp8LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, w_data, w_scale, layer: Fp8Linear):
+        spec, numerics = layer.spec, layer.numerics
+        compute = TORCH_DTYPE[spec.compute]
+        x2 = x.reshape(-1, x.shape[-1])
+        xq = quantize_rows_1xG(x2, spec.input)
+        check_finite(xq, numerics.nonfinite, "input")
+        wq = Quantized(w_data, w_scale, spec.weight)
+        y = fp8_gemm(xq, wq, out_dtype=compute, kernel=spec.kernel, batch_invariant=numerics.batch_invariant)
+        if bias is not None:
+            y = y + bias.to(compute)
+
+        ctx.layer = layer
+        ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
+        ctx.has_bias = bias is not None
+        x_hp = x2.to(compute) if spec.wgrad_operands is None else None
+        ctx.save_for_backward(xq.data, xq.scale, x_hp, weight, w_data, w_scale)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+    @staticmethod
+    def backward(ctx, dy):
+        layer: Fp8Linear = ctx.layer
+        spec, numerics = layer.spec, layer.numerics
+        compute = TORCH_DTYPE[spec.compute]
+        x_data, x_scale, x_hp, weight, w_data, w_scale = ctx.saved_tensors
+        dy2 = dy.reshape(-1, dy.shape[-1]).to(compute)
+        dx = dw = db = None
+
+        if ctx.needs_input_grad[0]:
+            if spec.grad_output is None:
+                dx = dy2 @ weight.to(compute)
+            else:
+                dyq = quantize_rows_1xG(dy2, spec.grad_output)
+                check_finite(dyq, numerics.nonfinite, "grad_output")
+                wt = layer._quantized_weight_t(Quantized(w_data, w_scale, spec.weight))
+                dx = fp8_gemm(dyq, wt, out_dtype=compute, kernel=spec.kernel, batch_invariant=False)
+            dx = dx.reshape(ctx.x_shape).to(ctx.x_dtype)
+
+        if ctx.needs_input_grad[1]:
+            if spec.wgrad_operands is None:
+                dw = dy2.t() @ x_hp
+            else:
+                xq = Quantized(x_data, x_scale, spec.input)
+                dyt = quantize_tokens_transposed(dy2, spec.wgrad_operands)
+                xt = requantize_tokens_transposed(xq, spec.wgrad_operands)
+                dw = fp8_gemm(dyt, xt, out_dtype=compute, kernel=spec.kernel, batch_invariant=False)
+            dw = dw.to(weight.dtype)
+
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2.sum(0, dtype=torch.float32).to(weight.dtype)
+        return dx, dw, db, None, None, None
+
+
+def _check_spec(spec: LinearSpec) -> None:
+    """Refuse specs this layer cannot run, with the reason, before any tensor is touched."""
+    if not spec.forward_is_fp8:
+        raise UnsupportedError(
+            f"Fp8Linear needs FP8 weight and input formats, got weight {spec.weight.describe()} and input "
+            f"{spec.input.describe()}; keep such modules as nn.Linear"
+        )
+    if spec.weight.granularity is not Granularity.BLOCK or spec.weight.block != (128, 128):
+        raise UnsupportedError(f"Fp8Linear weights must be 128x128 blocks, got {spec.weight.describe()}")
+    _check_group(spec.input, Axis.K, "input")
+    if spec.grad_output is not None:
+        _check_group(spec.grad_output, Axis.K, "grad_output")
+    if spec.wgrad_operands is not None:
+        _check_group(spec.wgrad_operands, Axis.TOKENS, "wgrad_operands")
+    if spec.compute not in TORCH_DTYPE:
+        raise UnsupportedError(f"compute dtype must be bf16, fp16 or fp32, got {spec.compute.value}")
+
+
+def _check_group(fmt: QuantFormat, axis: Axis, role: str) -> None:
+    if not (fmt.is_quantized and fmt.granularity is Granularity.GROUP and fmt.group == 128 and fmt.axis is axis):
+        want = "1x128 groups along K" if axis is Axis.K else "128x1 groups along tokens"
+        raise UnsupportedError(f"Fp8Linear {role} must be {want}, got {fmt.describe()}")

@@ -1,0 +1,321 @@
+"""FP8 quantizers: the single, exact statement of the engine's numerics contract.
+
+Every phase (training forward/backward, rollout, weight export) calls these functions, so the same input gives
+the same bytes everywhere. The pure-torch reference below *is* the specification; the Triton kernels in
+`triton_quant` reproduce it bit for bit (tested on raw bytes and scales, in Triton's interpreter on the CPU and
+on the GPU).
+
+Contract, per group of elements that share one scale (a group is a tensor, a row, a 1xG run along K, a Gx1 run
+along tokens or an RxC block, depending on the format):
+
+1. ``x32 = x.float()`` (exact for bf16/fp16 inputs); ``amax = max|x32|`` over the group. Elements outside the
+   tensor (partial edge groups/blocks, token padding) count as 0.
+2. ``scale = max(amax, AMAX_EPS) / fmax`` in fp32 with IEEE round-to-nearest division (fmax 448 for E4M3,
+   57344 for E5M2; AMAX_EPS = 1e-10 rounded to fp32), so all-zero groups get a tiny finite scale and never NaN.
+   With ``ScaleKind.POW2`` the fp32 quotient is rounded *up* to a power of two (UE8M0): it is exact, because
+   the quotient of an fp32 amax by fmax can never round down onto a power of two (proof: amax is fp32 and
+   fmax * 2**k is exactly representable, so they differ by at least one ulp of amax, more than half an ulp of
+   the quotient).
+3. If amax is not finite (the group holds NaN or +-Inf) the scale is NaN, so NaN flows to every element of the
+   group and to whatever consumes it: never silently saturated or zeroed. `check_finite` then decides, per the
+   policy's ``numerics.nonfinite``, whether that raises (`NonFiniteError`), warns or propagates.
+4. ``q = fp8_rne(clamp(x32 / scale, -fmax, fmax))``: IEEE fp32 *division* (not multiplication by a
+   reciprocal), saturation to +-fmax, then one round-to-nearest-even cast to FP8, FP8 subnormals included.
+   The sign of zero is kept (``-1e-30`` quantizes to ``-0``).
+5. ``scale`` is the *dequant multiplier*: ``dequantize(q) = q.float() * scale`` in fp32 (SGLang calls it
+   ``weight_scale_inv``).
+
+Why division: SGLang's activation quantizer (``per_token_group_quant_fp8``) divides. Third-party Triton
+kernels (SGLang's, verl's weight-sync ``blockwise_cast_to_fp8``) compile ``/`` to PTX ``div.full.f32``, an
+approximate division, and verl multiplies by ``1 / scale``; their bytes can therefore differ from ours (and
+from each other's) in the rare elements whose quotient lies within an ulp or two of an FP8 rounding boundary.
+Inside this engine every producer calls this module, so training, rollout and export agree exactly.
+
+Scale layouts (what ``torch._scaled_mm`` and SGLang's loader consume without copies):
+
+=========================  ============  ===============================================================
+format                     data          scale
+=========================  ============  ===============================================================
+tensor                     as input      shape ``[]``
+channel on [R, C]          [R, C]        [R, 1]
+group axis=k (1xG) [M, K]  [M, K]        logical [M, ceil(K/G)], strides (1, M) (M-major)
+block (R, C) on [N, K]     [N, K]        [ceil(N/R), ceil(K/C)], contiguous
+group axis=tokens [M, C]   [C, M_pad]    logical [C, M_pad/G], strides (1, C); data = x^T, M_pad = M
+                                         rounded up to G with zero padding (the wgrad operand layout)
+=========================  ============  ===============================================================
+
+Activations with leading dims are flattened to 2-D ``[tokens, K]``. ``backend="auto"`` runs the Triton
+kernels for CUDA tensors and the reference otherwise; ``"reference"``/``"triton"`` force one (``"triton"`` on
+the CPU needs ``TRITON_INTERPRET=1``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, replace
+
+import torch
+
+from precision_engine.errors import NonFiniteError
+from precision_engine.numerics.formats import AMAX_EPS, FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind
+
+FP8_TORCH_DTYPE = {DType.FLOAT8_E4M3: torch.float8_e4m3fn, DType.FLOAT8_E5M2: torch.float8_e5m2}
+
+BACKENDS = ("auto", "reference", "triton")
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """An FP8 tensor with its dequant scales. ``tokens`` is the unpadded token count of a tokens-transposed
+    operand (its ``data`` is ``[C, M_pad]``); None for every other layout."""
+
+    data: torch.Tensor
+    scale: torch.Tensor
+    fmt: QuantFormat
+    tokens: int | None = None
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.data.shape
+
+
+# ----------------------------------------------------------------------------------------------- public API
+
+
+def quantize(x: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto") -> Quantized:
+    """Quantize `x` per `fmt` (any granularity). Leading dims of activations are flattened to 2-D."""
+    _check_fp8(fmt)
+    g = fmt.granularity
+    if g is Granularity.TENSOR:
+        return _dispatch("tensor", x, fmt, backend)
+    if g is Granularity.CHANNEL:
+        return _dispatch("channel", _as_2d(x), fmt, backend)
+    if g is Granularity.BLOCK:
+        return quantize_blocks(x, fmt, backend=backend)
+    if fmt.axis is Axis.TOKENS:
+        return quantize_tokens_transposed(x, fmt, backend=backend)
+    return quantize_rows_1xG(x, fmt, backend=backend)
+
+
+def quantize_rows_1xG(x: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto") -> Quantized:
+    """1xG groups along K (activations, grad outputs): data [M, K], scale [M, ceil(K/G)] M-major."""
+    _check_fp8(fmt, Granularity.GROUP)
+    if fmt.axis is not Axis.K:
+        raise ValueError(f"quantize_rows_1xG needs axis=k, got {fmt.axis.value}")
+    return _dispatch("rows", _as_2d(x), fmt, backend)
+
+
+def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto") -> Quantized:
+    """RxC blocks (weights, 128x128): data [N, K], scale [ceil(N/R), ceil(K/C)] contiguous."""
+    _check_fp8(fmt, Granularity.BLOCK)
+    if w.dim() != 2:
+        raise ValueError(f"block quantization needs a 2-D weight, got shape {tuple(w.shape)}")
+    return _dispatch("blocks", w, fmt, backend)
+
+
+def quantize_tokens_transposed(x: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto") -> Quantized:
+    """Gx1 groups along tokens (the wgrad operands): data = x^T as [C, M_pad], scale [C, M_pad/G] (1, C)."""
+    _check_fp8(fmt, Granularity.GROUP)
+    if fmt.axis is not Axis.TOKENS:
+        raise ValueError(f"quantize_tokens_transposed needs axis=tokens, got {fmt.axis.value}")
+    return _dispatch("tokens_t", _as_2d(x), fmt, backend)
+
+
+def requantize_tokens_transposed(
+    q: Quantized, fmt: QuantFormat | None = None, *, backend: str = "auto"
+) -> Quantized:
+    """Tokens-transposed operand from a saved 1xG FP8 activation: quantize_tokens_transposed(dequantize(q)).
+
+    Fused into one Triton kernel on the GPU (no fp32 copy of the activation is materialised). `fmt` defaults to
+    q's dtype and scale kind with groups of the same size along tokens.
+    """
+    if q.fmt.granularity is not Granularity.GROUP or q.fmt.axis is not Axis.K:
+        raise ValueError(f"requantize_tokens_transposed needs a 1xG operand, got {q.fmt.describe()}")
+    if fmt is None:
+        fmt = replace(q.fmt, axis=Axis.TOKENS)
+    _check_fp8(fmt, Granularity.GROUP)
+    if fmt.axis is not Axis.TOKENS:
+        raise ValueError(f"requantize_tokens_transposed needs axis=tokens, got {fmt.axis.value}")
+    if _use_triton(q.data, backend):
+        from precision_engine.numerics import triton_quant
+
+        return triton_quant.requantize_tokens_transposed(q, fmt)
+    return _REFERENCE["tokens_t"](dequantize(q), fmt)
+
+
+def dequantize(q: Quantized, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """q.data * scale in fp32, then cast to `dtype`. A tokens-transposed operand comes back as x^T [C, M]."""
+    data = q.data.float()
+    fmt = q.fmt
+    if fmt.granularity in (Granularity.TENSOR, Granularity.CHANNEL):
+        out = data * q.scale
+    elif fmt.granularity is Granularity.BLOCK:
+        out = data * _expand(q.scale, fmt.block, data.shape)
+    elif fmt.axis is Axis.K:
+        out = data * _expand(q.scale, (1, fmt.group), data.shape)
+    else:
+        out = (data * _expand(q.scale, (1, fmt.group), data.shape))[:, : q.tokens]
+    return out.to(dtype)
+
+
+def check_finite(t: Quantized | torch.Tensor, policy_mode, name: str) -> None:
+    """Apply the policy's `nonfinite` mode to a quantized operand (NaN scale = non-finite group) or a tensor.
+
+    error: raise NonFiniteError; warn: warnings.warn; propagate: do nothing (no host sync either).
+    """
+    from precision_engine.policy.model import NonFinite
+
+    mode = NonFinite(policy_mode)
+    if mode is NonFinite.PROPAGATE:
+        return
+    values = t.scale if isinstance(t, Quantized) else t
+    bad = int((~torch.isfinite(values)).sum())
+    if bad == 0:
+        return
+    what = "scale groups" if isinstance(t, Quantized) else "elements"
+    message = f"{name}: {bad} of {values.numel()} {what} are NaN/Inf"
+    if mode is NonFinite.ERROR:
+        raise NonFiniteError(message + " (policy numerics.nonfinite: error)")
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+
+def fp8_dtype(fmt: QuantFormat) -> torch.dtype:
+    return FP8_TORCH_DTYPE[fmt.dtype]
+
+
+# ------------------------------------------------------------------------------------- the contract itself
+
+
+def scale_from_amax(amax: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
+    """Contract steps 2-3: fp32 dequant scale from an fp32 amax (NaN where amax is not finite)."""
+    amax = amax.float()
+    scale = torch.clamp(amax, min=AMAX_EPS) / FP8_MAX[fmt.dtype]
+    if fmt.scale is ScaleKind.POW2:
+        scale = _ceil_pow2(scale)
+    return torch.where(torch.isfinite(amax), scale, torch.full_like(scale, math.nan))
+
+
+def cast_to_fp8(x32: torch.Tensor, scale: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
+    """Contract step 4: fp8_rne(clamp(x32 / scale, +-fmax)); `scale` broadcasts against `x32`."""
+    fmax = FP8_MAX[fmt.dtype]
+    return torch.clamp(x32 / scale, -fmax, fmax).to(fp8_dtype(fmt))
+
+
+def _ceil_pow2(s: torch.Tensor) -> torch.Tensor:
+    """Smallest power of two >= s for positive normal fp32 s, on the bits (exact, unlike exp2(ceil(log2)))."""
+    bits = s.view(torch.int32)
+    exponent = bits & 0x7F800000
+    up = torch.where((bits & 0x007FFFFF) != 0, exponent + 0x00800000, exponent)
+    return up.view(torch.float32)
+
+
+# -------------------------------------------------------------------------------------------- reference
+
+
+def _ref_tensor(x: torch.Tensor, fmt: QuantFormat) -> Quantized:
+    x32 = x.float()
+    scale = scale_from_amax(_amax(x32), fmt)
+    return Quantized(cast_to_fp8(x32, scale, fmt), scale, fmt)
+
+
+def _ref_channel(x: torch.Tensor, fmt: QuantFormat) -> Quantized:
+    x32 = x.float()
+    scale = scale_from_amax(_amax(x32, dim=1, keepdim=True), fmt)
+    return Quantized(cast_to_fp8(x32, scale, fmt), scale, fmt)
+
+
+def _ref_rows(x: torch.Tensor, fmt: QuantFormat) -> Quantized:
+    m, k = x.shape
+    g = fmt.group
+    groups = -(-k // g)
+    x32 = torch.nn.functional.pad(x.float(), (0, groups * g - k)).view(m, groups, g)
+    scale = scale_from_amax(_amax(x32, dim=2), fmt)  # [M, groups]
+    data = cast_to_fp8(x32, scale[:, :, None], fmt).view(m, groups * g)[:, :k].contiguous()
+    return Quantized(data, _m_major(scale), fmt)
+
+
+def _ref_blocks(w: torch.Tensor, fmt: QuantFormat) -> Quantized:
+    n, k = w.shape
+    br, bc = fmt.block
+    nb, kb = -(-n // br), -(-k // bc)
+    w32 = torch.nn.functional.pad(w.float(), (0, kb * bc - k, 0, nb * br - n)).view(nb, br, kb, bc)
+    scale = scale_from_amax(_amax(w32, dim=(1, 3)), fmt)  # [nb, kb]
+    data = cast_to_fp8(w32, scale[:, None, :, None], fmt).view(nb * br, kb * bc)[:n, :k].contiguous()
+    return Quantized(data, scale.contiguous(), fmt)
+
+
+def _ref_tokens_t(x: torch.Tensor, fmt: QuantFormat) -> Quantized:
+    m, c = x.shape
+    g = fmt.group
+    m_pad = -(-m // g) * g
+    xt32 = torch.nn.functional.pad(x.float(), (0, 0, 0, m_pad - m)).t().contiguous().view(c, m_pad // g, g)
+    scale = scale_from_amax(_amax(xt32, dim=2), fmt)  # [C, M_pad/G]
+    data = cast_to_fp8(xt32, scale[:, :, None], fmt).view(c, m_pad)
+    return Quantized(data, _m_major(scale), fmt, tokens=m)
+
+
+_REFERENCE = {
+    "tensor": _ref_tensor,
+    "channel": _ref_channel,
+    "rows": _ref_rows,
+    "blocks": _ref_blocks,
+    "tokens_t": _ref_tokens_t,
+}
+
+
+# -------------------------------------------------------------------------------------------- helpers
+
+
+def _dispatch(kind: str, x: torch.Tensor, fmt: QuantFormat, backend: str) -> Quantized:
+    if not x.is_floating_point() or x.dtype in FP8_TORCH_DTYPE.values():
+        raise ValueError(f"quantize needs a bf16/fp16/fp32 tensor, got {x.dtype}")
+    if _use_triton(x, backend):
+        from precision_engine.numerics import triton_quant
+
+        return triton_quant.QUANTIZERS[kind](x, fmt)
+    return _REFERENCE[kind](x, fmt)
+
+
+def _use_triton(x: torch.Tensor, backend: str) -> bool:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    return backend == "triton" or (backend == "auto" and x.is_cuda)
+
+
+def _check_fp8(fmt: QuantFormat, granularity: Granularity | None = None) -> None:
+    if not fmt.is_quantized:
+        raise ValueError(f"{fmt.describe()} is not an FP8 format")
+    if granularity is not None and fmt.granularity is not granularity:
+        raise ValueError(f"expected {granularity.value} granularity, got {fmt.describe()}")
+    if fmt.granularity is Granularity.GROUP and not (fmt.group and fmt.group > 0):
+        raise ValueError("group granularity needs a positive group size")
+    if fmt.granularity is Granularity.BLOCK and not (fmt.block and min(fmt.block) > 0):
+        raise ValueError("block granularity needs a positive block shape")
+
+
+def _as_2d(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() == 2:
+        return x
+    if x.dim() < 2:
+        return x.reshape(1, -1)
+    return x.reshape(-1, x.shape[-1])
+
+
+def _amax(x32: torch.Tensor, dim=None, keepdim: bool = False) -> torch.Tensor:
+    """max |x| with NaN propagated (torch.amax propagates NaN); an empty tensor's amax is 0."""
+    if dim is None:
+        return x32.abs().amax() if x32.numel() else x32.new_zeros(())
+    return x32.abs().amax(dim=dim, keepdim=keepdim)
+
+
+def _m_major(scale: torch.Tensor) -> torch.Tensor:
+    """[R, G] scales re-laid out with strides (1, R): the layout torch._scaled_mm reads for 1x128 operands."""
+    r, g = scale.shape
+    return scale.new_empty((g, r)).t().copy_(scale)
+
+
+def _expand(scale: torch.Tensor, tile: tuple[int, int], shape: torch.Size) -> torch.Tensor:
+    """Broadcast a per-tile scale grid over the data (partial edge tiles included)."""
+    r, c = tile
+    return scale.repeat_interleave(r, dim=0)[: shape[0]].repeat_interleave(c, dim=1)[:, : shape[1]]

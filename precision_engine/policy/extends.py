@@ -1,0 +1,137 @@
+"""`extends:` composition: load a policy file and its bases, merged into one document.
+
+A reference is a shipped policy name (`bf16_baseline`) or, when it contains `/` or ends in `.yaml`/`.yml`, a
+path relative to the referencing file. A list is merged left to right and the file itself goes on top.
+Merging is JSON Merge Patch (RFC 7386): mappings merge key by key, lists and scalars replace, and `null`
+removes an inherited key (`correction: null` switches an inherited correction off). Because lists replace,
+a child that redefines a rule set replaces the whole ordered list, never splices into it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+from precision_engine.policy.diagnostics import Diagnostic, did_you_mean
+from precision_engine.policy.yaml_source import SourceMap, parse_yaml, read_policy_text
+
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "policies"
+_SUFFIXES = (".yaml", ".yml")
+
+
+def shipped_policies() -> list[str]:
+    """Names of the policies shipped in the package, sorted."""
+    return sorted(p.stem for p in SHIPPED_DIR.glob("*.yaml"))
+
+
+def shipped_path(name: str) -> Path | None:
+    path = SHIPPED_DIR / f"{name}.yaml"
+    return path if path.is_file() else None
+
+
+def display_name(path: Path) -> str:
+    """A path as the user would type it: relative to the working directory when below it."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return str(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def merge_patch(base: Any, patch: Any) -> Any:
+    """RFC 7386 merge of `patch` over `base`; returns new containers and never mutates either input."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(base) if isinstance(base, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _is_path_reference(ref: str) -> bool:
+    return "/" in ref or "\\" in ref or ref.endswith(_SUFFIXES)
+
+
+def load_document(path: Path) -> tuple[Any, SourceMap, list[Diagnostic]]:
+    """The policy at `path` with every `extends` resolved: (merged data, locations, diagnostics).
+
+    Data is None when the file or a base could not be read as YAML at all (syntax, tags, limits, duplicate
+    keys): checking what is left would only add confusing follow-on errors. When data is returned together
+    with diagnostics, a base failed to load and the merged document is incomplete.
+    """
+    diagnostics: list[Diagnostic] = []
+    data, source_map = _load(path, [path.resolve()], diagnostics)
+    return data, source_map, diagnostics
+
+
+def _load(path: Path, chain: list[Path], diagnostics: list[Diagnostic]) -> tuple[Any, SourceMap]:
+    """`path` as the user wrote it (for messages); `chain` the resolved files that led here (for cycles)."""
+    name = display_name(path)
+    text, problems = read_policy_text(path)
+    diagnostics.extend(problems)
+    if text is None:
+        return None, SourceMap()
+    data, source_map, problems = parse_yaml(text, name)
+    diagnostics.extend(problems)
+    if problems:
+        return None, source_map
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        problem = f"a policy is a mapping of keys (version, name, rules, ...), got {got}"
+        diagnostics.append(source_map.diagnostic((), problem) if data is not None else Diagnostic("error", problem,
+                                                                                                   name))
+        return None, source_map
+    refs = data.pop("extends", None)
+    if refs is None:
+        return merge_patch({}, data), source_map
+    if isinstance(refs, str):
+        ref_paths = [(("extends",), refs)]
+    elif isinstance(refs, list) and refs and all(isinstance(r, str) and r for r in refs):
+        ref_paths = [(("extends", i), ref) for i, ref in enumerate(refs)]
+    else:
+        diagnostics.append(source_map.diagnostic(("extends",), "expected a policy name or path, or a non-empty "
+                                                 "list of them", hint="e.g. extends: bf16_baseline"))
+        return merge_patch({}, data), source_map
+    merged: Any = {}
+    merged_map = SourceMap()
+    for key_path, ref in ref_paths:
+        target = _resolve(ref, path.parent)
+        if target is None:
+            diagnostics.append(_missing(ref, key_path, path, chain, source_map))
+            continue
+        if target.resolve() in chain:
+            loop = chain[chain.index(target.resolve()):] + [target.resolve()]
+            cycle = " -> ".join(display_name(p) for p in loop)
+            diagnostics.append(source_map.diagnostic(key_path, f"extends cycle: {cycle}",
+                                                     hint="remove one of these extends"))
+            continue
+        base, base_map = _load(target, chain + [target.resolve()], diagnostics)
+        if base is not None:
+            merged = merge_patch(merged, base)
+            merged_map = merged_map.overlay(base_map)
+    return merge_patch(merged, data), merged_map.overlay(source_map)
+
+
+def _resolve(ref: str, base_dir: Path) -> Path | None:
+    if _is_path_reference(ref):
+        target = Path(os.path.normpath(base_dir / ref))
+        return target if target.is_file() else None
+    return shipped_path(ref)
+
+
+def _missing(ref: str, key_path: tuple, path: Path, chain: list[Path], source_map: SourceMap) -> Diagnostic:
+    via = " -> ".join(display_name(p) for p in chain)
+    if _is_path_reference(ref):
+        looked = display_name(Path(os.path.normpath(path.parent / ref)))
+        message = f"extends target '{ref}' not found (looked for {looked}; via {via})"
+        hint = ""
+    else:
+        shipped = shipped_policies()
+        message = f"extends target '{ref}' is not a shipped policy (via {via}); shipped: {', '.join(shipped)}"
+        hint = did_you_mean(ref, shipped) or "a path must contain '/' or end in .yaml, e.g. ./base.yaml"
+    return source_map.diagnostic(key_path, message, hint=hint)

@@ -1,0 +1,103 @@
+"""The load pipeline: file -> extends -> --set -> schema -> meaning checks -> frozen Policy.
+
+Every stage appends diagnostics rather than stopping, so one run reports every problem; only a policy with
+no error is built. Two exceptions avoid cascades of follow-on errors: a file that is not valid YAML is not
+checked further, and when an `extends` base fails to load, checks that the base could satisfy (missing keys,
+references, meaning) are skipped.
+
+A file named on the command line that does not exist is a usage error (exit 2); a missing `extends` target
+is a problem inside the policy (exit 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from precision_engine.errors import PolicyError, UsageError
+from precision_engine.policy.build import build_policy
+from precision_engine.policy.diagnostics import Diagnostic, did_you_mean
+from precision_engine.policy.extends import display_name, load_document, shipped_path, shipped_policies
+from precision_engine.policy.overrides import apply_overrides, parse_override
+from precision_engine.policy.model import Policy
+from precision_engine.policy.schema import check_structure
+from precision_engine.policy.semantic import check_built, check_data
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One policy file checked: the Policy when it has no error, and every diagnostic found."""
+
+    file: str
+    policy: Policy | None
+    diagnostics: tuple[Diagnostic, ...]
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if not d.is_error]
+
+    def ok(self, *, strict: bool = False) -> bool:
+        return not self.errors and not (strict and self.warnings)
+
+
+def resolve_source(source: str | Path) -> Path:
+    """A policy file path, or the shipped policy of that name; UsageError when neither exists."""
+    path = Path(source)
+    if path.is_file():
+        return path
+    text = str(source)
+    if "/" not in text and not text.endswith((".yaml", ".yml")) and shipped_path(text):
+        return shipped_path(text)
+    shipped = shipped_policies()
+    hint = did_you_mean(path.stem, shipped)
+    raise UsageError(f"policy file not found: {text} (shipped policies: {', '.join(shipped)})"
+                     + (f" ({hint})" if hint else ""))
+
+
+def check_policy(source: str | Path, overrides: Sequence[str] = ()) -> CheckResult:
+    """Load and check one policy; never raises for problems inside the policy."""
+    path = resolve_source(source)
+    data, source_map, diagnostics = load_document(path)
+    complete = not diagnostics
+    policy = None
+    if data is not None:
+        data, problems = apply_overrides(data, source_map, overrides)
+        diagnostics += problems
+        diagnostics += check_structure(data, source_map, complete=complete)
+        if complete:
+            diagnostics += check_data(data, source_map)
+        if not any(d.is_error for d in diagnostics):
+            policy = build_policy(data, source_map, path)
+            diagnostics += check_built(policy, source_map)
+    unique = sorted(dict.fromkeys(diagnostics), key=Diagnostic.sort_key)
+    return CheckResult(display_name(path), policy, tuple(unique))
+
+
+def load_policy(source: str | Path, overrides: Sequence[str] = ()) -> Policy:
+    """The checked Policy; PolicyError with every error when there is one (warnings are not raised)."""
+    result = check_policy(source, overrides)
+    if result.policy is None:
+        raise PolicyError(result.errors)
+    return result.policy
+
+
+def validate_files(sources: Iterable[str | Path], overrides: Sequence[str] = ()) -> list[CheckResult]:
+    """Check several policies. Bad flags and missing files are usage errors, raised before any check runs."""
+    sources = list(sources)
+    for text in overrides:
+        parse_override(text)
+    missing = []
+    for source in sources:
+        try:
+            resolve_source(source)
+        except UsageError:
+            missing.append(str(source))
+    if missing:
+        raise UsageError(f"policy file not found: {', '.join(missing)} "
+                         f"(shipped policies: {', '.join(shipped_policies())})")
+    return [check_policy(source, overrides) for source in sources]

@@ -1,0 +1,91 @@
+"""Structural checks against schema.json, turned into located diagnostics a person can act on.
+
+schema.json is the single source of truth for structure (keys, types, enums, defaults); this module only
+translates jsonschema's errors: unknown keys point at the key with a "did you mean" hint, enums list the
+valid values, missing keys name themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from precision_engine.policy.diagnostics import Diagnostic, did_you_mean
+from precision_engine.policy.yaml_source import SourceMap
+
+_JSON_TYPES = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
+               type(None): "null"}
+_TYPE_WORDS = {"object": "mapping", "array": "list", "string": "string", "integer": "integer",
+               "number": "number", "boolean": "boolean", "null": "null"}
+
+
+def schema_text() -> str:
+    return resources.files("precision_engine.policy").joinpath("schema.json").read_text()
+
+
+@lru_cache(maxsize=1)
+def load_schema() -> dict:
+    return json.loads(schema_text())
+
+
+@lru_cache(maxsize=1)
+def _validator():
+    from jsonschema import Draft202012Validator  # noqa: PLC0415 (only when a policy is checked)
+
+    return Draft202012Validator(load_schema())
+
+
+def check_structure(data: Any, source_map: SourceMap, *, complete: bool = True) -> list[Diagnostic]:
+    """Every schema violation in `data`, located through `source_map`.
+
+    `complete=False` (a base in `extends` failed to load) skips missing-key errors: the base may hold them.
+    """
+    diagnostics: list[Diagnostic] = []
+    for error in _validator().iter_errors(data):
+        if complete or error.validator != "required":
+            diagnostics.extend(_translate(error, source_map))
+    return list(dict.fromkeys(diagnostics))  # jsonschema reports `required` once per missing key, with all keys
+
+
+def _type_name(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _translate(error, source_map: SourceMap) -> list[Diagnostic]:
+    path = tuple(error.absolute_path)
+    kind, expected, value = error.validator, error.validator_value, error.instance
+    if kind == "additionalProperties" and isinstance(value, dict):
+        known = list(error.schema.get("properties", {}))
+        return [source_map.diagnostic(path + (key,), f"unknown key '{key}'; expected one of: {', '.join(known)}",
+                                      hint=did_you_mean(key, known), key=True)
+                for key in value if key not in known]
+    if kind == "required" and isinstance(value, dict):
+        return [source_map.diagnostic(path, f"missing required key '{key}'") for key in expected
+                if key not in value]
+    if kind == "enum":
+        choices = [str(c) for c in expected]
+        return [source_map.diagnostic(path, f"unknown value {value!r}; expected one of: {', '.join(choices)}",
+                                      hint=did_you_mean(value, choices))]
+    if kind == "const":
+        return [source_map.diagnostic(path, f"expected {expected!r}, got {value!r}")]
+    if kind == "type":
+        wanted = [expected] if isinstance(expected, str) else list(expected)
+        words = " or ".join(_TYPE_WORDS.get(w, w) for w in wanted)
+        return [source_map.diagnostic(path, f"expected a {words}, got a {_type_name(value)} ({value!r})")]
+    if kind in ("minItems", "minLength") and expected == 1:
+        return [source_map.diagnostic(path, "must not be empty")]
+    if kind == "minItems":
+        return [source_map.diagnostic(path, f"expected at least {expected} items, got {len(value)}")]
+    if kind == "maxItems":
+        return [source_map.diagnostic(path, f"expected at most {expected} items, got {len(value)}")]
+    if kind in ("minimum", "exclusiveMinimum"):
+        op = ">=" if kind == "minimum" else ">"
+        return [source_map.diagnostic(path, f"expected a value {op} {expected}, got {value!r}")]
+    if kind == "pattern" and "propertyNames" in error.schema_path:  # jsonschema reports the object's path
+        return [source_map.diagnostic(path + (value,), f"{value!r} is not a valid name (letters, digits, _ . -)",
+                                      key=True)]
+    if kind == "pattern":
+        return [source_map.diagnostic(path, f"{value!r} is not a valid name (letters, digits, _ . -)")]
+    return [source_map.diagnostic(path, error.message)]

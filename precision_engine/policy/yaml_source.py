@@ -1,0 +1,187 @@
+"""Safe YAML -> plain data (dict/list/str/int/float/bool/None) plus where every value came from.
+
+We go through `yaml.compose` with the SafeLoader and build the data ourselves instead of calling a
+constructor: no Python object is ever constructed from a tag, every node's line and column is kept for
+diagnostics, and alias expansion is counted so a "billion laughs" file stops at `MAX_NODES` instead of eating
+memory. Merge keys (`<<`) are rejected: `extends:` is the one composition mechanism, and it is located.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from precision_engine.policy.diagnostics import Diagnostic, format_path
+
+MAX_BYTES = 1 << 20  # a policy is a few KiB; anything near this is a mistake or an attack
+MAX_NODES = 20_000  # counted after alias expansion
+MAX_DEPTH = 32
+
+KeyPath = tuple  # a key path: ('rules', 'unified', 0, 'match')
+
+_TAG = "tag:yaml.org,2002:"
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A place in a source: a file and 1-based line/column, or a `--set` flag with no line."""
+
+    file: str
+    line: int | None = None
+    column: int | None = None
+
+
+@dataclass
+class SourceMap:
+    """Key path -> location of the value, and of the key for mapping entries (unknown-key errors point there)."""
+
+    values: dict[KeyPath, Loc] = field(default_factory=dict)
+    keys: dict[KeyPath, Loc] = field(default_factory=dict)
+
+    def locate(self, path: KeyPath, *, key: bool = False) -> Loc | None:
+        """The location of `path`, or of its nearest located ancestor."""
+        path = tuple(path)
+        if key and path in self.keys:
+            return self.keys[path]
+        for end in range(len(path), -1, -1):
+            loc = self.values.get(path[:end])
+            if loc is not None:
+                return loc
+        return None
+
+    def overlay(self, other: "SourceMap") -> "SourceMap":
+        """Locations after merging `other`'s document over ours: where both define a path, other's wins."""
+        return SourceMap({**self.values, **other.values}, {**self.keys, **other.keys})
+
+    def replace_subtree(self, prefix: KeyPath, loc: Loc) -> None:
+        """Everything at or under `prefix` now comes from `loc` (a `--set` flag)."""
+        n = len(prefix)
+        for table in (self.values, self.keys):
+            for path in [p for p in table if p[:n] == prefix]:
+                del table[path]
+        self.values[prefix] = loc
+        self.keys[prefix] = loc
+
+    def diagnostic(self, path: KeyPath, message: str, *, hint: str = "", severity: str = "error",
+                   key: bool = False) -> Diagnostic:
+        loc = self.locate(path, key=key) or Loc("<policy>")
+        return Diagnostic(severity, message, loc.file, loc.line, loc.column, format_path(path), hint)
+
+
+def read_policy_text(path: Path) -> tuple[str | None, list[Diagnostic]]:
+    """The file's text, or a diagnostic when it is too large or not UTF-8."""
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        return None, [Diagnostic("error", f"file is {size} bytes; policies are limited to {MAX_BYTES} bytes",
+                                 str(path))]
+    try:
+        return path.read_bytes().decode("utf-8"), []
+    except UnicodeDecodeError as err:
+        return None, [Diagnostic("error", f"not UTF-8 text ({err.reason} at byte {err.start})", str(path))]
+
+
+def parse_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
+    """Parse one YAML document. On a syntax error data is None and the diagnostic says where."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        message = " ".join(str(p) for p in (err.context, err.problem) if p) or "invalid YAML"
+        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        return None, SourceMap(), [Diagnostic("error", f"invalid YAML: {message}", file, line, col)]
+    except yaml.YAMLError as err:
+        return None, SourceMap(), [Diagnostic("error", f"invalid YAML: {err}", file)]
+    finally:
+        loader.dispose()
+    builder = _Builder(loader, file)
+    if node is None:
+        return None, builder.source_map, []
+    try:
+        data = builder.build(node, (), 0)
+    except _TooLarge as err:
+        return None, SourceMap(), [Diagnostic("error", str(err), file, err.line, err.column)]
+    return data, builder.source_map, builder.diagnostics
+
+
+class _TooLarge(Exception):
+    def __init__(self, message: str, node: yaml.Node) -> None:
+        super().__init__(message)
+        self.line = node.start_mark.line + 1
+        self.column = node.start_mark.column + 1
+
+
+class _Builder:
+    def __init__(self, loader: yaml.SafeLoader, file: str) -> None:
+        self.loader = loader
+        self.file = file
+        self.nodes = 0
+        self.source_map = SourceMap()
+        self.diagnostics: list[Diagnostic] = []
+
+    def loc(self, node: yaml.Node) -> Loc:
+        return Loc(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def error(self, node: yaml.Node, path: KeyPath, message: str, hint: str = "") -> None:
+        loc = self.loc(node)
+        self.diagnostics.append(Diagnostic("error", message, loc.file, loc.line, loc.column, format_path(path),
+                                           hint))
+
+    def build(self, node: yaml.Node, path: KeyPath, depth: int, at: Loc | None = None) -> Any:
+        """Plain data for `node`; `at` overrides where the value is said to be (see `mapping`)."""
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _TooLarge(f"more than {MAX_NODES} YAML nodes after expanding aliases (alias bomb?)", node)
+        if depth > MAX_DEPTH:
+            raise _TooLarge(f"nesting deeper than {MAX_DEPTH} levels (recursive alias?)", node)
+        self.source_map.values.setdefault(path, at or self.loc(node))
+        if isinstance(node, yaml.ScalarNode):
+            return self.scalar(node, path)
+        if isinstance(node, yaml.SequenceNode):
+            if node.tag != _TAG + "seq":
+                self.error(node, path, f"unsupported YAML tag '{node.tag}' on a list")
+            return [self.build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
+        if node.tag != _TAG + "map":
+            self.error(node, path, f"unsupported YAML tag '{node.tag}' on a mapping")
+        result: dict[str, Any] = {}
+        first_seen: dict[str, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _TAG + "merge":
+                self.error(key_node, path, "YAML merge keys (<<) are not supported",
+                           "use `extends:` to reuse a policy, or an alias (*name) for a whole value")
+                continue
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _TAG + "str":
+                self.error(key_node, path, f"mapping keys must be strings, got {key_node.value!r}",
+                           "quote the key")
+                continue
+            key = key_node.value
+            if key in first_seen:
+                self.error(key_node, path + (key,),
+                           f"duplicate key '{key}' (first defined at line {first_seen[key].start_mark.line + 1})")
+                continue
+            first_seen[key] = key_node
+            key_loc = self.loc(key_node)
+            self.source_map.keys[path + (key,)] = key_loc
+            # A block list or mapping starts on the line after its key; the key's line is where people look.
+            block = isinstance(value_node, yaml.CollectionNode) and not value_node.flow_style
+            result[key] = self.build(value_node, path + (key,), depth + 1, key_loc if block else None)
+        return result
+
+    def scalar(self, node: yaml.ScalarNode, path: KeyPath) -> Any:
+        kind = node.tag.removeprefix(_TAG) if node.tag.startswith(_TAG) else None
+        if kind in ("str", "timestamp"):  # dates stay text: a policy has no use for datetime objects
+            return node.value
+        if kind == "null":
+            return None
+        if kind == "bool":
+            return self.loader.construct_yaml_bool(node)
+        if kind == "int":
+            return self.loader.construct_yaml_int(node)
+        if kind == "float":
+            return self.loader.construct_yaml_float(node)
+        self.error(node, path, f"unsupported YAML tag '{node.tag}'", "policies hold plain strings, numbers, "
+                   "booleans, lists and mappings")
+        return None

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One device call: GEMM/linear GPU tests, a profile of one linear step, the Triton tile sweep, then both
+# benchmarks. Full logs and JSON under $OUT; the short tables are printed last.
+# Usage on the GPU machine: scripts/gpu_check.sh [tests] [profile] [sweep] [kernels] [linear] [quick]
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+steps=${*:-tests profile sweep kernels linear}
+quick=""; [[ " $steps " == *" quick "* ]] && quick="--quick"
+precision() { python3 -c 'from precision_engine.cli.app import app; app()' "$@"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/env.txt"
+python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)' >> "$OUT/env.txt"
+for s in $steps; do
+  start=$SECONDS
+  case $s in
+    tests) python3 -m pytest -q -m gpu tests/numerics/gpu/test_gemm_gpu.py tests/numerics/gpu/test_linear_gpu.py > "$OUT/tests.txt" 2>&1 ;;
+    profile) python3 scripts/profile_linear.py > "$OUT/profile.txt" 2>&1 ;;
+    sweep) python3 scripts/gemm_tiles.py "$OUT/tiles.json" > "$OUT/tiles.txt" 2>&1 ;;
+    kernels) precision bench kernels $quick --out "$OUT/bench_kernels.json" > "$OUT/kernels.txt" 2>&1 ;;
+    linear) precision bench linear $quick --out "$OUT/bench_linear.json" > "$OUT/linear.txt" 2>&1 ;;
+  esac
+  echo "step $s: rc=$? $((SECONDS - start)) s"
+done
+cat "$OUT/env.txt"
+tail -n 12 "$OUT/tests.txt" 2>/dev/null
+for f in kernels linear; do [ -f "$OUT/$f.txt" ] && tail -n 45 "$OUT/$f.txt"; done

@@ -1,0 +1,96 @@
+"""Triton quantizers vs the reference, bitwise. Without CUDA these run in Triton's CPU interpreter
+(tests/conftest.py sets TRITON_INTERPRET=1 first), so shapes stay tiny."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from precision_engine.numerics import quantize as Q  # noqa: E402
+from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+BASE = [
+    QuantFormat(DType.FLOAT8_E4M3, Granularity.TENSOR),
+    QuantFormat(DType.FLOAT8_E4M3, Granularity.CHANNEL),
+    QuantFormat(DType.FLOAT8_E4M3, Granularity.GROUP, group=128, axis=Axis.K),
+    QuantFormat(DType.FLOAT8_E4M3, Granularity.GROUP, group=128, axis=Axis.TOKENS),
+    QuantFormat(DType.FLOAT8_E4M3, Granularity.BLOCK, block=(128, 128)),
+]
+FORMATS = [replace(f, dtype=d, scale=s) for f in BASE for d in DType if d.is_fp8 for s in ScaleKind]
+
+
+def assert_bitwise(got: Q.Quantized, ref: Q.Quantized) -> None:
+    """Same bytes and scales; NaN positions compared as positions (a NaN's sign bit is not specified)."""
+    assert got.data.shape == ref.data.shape and got.scale.shape == ref.scale.shape
+    assert got.scale.stride() == ref.scale.stride() and got.tokens == ref.tokens
+    g, r = got.data.float(), ref.data.float()
+    assert torch.equal(torch.isnan(g), torch.isnan(r))
+    keep = ~torch.isnan(r)
+    assert torch.equal(got.data.view(torch.uint8)[keep], ref.data.view(torch.uint8)[keep])
+    assert torch.equal(torch.isnan(got.scale), torch.isnan(ref.scale))
+    assert torch.equal(got.scale.nan_to_num(), ref.scale.nan_to_num())
+
+
+def both(x: torch.Tensor, fmt: QuantFormat) -> tuple[Q.Quantized, Q.Quantized]:
+    return Q.quantize(x, fmt, backend="triton"), Q.quantize(x.cpu(), fmt, backend="reference")
+
+
+def to_cpu(q: Q.Quantized) -> Q.Quantized:
+    return replace(q, data=q.data.cpu(), scale=q.scale.cpu())
+
+
+@pytest.mark.parametrize("shape", [(13, 200), (1, 128), (67, 256), (130, 64)])
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.describe())
+def test_matches_reference_bitwise(fmt, shape):
+    gen = torch.Generator().manual_seed(hash((fmt, shape)) % 2**31)
+    x = torch.randn(shape, generator=gen) * torch.exp(torch.randn(shape[0], 1, generator=gen) * 3)
+    x[0, :3] = 0.0
+    x[-1, -1] = -1e-42  # an fp32 subnormal
+    got, ref = both(x.to(torch.bfloat16).to(DEVICE), fmt)
+    assert_bitwise(to_cpu(got), ref)
+
+
+@pytest.mark.parametrize("dtype", [DType.FLOAT8_E4M3, DType.FLOAT8_E5M2])
+def test_rounds_every_midpoint_to_even(dtype):
+    """With amax = fmax the scale is exactly 1, so the kernel's rounding itself is what is compared."""
+    grid = torch.arange(256, dtype=torch.uint8).view(Q.FP8_TORCH_DTYPE[dtype]).float()
+    grid = grid[torch.isfinite(grid) & (grid > 0)].unique()
+    mids = (grid[1:] + grid[:-1]) / 2
+    row = torch.cat([torch.tensor([FP8_MAX[dtype]]), mids, -mids, torch.nextafter(mids, grid[1:])])
+    x = row[None, :].repeat(2, 1).to(DEVICE)
+    fmt = QuantFormat(dtype, Granularity.CHANNEL)
+    got, ref = both(x, fmt)
+    assert_bitwise(to_cpu(got), ref)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+@pytest.mark.parametrize("fmt", BASE, ids=lambda f: f.describe())
+def test_nonfinite_groups_match_reference(fmt, bad):
+    x = torch.randn(130, 256)
+    x[1, 3] = bad
+    x[129, 200] = -bad
+    got, ref = both(x.to(DEVICE), fmt)
+    assert_bitwise(to_cpu(got), ref)
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f.granularity is Granularity.GROUP and f.axis is Axis.K],
+                         ids=lambda f: f.describe())
+def test_fused_requantize_matches_reference(fmt):
+    x = torch.randn(67, 256, dtype=torch.bfloat16)
+    saved = Q.quantize_rows_1xG(x, fmt, backend="reference")
+    ref = Q.requantize_tokens_transposed(saved, backend="reference")
+    on_device = replace(saved, data=saved.data.to(DEVICE), scale=saved.scale.to(DEVICE))
+    got = Q.requantize_tokens_transposed(on_device, backend="triton")
+    assert_bitwise(to_cpu(got), ref)
+
+
+def test_empty_token_batch():
+    fmt = BASE[2]
+    got, ref = both(torch.randn(0, 256).to(DEVICE), fmt)
+    assert got.data.shape == ref.data.shape == (0, 256) and got.scale.shape == ref.scale.shape == (0, 2)

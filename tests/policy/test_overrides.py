@@ -1,0 +1,77 @@
+"""`--set key.path=value`: YAML values, created keys, list indices, null removal, located at the flag."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from precision_engine.errors import UsageError
+from precision_engine.policy import check_policy, load_policy
+from precision_engine.policy.overrides import parse_key_path
+
+
+def test_key_path_syntax():
+    assert parse_key_path("rules.unified[1].linear.weight") == ("rules", "unified", 1, "linear", "weight")
+    for bad in ("a..b", "a.[1]", "", "a b"):
+        with pytest.raises(UsageError):
+            parse_key_path(bad)
+
+
+def test_scalar_flow_and_created_keys():
+    policy = load_policy("fp8rl_rollout_tis", [
+        "correction.importance_sampling.threshold=1.5",
+        "formats.w8.block=[128, 64]",
+        "formats.e5={dtype: float8_e5m2, granularity: tensor}",
+        "numerics.nonfinite=error",
+    ])
+    assert policy.correction.importance_sampling.threshold == 1.5
+    assert policy.formats["w8"].block == (128, 64)
+    assert policy.formats["e5"].dtype.value == "float8_e5m2"
+    assert policy.numerics.nonfinite.value == "error"
+
+
+def test_list_index_and_merge_into_a_rule():
+    policy = load_policy("jetrl_unified", ["rules.unified[1].linear.kernel=triton", "rules.unified[0].compute=fp32"])
+    rules = policy.rules_for("train")
+    assert rules[1].linear.kernel.value == "triton" and rules[1].linear.weight.block == (128, 128)
+    assert rules[0].compute.value == "fp32"
+
+
+def test_null_and_empty_value_remove_a_key():
+    assert load_policy("fp8rl_rollout_tis", ["correction=null"]).correction.importance_sampling is None
+    assert load_policy("fp8rl_rollout_tis", ["kv_cache="]).kv_cache.dtype.value == "bf16"
+
+
+def test_diagnostics_point_at_the_flag_or_at_the_file(monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[2])  # file names are shown relative to the working directory
+    result = check_policy("jetrl_unified", ["kernel=cuda", "formats.a8.granularity=block"])
+    file = "precision_engine/policies/jetrl_unified.yaml"
+    assert [(d.file.replace("\\", "/"), d.line, d.key_path) for d in result.diagnostics] == [
+        ("--set formats.a8.granularity=block", None, "formats.a8.granularity"),
+        ("--set kernel=cuda", None, "kernel"),
+        (file, 18, "formats.a8.group"),  # still the file's `group: 128`, now contradicting the flag
+        (file, 27, "rules.unified[1].linear.input"),
+        (file, 27, "rules.unified[1].linear.grad_output"),
+    ]
+    assert str(result.diagnostics[1]) == ("--set kernel=cuda: error: kernel: unknown value 'cuda'; expected one "
+                                         "of: auto, cublas, triton, deep_gemm, reference (hint: did you mean "
+                                         "'cublas'?)")
+
+
+def test_cannot_descend_into_a_scalar_or_missing_index():
+    result = check_policy("jetrl_unified", ["kernel.x=1", "rules.unified[7].compute=fp32"])
+    assert [d.message for d in result.errors] == [
+        "cannot set a key under kernel: it is not a mapping",
+        "cannot index rules.unified[7]: not an existing list element",
+    ]
+
+
+def test_malformed_flag_is_a_usage_error():
+    with pytest.raises(UsageError, match="KEY.PATH=VALUE"):
+        check_policy("jetrl_unified", ["kernel"])
+
+
+def test_bad_yaml_value_is_a_policy_error():
+    (diagnostic,) = check_policy("jetrl_unified", ["formats.w8.block=[128"]).diagnostics
+    assert diagnostic.file == "--set formats.w8.block=[128" and "invalid YAML" in diagnostic.message

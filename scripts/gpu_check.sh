@@ -5,7 +5,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-steps=${*:-tests profile sweep kernels linear}
+steps=${*:-tests profile kernels linear}
 quick=""; [[ " $steps " == *" quick "* ]] && quick="--quick"
 precision() { python3 -c 'from precision_engine.cli.app import app; app()' "$@"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/env.txt"

@@ -21,6 +21,8 @@ from precision_engine.numerics.formats import PRESET_FORMATS
 
 ACT_SHAPES = [(8192, 4096), (16384, 4096), (8192, 14336), (16384, 14336)]  # tokens x K, Llama-3.1-8B
 WEIGHT_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]  # q/o, gate/up, down projections
+# 1x128 launch configs timed by --sweep (BLOCK_M rows x GROUPS groups per program, warps).
+ROWS_SWEEP = [(8, 4, 4), (16, 2, 4), (16, 4, 4), (16, 4, 8), (32, 2, 8), (32, 4, 8), (64, 1, 8), (64, 2, 8), (128, 1, 8)]
 
 
 def copy_bandwidth(nbytes: int = 1 << 30, *, reps: int = 30) -> float:
@@ -59,9 +61,9 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
         cases.append(("1x128 act (torch ref)", shape, lambda x: Q.quantize_rows_1xG(x, act, backend="reference"),
                       bf16(shape), nbytes))
         if sweep:
-            for cfg in T._ROWS_CONFIGS:
-                config = dict(cfg.kwargs, num_warps=cfg.num_warps)
-                name = "1x128 act bm{BLOCK_M} g{GROUPS} w{num_warps}".format(**config)
+            for bm, groups, warps in ROWS_SWEEP:
+                config = {"BLOCK_M": bm, "GROUPS": groups, "num_warps": warps}
+                name = f"1x128 act bm{bm} g{groups} w{warps}"
                 cases.append((name, shape, lambda x, c=config: T.quantize_rows(x, act, config=c), bf16(shape), nbytes))
         cases.append(("128x1 tokens^T", shape, lambda x: Q.quantize_tokens_transposed(x, tok), bf16(shape), nbytes))
         cases.append(("requant fp8 -> tokens^T", shape, lambda q: Q.requantize_tokens_transposed(q),

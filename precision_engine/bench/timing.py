@@ -2,7 +2,12 @@
 
 Timing one buffer over and over measures the cache, not HBM, so callers pass several input sets whose total
 size exceeds the L2 (`rotation` builds them from a factory of fresh random inputs) and each repetition uses
-the next set. Without CUDA the same loop runs with a host clock, so the utility is testable on a laptop.
+the next set. Before each timed call the GPU spins for `host_lead_us` so that the host has enqueued the whole
+call before the start event fires: Python and launch overhead (tens of microseconds per quantize call) is not
+what a bandwidth or GEMM comparison measures, and a pipeline that runs ahead of the GPU hides it too (first
+H200 run of bench/quant.py, without the spin: the 8192x4096 1x128 quantization, 100 MB or ~25 us at copy
+speed, timed at 64 us). Pass 0 to include it.
+Without CUDA the same loop runs with a host clock, so the utility is testable on a laptop.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ def time_cuda(
     warmup: int = 10,
     reps: int = 50,
     inputs_rotation: Sequence[tuple] | None = None,
+    host_lead_us: float = 200.0,
 ) -> list[float]:
     """Milliseconds of each of `reps` calls of fn(*inputs_rotation[i % n]) (fn() when no rotation given)."""
     sets = list(inputs_rotation) if inputs_rotation else [()]
@@ -34,8 +40,11 @@ def time_cuda(
         return times
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    spin_cycles = int(host_lead_us * 2000)  # ~2 GHz SM clock; a slower clock only lengthens the lead
     torch.cuda.synchronize()
     for i in range(reps):
+        if spin_cycles:
+            torch.cuda._sleep(spin_cycles)
         starts[i].record()
         fn(*sets[i % len(sets)])
         ends[i].record()
@@ -48,7 +57,7 @@ def median(times_ms: Sequence[float]) -> float:
 
 
 def l2_bytes() -> int:
-    """The device's L2 size (50 MiB on an H200); a conservative 64 MiB without CUDA."""
+    """The device's L2 size (60 MB on an H200); a conservative 64 MiB without CUDA."""
     if torch.cuda.is_available():
         return torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     return 64 << 20

@@ -8,7 +8,7 @@ import typer
 from typer.core import TyperGroup
 
 from precision_engine.cli import bench, model, plan, validate
-from precision_engine.errors import PrecisionError
+from precision_engine.errors import PolicyError, PrecisionError
 
 
 class _UserErrorsAsExitCodes(TyperGroup):
@@ -23,8 +23,16 @@ class _UserErrorsAsExitCodes(TyperGroup):
         except PrecisionError as err:
             if os.environ.get("PRECISION_TRACEBACK"):
                 raise
-            typer.echo(f"error: {err}", err=True)
+            for line in _error_lines(err):
+                typer.echo(line, err=True)
             raise typer.Exit(err.exit_code) from None
+
+
+def _error_lines(err: PrecisionError) -> list[str]:
+    """A PolicyError's diagnostics already read `file:line:col: error: ...`; anything else gets the prefix."""
+    if isinstance(err, PolicyError):
+        return [str(d) for d in err.diagnostics]
+    return [f"error: {err}"]
 
 
 app = typer.Typer(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -42,7 +42,7 @@ def export(
     phase: Annotated[str, typer.Option("--phase", help="Whose numerics to export.")] = "rollout",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out directory.")] = False,
     calibration_ids: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option(
             "--calibration-ids",
             help="JSON list of token-id lists to calibrate FP8 KV-cache scales on (default: random tokens).",
@@ -51,9 +51,11 @@ def export(
     device: DeviceOpt = "cpu",
     seed: SeedOpt = 0,
 ) -> None:
-    """Write what the rollout engine loads for POLICY: block-FP8 `weight` + `weight_scale_inv` for FP8 modules,
-    BF16 for the rest, `quantization_config` in config.json, and `kv_cache_scales.json` (SGLang's
-    --quantization-param-path) when the policy has an FP8 KV cache. Written atomically.
+    """Write the checkpoint the rollout engine loads for POLICY (block-FP8 weights, config, KV scales).
+
+    FP8 modules get `weight` float8_e4m3fn + `weight_scale_inv`, the rest BF16; config.json carries the
+    `quantization_config`; `kv_cache_scales.json` (SGLang's --quantization-param-path) is written when the
+    policy has an FP8 KV cache. Written atomically: nothing half-written on error.
 
     Examples:
 
@@ -61,8 +63,8 @@ def export(
 
       precision export -p jetrl_unified_kv -m tiny-llama -o /tmp/tiny-fp8 --calibration-ids prompts.json
 
-      sglang: python -m sglang.launch_server --model-path ./Llama-3.1-8B-fp8 --kv-cache-dtype fp8_e4m3
-              --quantization-param-path ./Llama-3.1-8B-fp8/kv_cache_scales.json
+      python -m sglang.launch_server --model-path /tmp/tiny-fp8 --kv-cache-dtype fp8_e4m3 \\
+        --quantization-param-path /tmp/tiny-fp8/kv_cache_scales.json
     """
     from precision_engine.compile import compile_plan
     from precision_engine.integrations.hf_export import KV_SCALES_FILE, export_checkpoint
@@ -93,16 +95,20 @@ def check(
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")] = 64,
     batch: Annotated[int, typer.Option("--batch", help="Sequences.")] = 2,
     prompt_len: Annotated[
-        Optional[int], typer.Option("--prompt-len", help="Decode path: tokens prefilled before decoding (default half).")
+        int | None, typer.Option("--prompt-len", help="Decode path: tokens prefilled before decoding (default half).")
     ] = None,
     decode: Annotated[bool, typer.Option("--decode/--no-decode", help="Also check incremental decode.")] = True,
     layers: Annotated[bool, typer.Option("--layers/--no-layers", help="Compare every module's output.")] = True,
     top: Annotated[int, typer.Option("--top", help="Modules to list, largest difference first.")] = 8,
     seed: SeedOpt = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the full report as JSON.")] = False,
+    save: Annotated[Path | None, typer.Option("--save", help="Also write the JSON report to this file.")] = None,
 ) -> None:
-    """Run the same token sequences through the training forward and the rollout path of POLICY, from the
-    same weights, and report per-module and logprob differences (max |d logp|, mean KL, bitwise equality).
+    """Compare POLICY's rollout logprobs with its training forward's, from the same weights.
+
+    The same token sequences run through the training forward and the rollout path (prefill scoring and
+    incremental decode); per-module output differences and logprob differences (max |d logp|, mean KL,
+    bitwise equality) are reported.
 
     Exit status: 0 when the numerics promise holds (or the policy makes none), 1 when a policy whose plan is
     identical in both phases still gives different rollout-prefill logits.
@@ -113,7 +119,7 @@ def check(
 
       precision check -p fp8_rollout_naive -m tiny-qwen3 --seq-len 128 --json
 
-      precision check -p jetrl_unified -m llama-3.1-8b --device cuda --batch 4 --seq-len 256
+      precision check -p jetrl_unified -m llama-3.1-8b --device cuda --batch 4 --seq-len 256 --save unified.json
     """
     from precision_engine.models import resolve_config
     from precision_engine.policy import load_policy
@@ -131,8 +137,11 @@ def check(
     report = check_identity(
         loaded, model, sequences, device=device, seed=seed, prompt_len=prompt_len, decode=decode, layers=layers
     )
+    document = json.dumps(report.to_dict(), indent=2)
+    if save is not None:
+        save.write_text(document + "\n")
     if json_out:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(document)
     else:
         _render_check(report, top)
     raise typer.Exit(0 if report.promise_holds else 1)

@@ -14,17 +14,23 @@ import typer
 
 from precision_engine.errors import PrecisionError, UsageError
 
-PolicyArg = Annotated[str, typer.Argument(help="A policy file, or the name of a shipped policy.", show_default=False)]
+PolicyArg = Annotated[
+    str, typer.Argument(metavar="POLICY", help="A policy file, or the name of a shipped policy.", show_default=False)
+]
 _MODEL_HELP = (
     "A built-in architecture (tiny-llama, llama-3.1-8b, qwen3-30b-a3b, ...), an HF model directory or a "
     "config.json. Built on the meta device: no weights, no download."
 )
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help=_MODEL_HELP, show_default=False)]
-OptionalModelOpt = Annotated[str | None, typer.Option("--model", "-m", help=_MODEL_HELP, show_default=False)]
+_model_option = typer.Option("--model", "-m", metavar="MODEL", help=_MODEL_HELP, show_default=False)
+ModelOpt = Annotated[str, _model_option]
+OptionalModelOpt = Annotated[str | None, _model_option]
 SetOpt = Annotated[
     list[str],
-    typer.Option("--set", help="Override a key of the policy: --set rules.unified[1].compute=fp32 (repeatable)."),
+    typer.Option(
+        "--set", metavar="KEY=VALUE", help="Override a policy key: --set rules.unified[1].compute=fp32 (repeatable)."
+    ),
 ]
+PhaseOpt = Annotated[str | None, typer.Option("--phase", metavar="PHASE", help="One phase only: train or rollout.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for machines instead of tables.")]
 
 
@@ -38,7 +44,7 @@ def _console():
 def plan(
     policy: PolicyArg,
     model: ModelOpt,
-    phase: Annotated[str | None, typer.Option("--phase", help="Show one phase only: train or rollout.")] = None,
+    phase: PhaseOpt = None,
     set_: SetOpt = [],  # noqa: B006 (typer reads the default; it is never mutated)
     json_out: JsonOpt = False,
 ) -> None:
@@ -53,7 +59,7 @@ def plan(
 
       precision plan jetrl_unified --model ./Qwen3-8B/config.json --set numerics.batch_invariant=false --json
     """
-    from precision_engine.compile import compile_plan
+    from precision_engine.compile import compile_plan, model_diagnostics
     from precision_engine.compile.render import plan_to_dict, render_plan
     from precision_engine.models import load_inventory
     from precision_engine.policy import load_policy
@@ -62,11 +68,21 @@ def plan(
     if phase is not None and phase not in loaded.phases:
         raise UsageError(f"--phase {phase!r}: {loaded.name} has phases {', '.join(loaded.phases)}")
     phases = [phase] if phase else list(loaded.phases)
-    compiled = compile_plan(loaded, load_inventory(model))
+    inventory = load_inventory(model)
+    compiled = compile_plan(loaded, inventory)
+    # The plan is shown even when the policy does not fit the model, so the user sees which modules are affected;
+    # the problems follow it, and an error (an FP8 tile that does not divide a shape) fails the command.
+    diagnostics = model_diagnostics(loaded, inventory)
     if json_out:
-        typer.echo(json.dumps(plan_to_dict(compiled, phases), indent=2))
+        data = plan_to_dict(compiled, phases)
+        data["diagnostics"] = [d.to_dict() for d in diagnostics]
+        typer.echo(json.dumps(data, indent=2))
     else:
         render_plan(_console(), compiled, phases)
+        for diagnostic in diagnostics:
+            typer.echo(str(diagnostic), err=True)
+    if any(d.is_error for d in diagnostics):
+        raise typer.Exit(1)
 
 
 def diff(

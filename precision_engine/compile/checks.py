@@ -36,6 +36,7 @@ def _rule_sets_in_use(policy: Policy) -> dict[str, tuple[Rule, ...]]:
 
 def _shadow_and_reach(policy: Policy, inventory: ModelInventory) -> list[Diagnostic]:
     found = []
+    example = next((m.name for m in inventory.modules if m.kind.is_gemm), "model.layers.0.self_attn.q_proj")
     for rules in _rule_sets_in_use(policy).values():
         winners = {id(rule): [] for rule in rules}
         for module in inventory.modules:
@@ -50,8 +51,7 @@ def _shadow_and_reach(policy: Policy, inventory: ModelInventory) -> list[Diagnos
                         rule,
                         "warning",
                         f"matches no module of {inventory.model_id}",
-                        hint="module names look like 'model.layers.0.self_attn.q_proj'; "
-                        "`precision plan --model` lists them",
+                        hint=f"module names look like '{example}'; `precision plan --model` lists them",
                     )
                 )
             elif not winners[id(rule)]:

@@ -26,7 +26,7 @@ class ModulePlan:
     module: ModuleInfo
     rule: str | None  # the label of the rule that decided it; None: no rule matched
     compute: DType
-    linear: LinearSpec | None = None  # set only for GEMM modules under a `linear` rule; kernel resolved
+    linear: LinearSpec | None = None  # GEMM modules under a `linear` rule that quantizes; kernel resolved
 
     @property
     def is_fp8(self) -> bool:
@@ -109,10 +109,16 @@ def first_match(rules: tuple[Rule, ...], module: ModuleInfo) -> Rule | None:
     return next((rule for rule in rules if rule_matches(rule, module.name, module.type)), None)
 
 
+def _quantizes(spec: LinearSpec) -> bool:
+    operands = (spec.weight, spec.input, spec.grad_output, spec.wgrad_operands)
+    return any(fmt is not None and fmt.is_quantized for fmt in operands)
+
+
 def _plan_module(policy: Policy, module: ModuleInfo, rule: Rule | None) -> ModulePlan:
     if rule is None:
         return ModulePlan(module, None, DEFAULT_COMPUTE)
-    if rule.linear is None or not module.kind.is_gemm:
+    if rule.linear is None or not module.kind.is_gemm or not _quantizes(rule.linear):
+        # A spec that quantizes no operand is a plain GEMM in its compute dtype, and plans (and diffs) say so.
         compute = rule.linear.compute if rule.linear is not None else rule.compute
         return ModulePlan(module, rule.label, compute)
     linear = rule.linear

@@ -20,8 +20,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -124,6 +124,7 @@ def _per_expert(module: nn.Module, module_name: str, param_name: str, fp8: bool,
     weight = getattr(module, param_name)
     parts = ("gate_proj", "up_proj") if param_name == "gate_up_proj" else ("down_proj",)
     rows = weight.shape[1] // len(parts)
+    dtype = _TORCH_DTYPES.get(compute, torch.bfloat16)
     for expert in range(weight.shape[0]):
         if fp8:
             if isinstance(module, Fp8Experts):  # the bytes the rollout forward multiplies with
@@ -138,7 +139,7 @@ def _per_expert(module: nn.Module, module_name: str, param_name: str, fp8: bool,
                 yield f"{prefix}.weight", data[i * rows : (i + 1) * rows]
                 yield f"{prefix}.weight_scale_inv", scale[i * scale_rows : (i + 1) * scale_rows]
             else:
-                yield f"{prefix}.weight", weight[expert, i * rows : (i + 1) * rows].detach().to(_TORCH_DTYPES.get(compute, torch.bfloat16))
+                yield f"{prefix}.weight", weight[expert, i * rows : (i + 1) * rows].detach().to(dtype)
 
 
 def _block_fp8(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:

@@ -58,14 +58,26 @@ def _unknown_spec_message(spec: str) -> str:
 
 
 def _hf_config(config: dict, spec: str):
-    from transformers import AutoConfig
+    from transformers import CONFIG_MAPPING, AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     kwargs = {k: v for k, v in config.items() if k not in _CHECKPOINT_ONLY_KEYS}
     model_type = kwargs.pop("model_type")
+    if model_type not in CONFIG_MAPPING:
+        close = difflib.get_close_matches(model_type, list(CONFIG_MAPPING.keys()), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else " (a newer transformers may know it)"
+        raise ModelError(f"{spec}: transformers does not know model_type '{model_type}'{hint}")
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise ModelError(f"{spec}: model_type '{model_type}' is not a causal language model")
     try:
         return AutoConfig.for_model(model_type, **kwargs)
-    except (ValueError, KeyError, TypeError) as err:
-        raise ModelError(f"{spec}: transformers cannot build model_type '{model_type}' ({err})") from None
+    except Exception as err:  # noqa: BLE001 (config.json is user input: any rejection is a user error)
+        raise ModelError(f"{spec}: transformers rejects this {model_type} config: {_one_line(err)}") from None
+
+
+def _one_line(err: Exception, limit: int = 300) -> str:
+    text = " ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:
@@ -85,26 +97,34 @@ def build_model(
 ) -> nn.Module:
     """The HF causal LM a spec names, with random weights (none at all on the meta device).
 
-    `seed` makes CPU/GPU initialisation reproducible without disturbing the caller's global RNG.
+    `seed` makes CPU/GPU initialisation reproducible without disturbing the caller's RNG state.
     """
+    return _build(resolve_config(spec), spec, device=device, dtype=dtype, seed=seed)
+
+
+def _build(config: dict, spec: str, *, device: torch.device | str, dtype: torch.dtype | str, seed: int) -> nn.Module:
     import torch
     from transformers import AutoModelForCausalLM
 
-    hf_config = _hf_config(resolve_config(spec), spec)
+    hf_config = _hf_config(config, spec)
     torch_dtype = _torch_dtype(dtype)
-    with torch.random.fork_rng(devices=[]):
+    target = torch.device(device)
+    cuda_devices = []  # fork_rng restores the CPU generator always, a GPU's only when named
+    if target.type == "cuda":
+        cuda_devices = [target.index if target.index is not None else torch.cuda.current_device()]
+    with torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(seed)
         try:
-            with torch.device(device):
+            with target:
                 model = AutoModelForCausalLM.from_config(hf_config, dtype=torch_dtype)
-        except ValueError as err:  # a config transformers knows but not as a causal LM
-            raise ModelError(f"{spec}: not a causal LM transformers can build ({err})") from None
+        except Exception as err:  # noqa: BLE001 (sizes that pass the config's checks but not the modules')
+            raise ModelError(f"{spec}: transformers cannot build this model: {_one_line(err)}") from None
     return model.eval()
 
 
 def load_inventory(spec: str) -> ModelInventory:
     """The module inventory of a model, built on the meta device: no weights are allocated or downloaded."""
-    model = build_model(spec, device="meta")
+    config = resolve_config(spec)
+    model = _build(config, spec, device="meta", dtype="bf16", seed=0)
     builtin = find_builtin(spec)
-    return inventory_from_model(model, model_id=builtin.name if builtin else spec, config=resolve_config(spec))
-
+    return inventory_from_model(model, model_id=builtin.name if builtin else spec, config=config)

@@ -35,9 +35,11 @@ if TYPE_CHECKING:
 
 GROUP = 128  # the only scale granularity the GEMMs take: 1x128 groups and 128x128 blocks
 SMALL_M_MAX = 64  # decode sizes: the Triton small-M tiles beat cuBLAS here
-# cuBLAS (13.0, H200) refuses blockwise scaling at M=1 (CUBLAS_STATUS_NOT_SUPPORTED); rows are zero-padded to
-# this multiple. Only odd decode sizes pay the copy; training sizes are multiples already.
+# cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
+# 4, 8, 16, 24, 32, 64 accepted) and returned wrong results at K=320, where the scales' leading dimension
+# ceil(K/128) = 3; both are zero-padded here (a copy). Training sizes and the 8B shapes need none.
 CUBLAS_M_ALIGN = 16
+CUBLAS_KBLOCK_ALIGN = 4
 
 
 def fp8_gemm(
@@ -79,6 +81,19 @@ def reference_gemm(a: Quantized, b: Quantized, *, out_dtype: torch.dtype = torch
         exact = a64[:, cols] @ b64[:, cols].T  # exact: any summation order gives these bits
         out += exact * sa[:, kb, None] * sb[None, :, kb]
     return out.to(out_dtype)
+
+
+def transpose_operand(q: Quantized) -> Quantized:
+    """Q^T of a 128x128-block operand as a K-major [K, N] operand (dgrad's weight): the same bytes transposed,
+    which is exactly Q(W^T) since square blocks transpose into square blocks. Triton on CUDA (torch's copy
+    kernel moves single bytes at a fraction of the bandwidth), torch elsewhere."""
+    if q.data.is_cuda:
+        from precision_engine.numerics.triton_gemm import transpose_bytes
+
+        data = transpose_bytes(q.data)
+    else:
+        data = q.data.t().contiguous()
+    return type(q)(data, q.scale.t().contiguous(), q.fmt)
 
 
 @functools.cache
@@ -143,34 +158,41 @@ def _is_group128(fmt) -> bool:
 def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype) -> torch.Tensor:
     """torch._scaled_mm with the blockwise layouts recorded in DESIGN.md; no copies for aligned shapes.
 
-    mat2 is b^T viewed column-major ([K, N] with strides (1, K)); scale_a must be M-major (strides (1, M));
+    mat2 is b^T viewed column-major ([K, N] with strides (1, K)); scale_a is M-major (strides (1, M));
     scale_b is b.scale^T: [K/128, N/128] with strides (1, K/128) for blocks, [K/128, N] contiguous for groups.
+    cuBLAS also needs M a multiple of 16 and ceil(K/128) a multiple of 4 (seen on an H200 with cuBLAS 13.0:
+    M=1, 7, 17 are refused; K=320 gives wrong results); other shapes are zero-padded here, scales padded with 1.
     """
     m, k = a.data.shape
     n = b.data.shape[0]
-    m_pad = _round_up(m, CUBLAS_M_ALIGN)
-    k_pad = _round_up(k, GROUP)
+    kblocks = _cdiv(k, GROUP)
+    m_pad, kb_pad = _round_up(m, CUBLAS_M_ALIGN), _round_up(kblocks, CUBLAS_KBLOCK_ALIGN)
     n_pad = _round_up(n, GROUP) if b_scale_rows == GROUP else _round_up(n, 16)
+    k_pad = kb_pad * GROUP
     a_data = _pad_fp8(a.data, m_pad, k_pad).contiguous()
     b_data = _pad_fp8(b.data, n_pad, k_pad).contiguous()
-    b_scale = b.scale
-    if b_scale_rows == 1 and n_pad != n:
-        b_scale = torch.nn.functional.pad(b_scale, (0, 0, 0, n_pad - n), value=1.0)
-    a_scale = a.scale
-    if m_pad != m:
-        a_scale = torch.ones((a.scale.shape[1], m_pad), dtype=a.scale.dtype, device=a.scale.device).t()
-        a_scale[:m] = a.scale
-    elif a_scale.stride(0) != 1:
-        a_scale = a_scale.t().contiguous().t()
-    b_scale_t = b_scale.t()
-    if b_scale_rows == GROUP and b_scale_t.stride(0) != 1:
-        b_scale_t = b_scale.contiguous().t()
-    if b_scale_rows == 1 and not b_scale_t.is_contiguous():
-        b_scale_t = b_scale_t.contiguous()
-    out = torch._scaled_mm(
-        a_data, b_data.t(), scale_a=a_scale.float(), scale_b=b_scale_t.float(), out_dtype=out_dtype
-    )
+    if (m_pad, kb_pad) == (m, kblocks) and a.scale.stride(0) == 1:
+        a_scale = a.scale
+    else:
+        a_scale = _padded_ones(kb_pad, m_pad, a.scale).t()
+        a_scale[:m, :kblocks] = a.scale
+    if b_scale_rows == GROUP:
+        b_scale = b.scale
+        if b_scale.shape != (n_pad // GROUP, kb_pad) or not b_scale.is_contiguous():
+            b_scale = _padded_ones(n_pad // GROUP, kb_pad, b.scale)
+            b_scale[: b.scale.shape[0], :kblocks] = b.scale
+        scale_b = b_scale.t()
+    else:
+        scale_b = b.scale.t()
+        if scale_b.shape != (kb_pad, n_pad) or not scale_b.is_contiguous():
+            scale_b = _padded_ones(kb_pad, n_pad, b.scale)
+            scale_b[:kblocks, :n] = b.scale.t()
+    out = torch._scaled_mm(a_data, b_data.t(), scale_a=a_scale, scale_b=scale_b, out_dtype=out_dtype)
     return out[:m, :n] if (m_pad, n_pad) != (m, n) else out
+
+
+def _padded_ones(rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.ones((rows, cols), dtype=torch.float32, device=like.device)
 
 
 def _deep_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype) -> torch.Tensor:

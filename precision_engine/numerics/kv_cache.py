@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
@@ -53,13 +54,13 @@ class KVScales:
         return self.k.shape[0]
 
     @classmethod
-    def ones(cls, num_layers: int) -> "KVScales":
+    def ones(cls, num_layers: int) -> KVScales:
         """SGLang's default when no scale file is given."""
         ones = torch.ones(num_layers, dtype=torch.float32)
         return cls(ones, ones.clone())
 
     @classmethod
-    def from_amax(cls, k_amax: torch.Tensor, v_amax: torch.Tensor, mode: KVScale) -> "KVScales":
+    def from_amax(cls, k_amax: torch.Tensor, v_amax: torch.Tensor, mode: KVScale) -> KVScales:
         """Scales from amax [layers, kv_heads]: shared k/v per layer (per_tensor) or separate per head."""
         if mode is KVScale.PER_TENSOR:
             shared = scale_from_amax(torch.maximum(k_amax.amax(dim=1), v_amax.amax(dim=1)), KV_FORMAT)
@@ -116,7 +117,7 @@ class Fp8KVCache(Cache):
         text_config = config.get_text_config(decoder=True)
         layer_types = getattr(text_config, "layer_types", None) or ["full_attention"] * text_config.num_hidden_layers
         if set(layer_types) != {"full_attention"}:
-            raise UnsupportedError(f"FP8 KV cache supports full-attention layers only; this model has {set(layer_types)}")
+            raise UnsupportedError(f"FP8 KV cache supports full-attention layers only, not {set(layer_types)}")
         num_layers = text_config.num_hidden_layers
         scales = scales or KVScales.ones(num_layers)
         if scales.num_layers != num_layers:

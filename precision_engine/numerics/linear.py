@@ -20,7 +20,7 @@ from torch import nn
 
 from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.formats import Axis, DType, Granularity, LinearSpec, QuantFormat
-from precision_engine.numerics.gemm import fp8_gemm
+from precision_engine.numerics.gemm import fp8_gemm, transpose_operand
 from precision_engine.numerics.quantize import (
     Quantized,
     check_finite,
@@ -57,7 +57,7 @@ class Fp8Linear(nn.Module):
         self.weight = nn.Parameter(torch.empty((out_features, in_features), device=device, dtype=dtype))
         self.bias = nn.Parameter(torch.empty(out_features, device=device, dtype=dtype)) if bias else None
         self._w_cache: tuple[tuple, Quantized] | None = None
-        self._wt_cache: tuple[Quantized, Quantized] | None = None
+        self._wt_cache: tuple[torch.Tensor, Quantized] | None = None
         if self.weight.device.type != "meta":
             nn.Linear.reset_parameters(self)
 
@@ -92,11 +92,10 @@ class Fp8Linear(nn.Module):
         return self._w_cache[1]
 
     def _quantized_weight_t(self, wq: Quantized) -> Quantized:
-        """Q(W)^T as a K-major [K, N] operand for dgrad: the same bytes transposed (128x128 blocks are
-        symmetric under transposition), copied once per weight version so no GEMM reads a strided operand."""
-        if self._wt_cache is None or self._wt_cache[0] is not wq:
-            wt = Quantized(wq.data.t().contiguous(), wq.scale.t().contiguous(), wq.fmt)
-            self._wt_cache = (wq, wt)
+        """Q(W)^T as a K-major [K, N] operand for dgrad, copied once per weight version (keyed on the bytes
+        of Q(W)) so that no GEMM reads a strided FP8 operand."""
+        if self._wt_cache is None or self._wt_cache[0] is not wq.data:
+            self._wt_cache = (wq.data, transpose_operand(wq))
         return self._wt_cache[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -188,17 +188,27 @@ def fp8_dtype(fmt: QuantFormat) -> torch.dtype:
 
 
 def scale_from_amax(amax: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
-    """Contract steps 2-3: fp32 dequant scale from an fp32 amax (NaN where amax is not finite)."""
+    """Contract steps 2-3: fp32 dequant scale from an fp32 amax (NaN where amax is not finite).
+
+    fmax is a device tensor, not a Python number, on purpose: for a CPU-scalar divisor torch's CUDA division
+    computes ``a * (1 / b)``, which differs from IEEE ``a / b`` in the last bit now and then (seen on an H200:
+    the CUDA reference then disagreed with the CPU reference and with the kernels).
+    """
     amax = amax.float()
-    scale = torch.clamp(amax, min=AMAX_EPS) / FP8_MAX[fmt.dtype]
+    fmax = torch.tensor(FP8_MAX[fmt.dtype], dtype=torch.float32, device=amax.device)
+    scale = torch.clamp(amax, min=AMAX_EPS) / fmax
     if fmt.scale is ScaleKind.POW2:
         scale = _ceil_pow2(scale)
     return torch.where(torch.isfinite(amax), scale, torch.full_like(scale, math.nan))
 
 
 def cast_to_fp8(x32: torch.Tensor, scale: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
-    """Contract step 4: fp8_rne(clamp(x32 / scale, +-fmax)); `scale` broadcasts against `x32`."""
+    """Contract step 4: fp8_rne(clamp(x32 / scale, +-fmax)); `scale` broadcasts against `x32`.
+
+    The scale is moved to x's device first: a CPU-scalar divisor would make torch's CUDA division a reciprocal
+    multiply (see scale_from_amax)."""
     fmax = FP8_MAX[fmt.dtype]
+    scale = torch.as_tensor(scale, dtype=torch.float32, device=x32.device)
     return torch.clamp(x32 / scale, -fmax, fmax).to(fp8_dtype(fmt))
 
 

@@ -37,9 +37,11 @@ class GemmConfig:
 
 # Prefill/training tiles, and the decode tiles: narrow N so that even N=1024 gives enough programs to keep
 # many weight loads in flight. Both run the same per-element arithmetic (see the module docstring).
-PREFILL = GemmConfig(block_m=128, block_n=128, num_warps=8, num_stages=4)
-DECODE = GemmConfig(block_m=64, block_n=32, num_warps=4, num_stages=6, group_m=1)
+PREFILL = GemmConfig(block_m=128, block_n=128, num_warps=8, num_stages=3)
 SMALL_M_MAX = 64  # M at or below this uses the decode tiles
+# Decode: at least ~192 programs on 132 SMs, with the widest tile that allows it (fewer, longer weight streams
+# lose to more programs below that; measured with scripts/gemm_tiles.py on an H200, 2026-11-30).
+_DECODE_MIN_PROGRAMS = 192
 
 
 @triton.jit
@@ -115,9 +117,18 @@ def _fp8_block_gemm_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
-def config_for(m: int) -> GemmConfig:
-    """The tile config for M rows: decode tiles up to SMALL_M_MAX, prefill tiles above."""
-    return DECODE if m <= SMALL_M_MAX else PREFILL
+def config_for(m: int, n: int) -> GemmConfig:
+    """The tile config for an [M, N] output: decode tiles up to SMALL_M_MAX rows, prefill tiles above.
+
+    BLOCK_M stays 64 for decode: a 16-row tile compiles to a different MMA instruction (mma.sync instead of
+    wgmma) whose bits differ from the prefill tiles'; every 64- and 128-row tile gives the same bits.
+    """
+    if m > SMALL_M_MAX:
+        return PREFILL
+    for block_n, stages in ((64, 3), (32, 4)):
+        if n // block_n >= _DECODE_MIN_PROGRAMS:
+            return GemmConfig(block_m=64, block_n=block_n, num_warps=4, num_stages=stages, group_m=1, pair=True)
+    return GemmConfig(block_m=64, block_n=16, num_warps=4, num_stages=4, group_m=1, pair=True)
 
 
 def block_scaled_gemm(
@@ -133,11 +144,11 @@ def block_scaled_gemm(
     """c = dequant(a) @ dequant(b)^T for a [M, K] and b [N, K] FP8 (K-major; other strides work, slower).
 
     `b_scale_rows` is how many rows of b share one scale row: 128 (128x128 blocks) or 1 (1x128 groups).
-    `config` defaults to `config_for(M)`.
+    `config` defaults to `config_for(M, N)`.
     """
     m, k = a.shape
     n = b.shape[0]
-    cfg = config or config_for(m)
+    cfg = config or config_for(m, n)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0 or n == 0:
         return c
@@ -152,3 +163,25 @@ def block_scaled_gemm(
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return c
+
+
+@triton.jit
+def _transpose_kernel(x_ptr, y_ptr, R, C, stride_xr, stride_yr, BLOCK: tl.constexpr):
+    offs_r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = (offs_r[:, None] < R) & (offs_c[None, :] < C)
+    tile = tl.load(x_ptr + offs_r[:, None] * stride_xr + offs_c[None, :], mask=mask)
+    tl.store(y_ptr + offs_c[:, None] * stride_yr + offs_r[None, :], tl.trans(tile), mask=tl.trans(mask))
+
+
+def transpose_bytes(x: torch.Tensor) -> torch.Tensor:
+    """x^T contiguous for a row-major 1-byte matrix (FP8), through 64x64 tiles."""
+    x = x if x.stride(1) == 1 else x.contiguous()
+    r, c = x.shape
+    y = torch.empty((c, r), dtype=x.dtype, device=x.device)
+    if r and c:
+        block = 64
+        _transpose_kernel[(triton.cdiv(r, block), triton.cdiv(c, block))](
+            x.view(torch.uint8), y.view(torch.uint8), r, c, x.stride(0), y.stride(0), BLOCK=block, num_warps=4
+        )
+    return y

@@ -3,7 +3,21 @@
     from precision_engine.policy import load_policy
     policy = load_policy("policies/jetrl_unified.yaml", overrides=["kernel=triton"])
 
-Torch-free: `precision validate` imports only this package, PyYAML and jsonschema.
+A policy (schema.json, printed by `precision schema`, is the reference for every key):
+
+- `formats`: named operand formats (dtype, granularity tensor/channel/group/block, group or block size, group
+  axis k/tokens, fp32 or pow2 scales); rules may also name the presets in numerics.formats.PRESET_FORMATS.
+- `rules`: named, ordered rule sets; for each module the first rule whose `match` patterns and `types` fit
+  wins (pattern semantics in `matching`). A rule sets `compute` (unquantized dtype) and optionally `linear`:
+  a format per GEMM operand (weight, input, grad_output, wgrad_operands) and a kernel.
+- `phases`: the rule set for `train` and for `rollout`; naming the same set means identical numerics.
+- `kv_cache`, `correction` (importance sampling), `master_weights`, `kernel`, `numerics`.
+- `extends`: shipped names or relative paths, merged as JSON Merge Patch (`extends`); `--set key.path=value`
+  applies after it (`overrides`).
+
+Loading never stops at the first problem: `check_policy` returns every Diagnostic (file:line:col, key path,
+message, hint), `load_policy` raises PolicyError with all errors. Torch-free: `precision validate` imports
+only this package, PyYAML and (when checking) jsonschema.
 """
 
 from precision_engine.policy.diagnostics import Diagnostic

@@ -3,7 +3,9 @@
 We go through `yaml.compose` with the SafeLoader and build the data ourselves instead of calling a
 constructor: no Python object is ever constructed from a tag, every node's line and column is kept for
 diagnostics, and alias expansion is counted so a "billion laughs" file stops at `MAX_NODES` instead of eating
-memory. Merge keys (`<<`) are rejected: `extends:` is the one composition mechanism, and it is located.
+memory. Nesting is capped at `MAX_DEPTH` before composing (PyYAML's composer recurses once per level), and
+files are capped at `MAX_BYTES` before reading. Merge keys (`<<`) are rejected: `extends:` is the one
+composition mechanism, and it is located. Duplicate keys, which PyYAML silently collapses, are errors.
 """
 
 from __future__ import annotations
@@ -72,19 +74,55 @@ class SourceMap:
 
 
 def read_policy_text(path: Path) -> tuple[str | None, list[Diagnostic]]:
-    """The file's text, or a diagnostic when it is too large or not UTF-8."""
-    size = path.stat().st_size
-    if size > MAX_BYTES:
-        return None, [Diagnostic("error", f"file is {size} bytes; policies are limited to {MAX_BYTES} bytes",
-                                 str(path))]
+    """The file's text, or a diagnostic when it cannot be read, is too large or is not UTF-8."""
     try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            return None, [Diagnostic("error", f"file is {size} bytes; policies are limited to {MAX_BYTES} bytes",
+                                     str(path))]
         return path.read_bytes().decode("utf-8"), []
+    except OSError as err:
+        return None, [Diagnostic("error", f"cannot read: {err.strerror or err}", str(path))]
     except UnicodeDecodeError as err:
         return None, [Diagnostic("error", f"not UTF-8 text ({err.reason} at byte {err.start})", str(path))]
 
 
+def _unreadable(text: str, file: str) -> Diagnostic | None:
+    """A character YAML forbids (NUL, most control characters), located; PyYAML reports only an offset."""
+    try:
+        yaml.reader.Reader(text)
+    except yaml.reader.ReaderError as err:
+        before = text[:err.position]
+        line, column = before.count("\n") + 1, err.position - (before.rfind("\n") + 1) + 1
+        return Diagnostic("error", f"invalid YAML: character U+{err.character:04X} is not allowed", file, line,
+                          column, hint="remove control characters; policies are plain UTF-8 text")
+    return None
+
+
+def _too_deep(text: str, file: str) -> Diagnostic | None:
+    """Nesting beyond MAX_DEPTH, found from the (iterative) event stream: PyYAML's composer recurses per level
+    and would die with RecursionError on `[[[[...`."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    mark = event.start_mark
+                    return Diagnostic("error", f"nesting deeper than {MAX_DEPTH} levels", file, mark.line + 1,
+                                      mark.column + 1)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return None  # a syntax error: the composer below reports it with its location
+    return None
+
+
 def parse_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
     """Parse one YAML document. On a syntax error data is None and the diagnostic says where."""
+    problem = _unreadable(text, file) or _too_deep(text, file)
+    if problem:
+        return None, SourceMap(), [problem]
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -93,8 +131,6 @@ def parse_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
         message = " ".join(str(p) for p in (err.context, err.problem) if p) or "invalid YAML"
         line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
         return None, SourceMap(), [Diagnostic("error", f"invalid YAML: {message}", file, line, col)]
-    except yaml.YAMLError as err:
-        return None, SourceMap(), [Diagnostic("error", f"invalid YAML: {err}", file)]
     finally:
         loader.dispose()
     builder = _Builder(loader, file)

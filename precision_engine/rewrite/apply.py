@@ -19,9 +19,9 @@ modules: there is no grouped FP8 backward yet.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Mapping
 
 from torch import nn
 
@@ -40,7 +40,8 @@ ModuleFilter = Callable[[nn.Module, str], bool]
 
 @dataclass(frozen=True)
 class RewriteReport:
-    """What the model runs after `apply`: FP8 linears with their spec, the rest in their compute dtype.
+    """What the model runs after `apply`: FP8 GEMM modules (linears, fused experts) with their spec, the rest
+    in their compute dtype.
 
     `changed` lists the modules this call replaced (empty when the model already matched the phase).
     """
@@ -55,7 +56,7 @@ class RewriteReport:
         object.__setattr__(self, "compute", MappingProxyType(dict(self.compute)))
 
     @classmethod
-    def from_plan(cls, phase: str, phase_plan) -> "RewriteReport":
+    def from_plan(cls, phase: str, phase_plan) -> RewriteReport:
         """The report a faithful rewrite of `phase_plan` produces."""
         return cls(
             phase,
@@ -168,7 +169,7 @@ def _check_against_model(model: nn.Module, phase: str, phase_plan, wanted: Mappi
         module = by_name[name]
         if kinds[name] is ModuleKind.EXPERTS:
             if not (isinstance(module, Fp8Experts) or is_fused_experts(module)):
-                raise UnsupportedError(f"{name}: {type(module).__name__} is not a fused-experts layout this engine runs")
+                raise UnsupportedError(f"{name}: {type(module).__name__} is not a fused-experts layout it can run")
             shape = tuple(module.gate_up_proj.shape)
         elif isinstance(module, (nn.Linear, Fp8Linear)):
             shape = tuple(module.weight.shape)

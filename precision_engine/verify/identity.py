@@ -20,8 +20,8 @@ and values that the training forward uses unrounded. Its differences are reporte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -110,7 +110,7 @@ def check_identity(
         train_logits = _training_forward(model, sequences)
 
     apply(plan, model, "rollout")
-    calibrator = _kv_calibrator(policy, sequences)
+    calibrator = _kv_calibrator(policy, model, sequences)
     layer_diffs = []
     with _Recorder(model, watched, compare_to=train_outputs.outputs, on_diff=layer_diffs.append):
         prefill_logits = _rollout_prefill(model, sequences, calibrator)
@@ -177,10 +177,13 @@ def _rollout_decode(
     return torch.cat(steps, dim=1)
 
 
-def _kv_calibrator(policy: Policy, sequences: torch.Tensor) -> KVCacheCalibrator | None:
+def _kv_calibrator(policy: Policy, model: nn.Module, sequences: torch.Tensor) -> KVCacheCalibrator | None:
+    """The rollout KV scales as a trainer would set them before a rollout: calibrated on the rollout model."""
     if not policy.kv_cache.is_fp8:
         return None
-    return KVCacheCalibrator(policy.kv_cache, sequences)
+    calibrator = KVCacheCalibrator(policy.kv_cache, sequences)
+    calibrator.after_weight_update(model)
+    return calibrator
 
 
 def _logprob_diff(path: str, train_logits, rollout_logits, targets, *, why_not_covered: str) -> LogprobDiff:
@@ -236,7 +239,7 @@ class _Recorder:
         self.outputs: dict[str, torch.Tensor] = {}
         self.handles = []
 
-    def __enter__(self) -> "_Recorder":
+    def __enter__(self) -> _Recorder:
         modules = dict(self.model.named_modules())
         self.handles = [modules[name].register_forward_hook(self._hook(name)) for name in self.names]
         return self

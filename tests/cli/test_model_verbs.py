@@ -14,11 +14,15 @@ def invoke(*args):
     return runner.invoke(app, list(args), catch_exceptions=False)
 
 
-def test_check_unified_holds():
-    result = invoke("check", "--policy", "jetrl_unified", "--model", "tiny-llama", "--seq-len", "24")
+def test_check_unified_holds(tmp_path):
+    saved = tmp_path / "report.json"
+    result = invoke("check", "--policy", "jetrl_unified", "--model", "tiny-llama", "--seq-len", "24",
+                    "--save", str(saved))
     assert result.exit_code == 0, result.output
     assert "numerics promise holds" in result.output
     assert "17/17 module outputs bitwise equal" in result.output
+    report = json.loads(saved.read_text())
+    assert report["prefill"]["bitwise"] and report["prefill"]["max_abs_dlogp"] == 0.0
 
 
 def test_check_naive_json_shows_mismatch():
@@ -54,9 +58,8 @@ def test_export_writes_checkpoint_with_kv_scales(tmp_path):
 
 
 def test_export_from_hf_directory_loads_its_weights(tmp_path):
-    from precision_engine.models import build_model
-
     from precision_engine.integrations.hf_export import read_checkpoint
+    from precision_engine.models import build_model
 
     source = tmp_path / "hf"
     model = build_model("tiny-llama", device="cpu", dtype="bf16", seed=9)

@@ -122,3 +122,19 @@ def test_diff_same_numerics_with_a_set_free_copy(tmp_path):
     result = run("diff", "jetrl_unified", str(copy), "--model", "tiny-qwen3-moe")
     assert result.exit_code == 0, result.output
     assert "(metadata)" in result.output
+
+
+def test_plan_reports_model_diagnostics_after_the_plan(tmp_path):
+    policy = tmp_path / "tiles.yaml"
+    policy.write_text(
+        "version: 1\nname: tiles\nextends: jetrl_unified\n"
+        "formats:\n  w8: {dtype: float8_e4m3, granularity: block, block: [128, 96], scale: fp32}\n"
+    )
+    result = run("plan", str(policy), "--model", "tiny-llama")
+    assert result.exit_code == 1
+    assert "e4m3 128x96" in result.output  # the plan is still shown
+    assert "weight blocks 128x96 do not tile the [N, K] = [256, 512] weight of model.layers.{0,1}.mlp.down_proj" in (
+        result.output
+    )
+    data = json.loads(run("plan", str(policy), "--model", "tiny-llama", "--json").output)
+    assert {d["severity"] for d in data["diagnostics"]} == {"error"}

@@ -6,7 +6,7 @@ from compile_policies import JET_SPEC, make_policy, rule
 
 from precision_engine.compile import compile_plan
 from precision_engine.models import ModuleKind
-from precision_engine.numerics.formats import DType, Kernel
+from precision_engine.numerics.formats import PRESET_FORMATS, DType, Kernel, LinearSpec
 from precision_engine.policy.model import Rule
 
 
@@ -105,3 +105,12 @@ def test_rollout_without_backward_formats_is_still_identical_forward(tiny_moe):
     rollout = (rule("r[0]", "re:.*_proj", linear=w8a8),)
     plan = compile_plan(make_policy({"t": train, "r": rollout}, {"train": "t", "rollout": "r"}), tiny_moe)
     assert plan.identical("model.layers.1.self_attn.v_proj")
+
+
+def test_linear_spec_without_fp8_operands_is_a_plain_gemm(tiny_moe):
+    bf16 = PRESET_FORMATS["bf16"]
+    plain = LinearSpec(weight=bf16, input=bf16, compute=DType.FP32)
+    policy = make_policy({"r": (rule("r[0]", "lm_head", linear=plain),)}, {"train": "r", "rollout": "r"})
+    plan = compile_plan(policy, tiny_moe)
+    lm_head = plan.phases["train"].by_name["lm_head"]
+    assert lm_head.linear is None and lm_head.compute is DType.FP32 and lm_head.rule == "r[0]"

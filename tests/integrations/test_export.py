@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from precision_engine.compile import compile_plan
-from precision_engine.errors import UnsupportedError, UsageError
+from precision_engine.errors import UsageError
 from precision_engine.integrations import hf_export
 from precision_engine.integrations.hf_export import (
     KV_SCALES_FILE,
@@ -148,13 +148,31 @@ def test_kv_scales_written_next_to_weights(trainer, plan, tmp_path):
     assert torch.equal(read_sglang_kv_scales(out / KV_SCALES_FILE).k, scales.k)
 
 
-def test_fused_experts_not_exported():
-    policy = load_policy("jetrl_unified")
-    experts = Rule(match=("re:.*experts",), linear=policy.rules_for("rollout")[-1].linear, label="x")
-    rules = {name: (*rules, experts) for name, rules in policy.rule_sets.items()}
+def test_moe_experts_written_per_expert(tmp_path):
+    """Fused experts go out under HF's per-expert names (what save_pretrained and SGLang use), gate/up split."""
+    from safetensors.torch import load_file
+
+    policy = load_policy("fp8rl_rollout_tis")
+    experts = Rule(match=("re:.*mlp\\.experts",), linear=policy.rules_for("rollout")[-1].linear, label="x")
+    rules = dict(policy.rule_sets)
+    rules[policy.phases["rollout"]] += (experts,)
     moe_plan = compile_plan(replace(policy, rule_sets=rules), load_inventory("tiny-qwen3-moe"))
-    with pytest.raises(UnsupportedError, match="experts"):
-        quantization_config(moe_plan)
+    model = build_model("tiny-qwen3-moe", device="cpu", dtype="bf16", seed=6)
+    model.save_pretrained(tmp_path / "hf")
+    hf_keys = set(load_file(tmp_path / "hf" / "model.safetensors"))
+    apply(moe_plan, model, "rollout")
+    tensors = read_checkpoint(export_checkpoint(model, moe_plan, tmp_path / "ckpt"))
+    assert {k for k in tensors if not k.endswith("weight_scale_inv")} == hf_keys
+    fused = model.get_submodule("model.layers.1.mlp.experts")
+    gate_up = fused.quantized_weight("gate_up_proj", 5)
+    rows, blocks = gate_up.data.shape[0] // 2, gate_up.scale.shape[0] // 2
+    prefix = "model.layers.1.mlp.experts.5"
+    assert same_bytes(tensors[f"{prefix}.gate_proj.weight"], gate_up.data[:rows])
+    assert same_bytes(tensors[f"{prefix}.up_proj.weight"], gate_up.data[rows:])
+    assert same_bytes(tensors[f"{prefix}.up_proj.weight_scale_inv"], gate_up.scale[blocks:])
+    assert same_bytes(tensors[f"{prefix}.down_proj.weight"], fused.quantized_weight("down_proj", 5).data)
+    assert tensors["model.layers.1.mlp.gate.weight"].dtype == torch.bfloat16  # the router stays bf16
+    assert "model.layers.1.mlp.gate" in quantization_config(moe_plan)["ignored_layers"]
 
 
 def test_reload_with_transformers(trainer, plan, tmp_path):

@@ -119,8 +119,14 @@ def test_bad_local_configs(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
     with pytest.raises(ModelError, match="no 'model_type'"):
         load_inventory(str(tmp_path))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no_such_arch"}))
-    with pytest.raises(ModelError, match="cannot build model_type 'no_such_arch'"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen_3"}))
+    with pytest.raises(ModelError, match="does not know model_type 'qwen_3'; did you mean 'qwen3'"):
+        load_inventory(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "clip"}))
+    with pytest.raises(ModelError, match="'clip' is not a causal language model"):
+        load_inventory(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 100}))
+    with pytest.raises(ModelError, match="rejects this llama config: .*not a multiple of the number of attention"):
         load_inventory(str(tmp_path))
 
 

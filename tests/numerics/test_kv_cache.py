@@ -8,6 +8,7 @@ from transformers import DynamicCache
 
 from precision_engine.errors import UsageError
 from precision_engine.models import build_model
+from precision_engine.numerics.formats import DType
 from precision_engine.numerics.kv_cache import (
     Fp8KVCache,
     KVCacheCalibrator,
@@ -19,7 +20,6 @@ from precision_engine.numerics.kv_cache import (
     sglang_kv_scales,
     write_sglang_kv_scales,
 )
-from precision_engine.numerics.formats import DType
 from precision_engine.policy.model import Calibrate, KVCacheSpec, KVScale
 
 # Calibrated per-tensor FP8 KV vs BF16 KV on tiny models with random weights (2x48 tokens): measured
@@ -182,3 +182,18 @@ def test_nonfinite_states_give_nan_scales_and_refuse_export():
     assert torch.isnan(scales.k[0, 1]) and not torch.isnan(scales.k[0, 0])
     with pytest.raises(UsageError, match="NaN"):
         sglang_kv_scales(scales, "llama")
+
+
+@pytest.mark.gpu
+def test_fp8_cache_on_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    model = build_model("tiny-llama", device="cuda", dtype="bf16", seed=3)
+    ids = tokens().cuda()
+    scales = calibrate_kv_scales(model, ids)
+    with torch.no_grad():
+        ref = model(ids, use_cache=True).logits
+        cache = Fp8KVCache(model.config, scales)
+        out = model(ids, cache=cache, use_cache=True).logits
+    assert cache.layers[0].keys.is_cuda and cache.layers[0].keys.dtype == torch.float8_e4m3fn
+    assert sqnr_db(ref, out) >= LOGITS_SQNR_FLOOR_DB

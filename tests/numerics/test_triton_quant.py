@@ -81,7 +81,9 @@ def test_nonfinite_groups_match_reference(fmt, bad):
 
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f.granularity is Granularity.GROUP and f.axis is Axis.K],
                          ids=lambda f: f.describe())
-def test_fused_requantize_matches_reference(fmt):
+@pytest.mark.parametrize("group", [128, 32], ids=["one-scale-per-token", "scale-gather"])
+def test_fused_requantize_matches_reference(fmt, group):
+    fmt = replace(fmt, group=group)
     x = torch.randn(67, 256, dtype=torch.bfloat16)
     saved = Q.quantize_rows_1xG(x, fmt, backend="reference")
     ref = Q.requantize_tokens_transposed(saved, backend="reference")

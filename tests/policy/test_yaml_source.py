@@ -30,6 +30,19 @@ def test_recursive_alias_stops_at_depth_limit():
     assert "nesting deeper than" in problems[0].message
 
 
+def test_deep_nesting_is_refused_before_the_recursive_composer():
+    data, _, problems = parse_yaml("a: " + "[" * 100_000 + "]" * 100_000, "p.yaml")
+    assert data is None
+    assert (problems[0].message, problems[0].line, problems[0].column) == ("nesting deeper than 32 levels", 1, 35)
+
+
+def test_control_character_is_located():
+    data, _, problems = parse_yaml("a: 1\nb: x\x00y\n", "p.yaml")
+    assert data is None
+    assert (problems[0].message, problems[0].line, problems[0].column) == (
+        "invalid YAML: character U+0000 is not allowed", 2, 5)
+
+
 def test_multiple_documents_are_rejected():
     data, _, problems = parse_yaml("a: 1\n---\nb: 2\n", "p.yaml")
     assert data is None and problems[0].line == 2 and "invalid YAML" in problems[0].message

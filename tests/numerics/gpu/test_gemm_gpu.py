@@ -48,12 +48,24 @@ def test_wgrad_pair_matches_reference(kernel):
     assert _rel(out, dy.double().t() @ x.double()) < 0.1  # FP8 quantization error itself, both operands
 
 
-def test_triton_rows_bitwise_batch_invariant():
+@pytest.mark.parametrize("n", [1024, 4096, 6144, 14336])  # each decode tile width (triton_gemm.config_for)
+def test_triton_rows_bitwise_batch_invariant(n):
     """Row i is the same bytes whether the GEMM has 1, 7, 128 or 4096 rows (decode and prefill tiles)."""
-    n, k = 4096, 4096
+    k = 4096
     xq, wq = _operands(4096, n, k, seed=11)
     full = fp8_gemm(xq, wq, kernel=Kernel.AUTO, batch_invariant=True)
     for m in (1, 7, 64, 65, 128):
         sub = type(xq)(xq.data[:m], xq.scale[:m], xq.fmt)
         part = fp8_gemm(sub, wq, kernel=Kernel.AUTO, batch_invariant=True)
         assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), f"M={m}"
+
+
+def test_transpose_operand_is_quantized_transpose():
+    """dgrad's operand: the Triton byte transpose equals quantizing W^T directly (square blocks)."""
+    from precision_engine.numerics.gemm import transpose_operand
+
+    w = torch.randn(1000, 640, device="cuda", dtype=torch.bfloat16)
+    wt = transpose_operand(quantize_blocks(w, WEIGHT))
+    direct = quantize_blocks(w.t().contiguous(), WEIGHT)
+    assert torch.equal(wt.data.view(torch.uint8), direct.data.view(torch.uint8))
+    assert torch.equal(wt.scale, direct.scale)

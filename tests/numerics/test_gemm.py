@@ -1,0 +1,147 @@
+"""fp8_gemm: the exact reference against float64, bitwise batch invariance, the Triton kernel (in Triton's
+CPU interpreter, tiny shapes) against the reference, and refusals of layouts the GEMM cannot run.
+
+Tolerances: the reference is exact up to its final rounding, so against a float64 product of the dequantized
+operands it must agree to 1e-12 relative (float64 output). Triton accumulates in fp32: 1e-5 relative with
+fp32 output, 5e-3 with bf16 output (bf16 rounding alone is 2^-9 per element).
+"""
+
+import math
+
+import pytest
+import torch
+
+from precision_engine.errors import UnsupportedError
+from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
+from precision_engine.numerics.gemm import fp8_gemm, reference_gemm, transpose_operand
+from precision_engine.numerics.quantize import (
+    Quantized,
+    quantize_blocks,
+    quantize_rows_1xG,
+    quantize_tokens_transposed,
+)
+
+ACT, WEIGHT = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
+TOKENS = PRESET_FORMATS["fp8_group_tokens"]
+
+
+def _operands(m, n, k, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g) * scale
+    w = torch.randn(n, k, generator=g) * 0.05
+    return quantize_rows_1xG(x, ACT), quantize_blocks(w, WEIGHT)
+
+
+def _dequant64(q: Quantized, rows_per_scale: int) -> torch.Tensor:
+    """float64 dequantization (exact: an FP8 value times an fp32 scale fits in 53 bits)."""
+    s = q.scale.double().repeat_interleave(rows_per_scale, 0)[: q.data.shape[0]]
+    return q.data.double() * s.repeat_interleave(128, 1)[:, : q.data.shape[1]]
+
+
+def _rel(out, ref):
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 128, 128), (13, 256, 384), (67, 200, 320), (128, 384, 1024)])
+def test_reference_matches_float64(m, n, k):
+    xq, wq = _operands(m, n, k, seed=m * n + k)
+    ref64 = _dequant64(xq, 1) @ _dequant64(wq, 128).T
+    out = reference_gemm(xq, wq, out_dtype=torch.float64)
+    assert _rel(out, ref64) < 1e-12
+    bf16 = fp8_gemm(xq, wq)  # AUTO on the CPU = reference
+    assert bf16.dtype == torch.bfloat16 and torch.equal(bf16, out.to(torch.bfloat16))
+
+
+def test_reference_wgrad_pair_matches_float64():
+    g = torch.Generator().manual_seed(5)
+    dy, x = torch.randn(200, 256, generator=g), torch.randn(200, 384, generator=g)
+    dyt, xt = quantize_tokens_transposed(dy, TOKENS), quantize_tokens_transposed(x, TOKENS)
+    out = fp8_gemm(dyt, xt, out_dtype=torch.float64)
+    assert out.shape == (256, 384)
+    assert _rel(out, _dequant64(dyt, 1) @ _dequant64(xt, 1).T) < 1e-12
+    assert _rel(out, dy.double().t() @ x.double()) < 0.1  # the FP8 error of both operands
+
+
+def test_reference_is_order_independent():
+    """Each K block's partial sum is exact, so permuting K inside the blocks changes no bit."""
+    xq, wq = _operands(32, 256, 512, seed=9, scale=30.0)
+    perm = torch.cat([torch.randperm(128) + 128 * b for b in range(4)])
+    xp = Quantized(xq.data[:, perm], xq.scale, xq.fmt)
+    wp = Quantized(wq.data[:, perm], wq.scale, wq.fmt)
+    a, b = reference_gemm(xq, wq, out_dtype=torch.float64), reference_gemm(xp, wp, out_dtype=torch.float64)
+    assert torch.equal(a.view(torch.int64), b.view(torch.int64))
+
+
+def test_reference_rows_bitwise_batch_invariant():
+    xq, wq = _operands(128, 256, 384, seed=3)
+    full = fp8_gemm(xq, wq)
+    for m in (1, 7, 128):
+        part = fp8_gemm(Quantized(xq.data[:m], xq.scale[:m], xq.fmt), wq)
+        assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), m
+
+
+def test_nan_group_poisons_its_row_only():
+    x = torch.randn(4, 256)
+    x[2, 5] = math.nan
+    xq, wq = quantize_rows_1xG(x, ACT), quantize_blocks(torch.randn(128, 256), WEIGHT)
+    out = fp8_gemm(xq, wq, out_dtype=torch.float32)
+    assert torch.isnan(out[2]).all()
+    assert torch.isfinite(out[[0, 1, 3]]).all()
+
+
+def test_zero_operands_give_zeros_not_nan():
+    xq, wq = quantize_rows_1xG(torch.zeros(3, 256), ACT), quantize_blocks(torch.randn(128, 256), WEIGHT)
+    assert torch.equal(fp8_gemm(xq, wq, out_dtype=torch.float32), torch.zeros(3, 128))
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 128, 256), (5, 160, 200)])
+def test_triton_matches_reference(m, n, k):
+    xq, wq = _operands(m, n, k, seed=m + n + k)
+    ref = reference_gemm(xq, wq, out_dtype=torch.float64)
+    assert _rel(fp8_gemm(xq, wq, kernel=Kernel.TRITON, out_dtype=torch.float32), ref) < 1e-5
+    assert _rel(fp8_gemm(xq, wq, kernel=Kernel.TRITON), ref) < 5e-3
+
+
+def test_triton_wgrad_pair_matches_reference():
+    g = torch.Generator().manual_seed(2)
+    dyt = quantize_tokens_transposed(torch.randn(40, 128, generator=g), TOKENS)
+    xt = quantize_tokens_transposed(torch.randn(40, 256, generator=g), TOKENS)
+    ref = reference_gemm(dyt, xt, out_dtype=torch.float64)
+    assert _rel(fp8_gemm(dyt, xt, kernel=Kernel.TRITON, out_dtype=torch.float32), ref) < 1e-5
+
+
+def test_triton_rows_bitwise_batch_invariant():
+    """Same decode tiles for M = 1, 7, 16: a row's bits do not depend on its neighbours."""
+    xq, wq = _operands(16, 128, 256, seed=4)
+    full = fp8_gemm(xq, wq, kernel=Kernel.TRITON)
+    for m in (1, 7):
+        part = fp8_gemm(Quantized(xq.data[:m], xq.scale[:m], xq.fmt), wq, kernel=Kernel.TRITON)
+        assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), m
+
+
+def test_transpose_operand_equals_quantizing_the_transpose():
+    w = torch.randn(200, 320)
+    wt = transpose_operand(quantize_blocks(w, WEIGHT))
+    direct = quantize_blocks(w.t().contiguous(), WEIGHT)
+    assert torch.equal(wt.data.view(torch.uint8), direct.data.view(torch.uint8))
+    assert torch.equal(wt.scale, direct.scale)
+
+
+def test_triton_byte_transpose():
+    from precision_engine.numerics.triton_gemm import transpose_bytes
+
+    x = (torch.randn(70, 130) * 20).to(torch.float8_e4m3fn)
+    assert torch.equal(transpose_bytes(x).view(torch.uint8), x.t().contiguous().view(torch.uint8))
+
+
+def test_refuses_unsupported_layouts():
+    xq, wq = _operands(4, 128, 256)
+    with pytest.raises(UnsupportedError, match="K differs"):
+        fp8_gemm(xq, quantize_blocks(torch.randn(128, 384), WEIGHT))
+    per_tensor = quantize_rows_1xG(torch.randn(4, 256), ACT)
+    with pytest.raises(UnsupportedError, match="operand a must be 1x128"):
+        fp8_gemm(Quantized(per_tensor.data, per_tensor.scale[:, :1], ACT), wq)
+    with pytest.raises(UnsupportedError, match="operand b must be"):
+        fp8_gemm(xq, Quantized(wq.data, wq.scale, PRESET_FORMATS["fp8_tensor"]))
+    with pytest.raises(UnsupportedError, match="needs a CUDA device"):
+        fp8_gemm(xq, wq, kernel=Kernel.CUBLAS)

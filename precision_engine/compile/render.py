@@ -13,13 +13,12 @@ from dataclasses import fields, is_dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from precision_engine.compile.diff import PlanDiff, PolicyDiff
+from precision_engine.compile.plan import PHASES_WITH_BACKWARD, ModulePlan, Plan
 from precision_engine.models.inventory import ModuleInfo, ModuleKind
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-    from precision_engine.compile.diff import PlanDiff, PolicyDiff
-    from precision_engine.compile.plan import ModulePlan, Plan
 
 _NUMBER = re.compile(r"(?<=\.)\d+(?=\.|$)")
 
@@ -80,8 +79,6 @@ def _fmt(fmt, compute) -> str:
 
 def numerics_label(plan: ModulePlan, phase: str) -> str:
     """One line naming every format a module uses in `phase`: 'W e4m3 128x128 · X e4m3 1x128 · ...'."""
-    from precision_engine.compile.plan import PHASES_WITH_BACKWARD
-
     if plan.linear is None:
         return f"{plan.compute.value} (not quantized)"
     spec = plan.linear
@@ -99,7 +96,7 @@ def _row(plan: Plan, phase: str, mp: ModulePlan) -> tuple[str, ...]:
         _fmt(spec.weight, spec.compute) if spec else mp.compute.value,
         _fmt(spec.input, spec.compute) if spec else mp.compute.value,
     ]
-    if phase == "train":
+    if phase in PHASES_WITH_BACKWARD:
         cells += [
             _fmt(spec.grad_output, spec.compute) if spec else "-",
             _fmt(spec.wgrad_operands, spec.compute) if spec else "-",
@@ -116,7 +113,7 @@ def phase_table(plan: Plan, phase: str):
     phase_plan = plan.phases[phase]
     table = Table(title=f"{phase}: {plan.policy.name} on {plan.inventory.model_id}", title_justify="left")
     headers = ["module", "n", "type", "shape", "weight", "input"]
-    if phase == "train":
+    if phase in PHASES_WITH_BACKWARD:
         headers += ["grad_output", "wgrad"]
     headers += ["kernel", "rule", "= rollout" if phase == "train" else "= train"]
     for header in headers:

@@ -195,7 +195,7 @@ def scale_from_amax(amax: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
     the CUDA reference then disagreed with the CPU reference and with the kernels).
     """
     amax = amax.float()
-    fmax = torch.tensor(FP8_MAX[fmt.dtype], dtype=torch.float32, device=amax.device)
+    fmax = amax.new_full((), FP8_MAX[fmt.dtype])  # a device-side fill: no host->device copy
     scale = torch.clamp(amax, min=AMAX_EPS) / fmax
     if fmt.scale is ScaleKind.POW2:
         scale = _ceil_pow2(scale)

@@ -129,6 +129,18 @@ def test_optimizer_step_through_rewritten_model(plans):
     assert not torch.equal(q_proj.quantized_weight().data.view(torch.uint8), w_fp8_before.view(torch.uint8))
 
 
+def test_fp32_master_weights_under_autocast(plans):
+    """FP32 master weights are never cast by the rewrite; BF16 compute comes from autocast, as in trainers."""
+    model = build_model("tiny-llama", device="cpu", dtype="fp32").train()
+    apply(plans[("jetrl_unified", "tiny-llama")], model, "train")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens()).logits
+    logits.float().sum().backward()
+    q_proj = model.get_submodule("model.layers.0.self_attn.q_proj")
+    assert q_proj.weight.dtype == torch.float32 and q_proj.weight.grad.dtype == torch.float32
+    assert torch.isfinite(q_proj.weight.grad).all()
+
+
 def test_train_mode_and_requires_grad_kept(plans):
     model = build_model("tiny-llama", device="cpu", dtype="bf16").train()
     model.get_submodule("model.layers.1.mlp").eval()

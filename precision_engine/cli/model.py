@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -121,6 +122,8 @@ def check(
 
       precision check -p jetrl_unified -m llama-3.1-8b --device cuda --batch 4 --seq-len 256 --save unified.json
     """
+    import torch
+
     from precision_engine.models import resolve_config
     from precision_engine.policy import load_policy
     from precision_engine.verify import check_identity, random_sequences
@@ -134,20 +137,26 @@ def check(
     config = resolve_config(model)
     vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
     sequences = random_sequences(vocab, batch, seq_len, seed=seed)
+    started = time.perf_counter()
+    net, random_weights = _load_model(model, device, seed)
     report = check_identity(
-        loaded, model, sequences, device=device, seed=seed, prompt_len=prompt_len, decode=decode, layers=layers
+        loaded, model, sequences, device=device, prompt_len=prompt_len, decode=decode, layers=layers, model=net
     )
-    document = json.dumps(report.to_dict(), indent=2)
+    cost = {"seconds": round(time.perf_counter() - started, 1), "random_weights": random_weights}
+    if device == "cuda":
+        cost["peak_cuda_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+    document = json.dumps({**report.to_dict(), **cost}, indent=2)
     if save is not None:
         save.write_text(document + "\n")
     if json_out:
         typer.echo(document)
     else:
-        _render_check(report, top)
+        _render_check(report, top, random_weights)
+        typer.echo(", ".join(f"{key}: {value}" for key, value in cost.items() if key != "random_weights"))
     raise typer.Exit(0 if report.promise_holds else 1)
 
 
-def _render_check(report, top: int) -> None:
+def _render_check(report, top: int, random_weights: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -155,8 +164,10 @@ def _render_check(report, top: int) -> None:
     promise = "identical in every module" if report.plan_identical else (
         f"differs in {len(report.differing_modules)} modules"
     )
+    weights = "random" if random_weights else "checkpoint"
     console.print(
-        f"{report.policy} on {report.model} ({report.device}, {report.batch}x{report.seq_len} random tokens, "
+        f"{report.policy} on {report.model} ({weights} weights, {report.device}, "
+        f"{report.batch}x{report.seq_len} random tokens, "
         f"KV cache {report.kv_cache}); plan: train forward vs rollout {promise}"
     )
     paths = Table("rollout path", "tokens", "max |d logp|", "mean KL", "bitwise", "identity promised")

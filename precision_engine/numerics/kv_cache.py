@@ -17,7 +17,9 @@ beyond the calibrated range saturate instead of overflowing to NaN.
 
 The cache layer keeps the FP8 tensors in `keys` / `values`, so transformers' own cropping, beam reordering,
 batch selection and offloading work on them unchanged. Every read dequantizes the whole cache, including the
-tokens just written: prefill and decode both attend to FP8-rounded keys and values, as SGLang's paged kernels do.
+tokens just written, so prefill and decode both attend to FP8-rounded keys and values. (SGLang's prefill kernels
+may attend to the current chunk's fresh BF16 k/v, depending on the attention backend; rounding them too is the
+conservative choice and keeps prefill and decode of this engine consistent.)
 """
 
 from __future__ import annotations

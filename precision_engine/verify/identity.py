@@ -98,10 +98,16 @@ def check_identity(
     prompt_len: int | None = None,
     decode: bool = True,
     layers: bool = True,
+    model: nn.Module | None = None,
 ) -> IdentityReport:
-    """Build both phase models from the same weights and compare their outputs on `sequences` [B, T]."""
+    """Build both phase models from the same weights and compare their outputs on `sequences` [B, T].
+
+    The weights are random (`seed`) unless `model` is given (e.g. loaded from a checkpoint, on `device`);
+    it is rewritten in place and left in the rollout phase.
+    """
     plan = compile_plan(policy, load_inventory(model_spec))
-    model = build_model(model_spec, device=device, dtype=dtype, seed=seed)
+    if model is None:
+        model = build_model(model_spec, device=device, dtype=dtype, seed=seed)
     sequences = sequences.to(device)
     watched = _watched_names(model, plan) if layers else []
 

@@ -69,3 +69,12 @@ def test_export_from_hf_directory_loads_its_weights(tmp_path):
     assert "random weights" not in result.output
     exported = read_checkpoint(tmp_path / "ckpt")["model.embed_tokens.weight"]
     assert torch.equal(exported.view(torch.uint8), model.model.embed_tokens.weight.detach().view(torch.uint8))
+
+
+def test_check_runs_on_checkpoint_weights(tmp_path):
+    from precision_engine.models import build_model
+
+    build_model("tiny-qwen3", device="cpu", dtype="bf16", seed=11).save_pretrained(tmp_path / "hf")
+    result = invoke("check", "-p", "jetrl_unified", "-m", str(tmp_path / "hf"), "--seq-len", "16", "--no-decode")
+    assert result.exit_code == 0, result.output
+    assert "checkpoint weights" in result.output and "numerics promise holds" in result.output

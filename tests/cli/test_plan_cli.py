@@ -138,3 +138,16 @@ def test_plan_reports_model_diagnostics_after_the_plan(tmp_path):
     )
     data = json.loads(run("plan", str(policy), "--model", "tiny-llama", "--json").output)
     assert {d["severity"] for d in data["diagnostics"]} == {"error"}
+
+
+def test_compiler_and_model_packages_import_without_torch():
+    """`precision validate` shares the app: registering `plan`/`diff` must not pull in torch or transformers."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, precision_engine.cli.app, precision_engine.compile, precision_engine.models;"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

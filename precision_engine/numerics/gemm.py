@@ -12,8 +12,8 @@ Kernels (`Kernel`):
              then scaled and summed over K blocks in increasing order, rounded once to out_dtype.
   triton     `triton_gemm`: fixed K order, no split-K, same bits for a row at any M (decode and prefill tiles).
   cublas     torch._scaled_mm blockwise on Hopper; its algorithm choice depends on M, so it is not
-             batch-invariant. M is zero-padded to a multiple of 16, K and N to multiples of 128 (copies,
-             only for shapes that need them).
+             batch-invariant. M is zero-padded to a multiple of 16, ceil(K/128) to a multiple of 4 and N
+             to a multiple of 128 (copies, only for shapes that need them).
   deep_gemm  DeepGEMM's fp8_gemm_nt when the package is importable (block weights only).
 AUTO picks: reference off CUDA; triton when batch_invariant (rollout and trainer logprobs must agree bitwise)
 or M <= 64 (decode, where cuBLAS is slower than BF16); otherwise deep_gemm if importable, else cublas.
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from precision_engine.numerics.quantize import Quantized
 
 GROUP = 128  # the only scale granularity the GEMMs take: 1x128 groups and 128x128 blocks
-SMALL_M_MAX = 64  # decode sizes: the Triton small-M tiles beat cuBLAS here
+SMALL_M_MAX = 64  # decode sizes: Triton's small-M tiles, where cuBLAS is slower than BF16
 # cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
 # 4, 8, 16, 24, 32, 64 accepted) and returned wrong results at K=320, where the scales' leading dimension
 # ceil(K/128) = 3; both are zero-padded here (a copy). Training sizes and the 8B shapes need none.

@@ -6,9 +6,9 @@ arithmetic of every output element independently of M:
 
 - K is walked in 128-wide blocks in increasing order; each block's FP8 dot product goes to the tensor cores with
   a fresh FP32 accumulator, is scaled by sa[m, kb] * sb[n, kb] and added to the running FP32 sum. No split-K.
-- The tile shape only decides which program computes an element, not how: the decode config (narrow tiles, many
-  programs, deep pipelining, to stream the weight at memory bandwidth) and the prefill config give the same bits
-  per row (checked on the GPU by tests/numerics/gpu/test_gemm_gpu.py).
+- The tile shape only decides which program computes an element, not how: the decode configs (narrow tiles,
+  many programs, two K blocks per step, to keep many weight loads in flight) and the prefill config give the
+  same bits per row (checked on the GPU by tests/numerics/gpu/test_gemm_gpu.py).
 
 Scales: `sa` is [M, ceil(K/128)] (1x128 groups, any strides); `sb` is [ceil(N/SCALE_BN), ceil(K/128)] with
 SCALE_BN = 128 for 128x128 weight blocks or 1 for 1x128 groups (the wgrad pair).
@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
+from precision_engine.numerics.gemm import SMALL_M_MAX  # M at or below this uses the decode tiles
 
 BLOCK_K = 128  # one scale block per K step: the scale granularity of every operand we multiply
 
@@ -35,10 +37,8 @@ class GemmConfig:
     pair: bool = False  # two K blocks per loop step (same arithmetic, more overlap)
 
 
-# Prefill/training tiles, and the decode tiles: narrow N so that even N=1024 gives enough programs to keep
-# many weight loads in flight. Both run the same per-element arithmetic (see the module docstring).
+# Prefill/training tiles: the fastest configuration of the H200 tile sweep (scripts/gemm_tiles.py).
 PREFILL = GemmConfig(block_m=128, block_n=128, num_warps=8, num_stages=3)
-SMALL_M_MAX = 64  # M at or below this uses the decode tiles
 # Decode: at least ~192 programs on 132 SMs, with the widest tile that allows it (fewer, longer weight streams
 # lose to more programs below that; measured with scripts/gemm_tiles.py on an H200, 2026-11-30).
 _DECODE_MIN_PROGRAMS = 192
@@ -120,8 +120,8 @@ def _fp8_block_gemm_kernel(
 def config_for(m: int, n: int) -> GemmConfig:
     """The tile config for an [M, N] output: decode tiles up to SMALL_M_MAX rows, prefill tiles above.
 
-    BLOCK_M stays 64 for decode: a 16-row tile compiles to a different MMA instruction (mma.sync instead of
-    wgmma) whose bits differ from the prefill tiles'; every 64- and 128-row tile gives the same bits.
+    BLOCK_M stays 64 for decode: 16-row tiles (below wgmma's 64-row minimum, so another MMA path) gave
+    different bits from the prefill tiles on the H200; every tile of 64 or more rows gave the same bits.
     """
     if m > SMALL_M_MAX:
         return PREFILL

@@ -4,8 +4,8 @@ For every module the rollout plan runs in FP8, `weight` becomes float8_e4m3fn [N
 fp32 [ceil(N/128), ceil(K/128)] (a dequant multiplier despite its name), the layout of DeepSeek-V3 checkpoints
 that SGLang's and vLLM's `Fp8Config` and transformers' `FineGrainedFP8Config` load. Everything else is written
 in the module's planned compute dtype (bf16 by default). The FP8 bytes come from the same code the trainer's
-forward uses (`Fp8Linear.quantized_weight()`, or `to_block_fp8` for a model not rewritten), so rollout and
-training see the same quantized weights.
+forward uses (`Fp8Linear.quantized_weight()`, or the same `quantize_blocks` for a model not rewritten: for
+128x128 e4m3 that is the exchange format's `to_block_fp8`), so rollout and training see the same bytes.
 
 Fused MoE experts (transformers 5 keeps them as 3-D `gate_up_proj` / `down_proj`) are written per expert under
 the names HF checkpoints use and SGLang loads, `mlp.experts.{e}.{gate,up,down}_proj.weight` (+ scale).
@@ -29,10 +29,10 @@ from torch import nn
 
 from precision_engine.errors import UnsupportedError, UsageError
 from precision_engine.models.inventory import ModuleKind
-from precision_engine.numerics.exchange import to_block_fp8
-from precision_engine.numerics.formats import DType, Granularity
+from precision_engine.numerics.formats import DType, Granularity, QuantFormat
 from precision_engine.numerics.kv_cache import KVScales, write_sglang_kv_scales
 from precision_engine.numerics.linear import Fp8Linear
+from precision_engine.numerics.quantize import quantize_blocks
 from precision_engine.rewrite.experts import EXPERT_PARAMS, Fp8Experts
 
 ROLLOUT = "rollout"
@@ -106,9 +106,10 @@ def iter_rollout_weights(model: nn.Module, plan, phase: str = ROLLOUT) -> Iterat
         if module_name in experts and param_name in EXPERT_PARAMS:
             module = model.get_submodule(module_name)
             planned = phase_plan.by_name[module_name]
-            yield from _per_expert(module, module_name, param_name, module_name in fp8, planned.compute)
+            yield from _per_expert(module, module_name, param_name, planned)
         elif module_name in fp8 and param_name == "weight":
-            weight_fp8, weight_scale_inv = _block_fp8(model.get_submodule(module_name))
+            fmt = phase_plan.by_name[module_name].linear.weight
+            weight_fp8, weight_scale_inv = _block_fp8(model.get_submodule(module_name), fmt)
             yield name, weight_fp8
             yield f"{module_name}.weight_scale_inv", weight_scale_inv
         elif tensor.is_floating_point():
@@ -119,19 +120,20 @@ def iter_rollout_weights(model: nn.Module, plan, phase: str = ROLLOUT) -> Iterat
             yield name, tensor.detach()
 
 
-def _per_expert(module: nn.Module, module_name: str, param_name: str, fp8: bool, compute: DType):
+def _per_expert(module: nn.Module, module_name: str, param_name: str, planned):
     """One fused 3-D Parameter -> HF per-expert tensors; gate_up_proj splits into gate_proj then up_proj."""
     weight = getattr(module, param_name)
     parts = ("gate_proj", "up_proj") if param_name == "gate_up_proj" else ("down_proj",)
     rows = weight.shape[1] // len(parts)
-    dtype = _TORCH_DTYPES.get(compute, torch.bfloat16)
+    dtype = _TORCH_DTYPES.get(planned.compute, torch.bfloat16)
+    fp8 = planned.is_fp8
     for expert in range(weight.shape[0]):
         if fp8:
             if isinstance(module, Fp8Experts):  # the bytes the rollout forward multiplies with
                 quantized = module.quantized_weight(param_name, expert)
-                data, scale = quantized.data, quantized.scale
             else:
-                data, scale = to_block_fp8(weight[expert].detach())
+                quantized = quantize_blocks(weight[expert].detach(), planned.linear.weight)
+            data, scale = quantized.data, quantized.scale
             scale_rows = scale.shape[0] // len(parts)
         for i, part in enumerate(parts):
             prefix = f"{module_name}.{expert}.{part}"
@@ -142,11 +144,14 @@ def _per_expert(module: nn.Module, module_name: str, param_name: str, fp8: bool,
                 yield f"{prefix}.weight", weight[expert, i * rows : (i + 1) * rows].detach().to(dtype)
 
 
-def _block_fp8(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-    if isinstance(module, Fp8Linear):  # the very bytes the trainer's forward multiplies with
+def _block_fp8(module: nn.Module, fmt: QuantFormat) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fp8Linear's cached Q(W) (the very bytes the trainer's forward multiplies with), else the same quantizer
+    on the master weight (for the plan's 128x128 e4m3 format: exactly `to_block_fp8`)."""
+    if isinstance(module, Fp8Linear):
         quantized = module.quantized_weight()
-        return quantized.data, quantized.scale
-    return to_block_fp8(module.weight.detach())
+    else:
+        quantized = quantize_blocks(module.weight.detach(), fmt)
+    return quantized.data, quantized.scale
 
 
 def export_checkpoint(

@@ -180,6 +180,7 @@ def export_checkpoint(
         (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         if kv_scales is not None:
             write_sglang_kv_scales(staging / KV_SCALES_FILE, kv_scales, config.get("model_type"))
+        _grant_umask_permissions(staging)
         _replace_dir(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -228,6 +229,16 @@ def _own_storage(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
         tensor = tensor.clone()
     return tensor
+
+
+def _grant_umask_permissions(directory: Path) -> None:
+    """mkdtemp makes the staging directory private (0700); the checkpoint gets the modes a plain mkdir and
+    open would give, so a rollout server running as another user can read it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    directory.chmod(0o777 & ~umask)
+    for path in directory.iterdir():
+        path.chmod(0o666 & ~umask)
 
 
 def _replace_dir(staging: Path, out_dir: Path) -> None:

@@ -189,3 +189,17 @@ def test_reload_with_transformers(trainer, plan, tmp_path):
     torch.testing.assert_close(
         loaded.get_submodule(name).weight.to(torch.bfloat16), from_block_fp8(q.data, q.scale), rtol=0, atol=0
     )
+
+
+def test_checkpoint_is_readable_by_other_users(trainer, plan, tmp_path):
+    """The staging directory is private while written; the result gets umask-derived modes (e.g. a rollout
+    server running as another user must read it)."""
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        out = export_checkpoint(trainer, plan, tmp_path / "ckpt")
+    finally:
+        os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert {path.stat().st_mode & 0o777 for path in out.iterdir()} == {0o644}

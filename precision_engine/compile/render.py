@@ -140,12 +140,32 @@ def verdict_lines(plan: Plan) -> list[str]:
     return lines
 
 
+def policy_lines(policy) -> list[str]:
+    """What the policy sets beyond the module table: the KV cache, the IS correction, the master weights."""
+    kv = policy.kv_cache
+    kv_text = "bf16 (not quantized)"
+    if kv.is_fp8:
+        kv_text = f"{kv.dtype.value}, {kv.scale.value} scales, calibrate: {kv.calibrate.value}"
+    is_spec = policy.correction.importance_sampling
+    is_text = "off"
+    if is_spec is not None:
+        is_text = f"{is_spec.level.value}-level importance sampling, {is_spec.mode.value} at {is_spec.threshold:g}"
+        if is_spec.mode.value == "mask":
+            lower = is_spec.lower_threshold if is_spec.lower_threshold is not None else 1 / is_spec.threshold
+            is_text += f" (keep ratios in [{lower:g}, {is_spec.threshold:g}])"
+    return [
+        f"rollout KV cache: {kv_text}",
+        f"correction: {is_text}",
+        f"master weights: {policy.master_weights.value}",
+    ]
+
+
 def render_plan(console: Console, plan: Plan, phases: Sequence[str]) -> None:
     for phase in phases:
         console.print(phase_table(plan, phase))
         share = plan.fp8_flop_share(phase)
         console.print(f"{phase}: FP8 share of linear/expert GEMM FLOPs per token: {share:.1%}\n")
-    for line in verdict_lines(plan):
+    for line in policy_lines(plan.policy) + verdict_lines(plan):
         console.print(line, highlight=False)
 
 
@@ -186,6 +206,9 @@ def plan_to_dict(plan: Plan, phases: Sequence[str]) -> dict:
         "identical": plan.all_identical,
         "differing": list(plan.differing()),
         "batch_invariant": plan.policy.numerics.batch_invariant,
+        "kv_cache": to_data(plan.policy.kv_cache),
+        "correction": to_data(plan.policy.correction),
+        "master_weights": plan.policy.master_weights.value,
         "phases": {
             phase: {
                 "fp8_flop_share": plan.fp8_flop_share(phase),

@@ -3,7 +3,15 @@
 import json
 
 from precision_engine.compile import compile_plan
-from precision_engine.compile.render import collapse, collapse_names, numerics_label, plan_to_dict, shape_label
+from precision_engine.compile.render import (
+    collapse,
+    collapse_names,
+    numerics_label,
+    plan_to_dict,
+    policy_lines,
+    shape_label,
+)
+from precision_engine.policy import load_policy
 
 
 def test_collapse_layers_into_ranges():
@@ -44,3 +52,12 @@ def test_plan_json_is_complete_and_serializable(unified, llama8b):
         "dtype": "float8_e4m3", "granularity": "block", "group": None, "block": [128, 128], "axis": "k", "scale": "fp32"
     }
     assert q["rule"] == "unified[1]" and q["shape"] == [4096, 4096] and q["identical"] is True
+
+
+def test_policy_lines_name_kv_cache_correction_and_master_weights():
+    assert policy_lines(load_policy("fp8rl_rollout_tis")) == [
+        "rollout KV cache: float8_e4m3, per_tensor scales, calibrate: every_weight_update",
+        "correction: token-level importance sampling, truncate at 2",
+        "master weights: fp32",
+    ]
+    assert policy_lines(load_policy("jetrl_unified"))[:2] == ["rollout KV cache: bf16 (not quantized)", "correction: off"]

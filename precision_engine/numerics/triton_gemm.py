@@ -4,11 +4,16 @@ Why our own kernel: cuBLAS picks its algorithm (tiling, split-K) from the proble
 change with the batch it rides in, and at decode sizes (M <= 64) it is slower than BF16. This kernel fixes the
 arithmetic of every output element independently of M:
 
-- K is walked in 128-wide blocks in increasing order; each block's FP8 dot product goes to the tensor cores with
-  a fresh FP32 accumulator, is scaled by sa[m, kb] * sb[n, kb] and added to the running FP32 sum. No split-K.
-- The tile shape only decides which program computes an element, not how: the decode configs (narrow tiles,
-  many programs, two K blocks per step, to keep many weight loads in flight) and the prefill config give the
-  same bits per row (checked on the GPU by tests/numerics/gpu/test_gemm_gpu.py).
+- K is walked in 128-wide blocks; each block's FP8 dot product goes to the tensor cores with a fresh FP32
+  accumulator and is scaled by sa[m, kb] * sb[n, kb] before it is added to a running FP32 segment sum.
+- The K blocks form segments of `segment_kb(N, K)` blocks, a function of (N, K) only, never of M. Each segment
+  is summed from zero in increasing kb; the segment sums are then added in increasing order, starting from zero.
+  Decode (few rows) runs one program per (tile, segment) and adds the FP32 partials in a second kernel (split-K,
+  so a narrow weight still has enough programs streaming it); prefill walks all segments in one program. Both
+  do the same additions in the same order, so a row has the same bits at any M.
+- The tile shape only decides which program computes an element, not how: every tile of >= 64 rows runs on
+  wgmma (16-row tiles take the mma.sync path and gave other bits on the H200), with or without TMA loads
+  (checked on the GPU by tests/numerics/gpu/test_gemm_gpu.py and scripts/gemm_tiles.py).
 
 Scales: `sa` is [M, ceil(K/128)] (1x128 groups, any strides); `sb` is [ceil(N/SCALE_BN), ceil(K/128)] with
 SCALE_BN = 128 for 128x128 weight blocks or 1 for 1x128 groups (the wgrad pair).
@@ -16,6 +21,7 @@ SCALE_BN = 128 for 128x128 weight blocks or 1 for 1x128 groups (the wgrad pair).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -34,41 +40,70 @@ class GemmConfig:
     num_warps: int
     num_stages: int
     group_m: int = 8
-    pair: bool = False  # two K blocks per loop step (same arithmetic, more overlap)
+    tma: bool = True  # tensor-descriptor (TMA) loads where the operands allow them; same bits either way
+    flat: bool = True  # walk K in one loop, closing segments inside it (keeps the load pipeline full)
 
 
 # Prefill/training tiles: the fastest configuration of the H200 tile sweep (scripts/gemm_tiles.py).
 PREFILL = GemmConfig(block_m=128, block_n=128, num_warps=8, num_stages=3)
-# Decode: at least ~192 programs on 132 SMs, with the widest tile that allows it (fewer, longer weight streams
-# lose to more programs below that; measured with scripts/gemm_tiles.py on an H200, 2026-11-30).
-_DECODE_MIN_PROGRAMS = 192
+# Split-K: the segment count is the smallest power of two giving at least _SPLIT_PROGRAMS programs of
+# _SPLIT_BLOCK_N-wide tiles, with segments of at least _MIN_SEGMENT_KB K blocks. A fixed function of (N, K).
+_SPLIT_PROGRAMS = 256
+_SPLIT_BLOCK_N = 64
+_MIN_SEGMENT_KB = 4
+
+
+def segment_kb(n: int, k: int) -> int:
+    """K blocks per segment for an [*, K] x [N, K] GEMM: depends on (N, K) only, so a row's bits never on M."""
+    num_kb = triton.cdiv(k, BLOCK_K)
+    segments = 1
+    while triton.cdiv(n, _SPLIT_BLOCK_N) * segments < _SPLIT_PROGRAMS and num_kb // (2 * segments) >= _MIN_SEGMENT_KB:
+        segments *= 2
+    return triton.cdiv(num_kb, segments)
+
+
+def config_for(m: int, n: int) -> GemmConfig:
+    """The tile config for an [M, N] output: decode tiles up to SMALL_M_MAX rows, prefill tiles above.
+
+    BLOCK_M stays 64 for decode: 16-row tiles (below wgmma's 64-row minimum, so another MMA path) gave
+    different bits from the prefill tiles on the H200; every tile of 64 or more rows gave the same bits.
+    """
+    if m > SMALL_M_MAX:
+        return PREFILL
+    return GemmConfig(block_m=64, block_n=_SPLIT_BLOCK_N, num_warps=4, num_stages=4, group_m=1)
 
 
 @triton.jit
-def _scaled_block_dot(a_ptrs, b_ptrs, sa_ptrs, sb_ptrs, kb, K, offs_k, mask_m, mask_n,
-                      stride_ak, stride_bk, stride_sak, stride_sbk, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One 128-wide K block: its FP8 dot product (fresh FP32 accumulator) and its scale sa[m] * sb[n]."""
-    a_ptrs += kb * BLOCK_K * stride_ak
-    b_ptrs += kb * BLOCK_K * stride_bk
-    if EVEN_K:
-        a = tl.load(a_ptrs, mask=mask_m[:, None], other=0.0)
-        b = tl.load(b_ptrs, mask=mask_n[None, :], other=0.0)
+def _add_block(acc, a_src, b_src, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m, mask_n,
+               stride_ak, stride_bk, stride_sak, stride_sbk,
+               TMA: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc + (K block kb's FP8 dot product, from a fresh FP32 accumulator) * sa[m] * sb[n]."""
+    if TMA:  # out-of-range rows, columns and K are zero-filled by the copy engine
+        a = a_src.load([off_m, kb * BLOCK_K])
+        b = b_src.load([off_n, kb * BLOCK_K]).T
     else:
-        k_left = K - kb * BLOCK_K
-        a = tl.load(a_ptrs, mask=mask_m[:, None] & (offs_k[None, :] < k_left), other=0.0)
-        b = tl.load(b_ptrs, mask=mask_n[None, :] & (offs_k[:, None] < k_left), other=0.0)
+        a_ptrs = a_src + kb * BLOCK_K * stride_ak
+        b_ptrs = b_src + kb * BLOCK_K * stride_bk
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=mask_m[:, None], other=0.0)
+            b = tl.load(b_ptrs, mask=mask_n[None, :], other=0.0)
+        else:
+            k_left = K - kb * BLOCK_K
+            a = tl.load(a_ptrs, mask=mask_m[:, None] & (offs_k[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=mask_n[None, :] & (offs_k[:, None] < k_left), other=0.0)
     sa = tl.load(sa_ptrs + kb * stride_sak, mask=mask_m, other=0.0)
     sb = tl.load(sb_ptrs + kb * stride_sbk, mask=mask_n, other=0.0)
-    return tl.dot(a, b), sa[:, None] * sb[None, :]
+    acc += tl.dot(a, b) * (sa[:, None] * sb[None, :])
+    return acc
 
 
 @triton.jit
 def _fp8_block_gemm_kernel(
-    a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr,
-    M, N, K,
+    a_src, b_src, c_ptr, ws_ptr, sa_ptr, sb_ptr,
+    M, N, K, SEG_KB,
     stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
     stride_sam, stride_sak, stride_sbn, stride_sbk,
-    SCALE_BN: tl.constexpr, EVEN_K: tl.constexpr, PAIR: tl.constexpr,
+    SCALE_BN: tl.constexpr, EVEN_K: tl.constexpr, SPLIT: tl.constexpr, TMA: tl.constexpr, FLAT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     # Grouped program order so that neighbouring programs share operand tiles in L2; numerics-neutral.
@@ -81,54 +116,73 @@ def _fp8_block_gemm_kernel(
     pid_m = first_pid_m + (pid % pids_per_group) % group_rows
     pid_n = (pid % pids_per_group) // group_rows
 
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     mask_m = offs_m < M
     mask_n = offs_n < N
-    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    if TMA:
+        a_ops = a_src
+        b_ops = b_src
+    else:
+        a_ops = a_src + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+        b_ops = b_src + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
     sa_ptrs = sa_ptr + offs_m * stride_sam
     sb_ptrs = sb_ptr + (offs_n // SCALE_BN) * stride_sbn
-
-    # acc = (...((0 + p0*s0) + p1*s1) ...) in increasing kb. PAIR issues two blocks' dots before scaling either,
-    # so the tensor cores work on block kb+1 while block kb is scaled; the additions keep the same order.
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     num_kb = tl.cdiv(K, BLOCK_K)
-    if PAIR:
-        for kp in range(0, num_kb // 2):
-            p0, s0 = _scaled_block_dot(a_ptrs, b_ptrs, sa_ptrs, sb_ptrs, 2 * kp, K, offs_k, mask_m, mask_n,
-                                       stride_ak, stride_bk, stride_sak, stride_sbk, EVEN_K, BLOCK_K)
-            p1, s1 = _scaled_block_dot(a_ptrs, b_ptrs, sa_ptrs, sb_ptrs, 2 * kp + 1, K, offs_k, mask_m, mask_n,
-                                       stride_ak, stride_bk, stride_sak, stride_sbk, EVEN_K, BLOCK_K)
-            acc += p0 * s0
-            acc += p1 * s1
-        if num_kb % 2:
-            p, s = _scaled_block_dot(a_ptrs, b_ptrs, sa_ptrs, sb_ptrs, num_kb - 1, K, offs_k, mask_m, mask_n,
-                                     stride_ak, stride_bk, stride_sak, stride_sbk, EVEN_K, BLOCK_K)
-            acc += p * s
+
+    if SPLIT:
+        # One segment per program: its FP32 sum goes to ws[segment]; _sum_segments_kernel adds them in order.
+        seg = tl.program_id(1)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kb in range(seg * SEG_KB, min(seg * SEG_KB + SEG_KB, num_kb)):
+            acc = _add_block(acc, a_ops, b_ops, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m, mask_n,
+                             stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
+        ws_ptrs = ws_ptr + seg * M * N + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(ws_ptrs, acc, mask=mask_m[:, None] & mask_n[None, :])
     else:
-        for kb in range(0, num_kb):
-            p, s = _scaled_block_dot(a_ptrs, b_ptrs, sa_ptrs, sb_ptrs, kb, K, offs_k, mask_m, mask_n,
-                                     stride_ak, stride_bk, stride_sak, stride_sbk, EVEN_K, BLOCK_K)
-            acc += p * s
+        # total = ((0 + seg_0) + seg_1) + ...: the same additions as the split launch plus its sum kernel.
+        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if FLAT:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for kb in range(0, num_kb):
+                acc = _add_block(acc, a_ops, b_ops, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m, mask_n,
+                                 stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
+                if ((kb + 1) % SEG_KB == 0) | (kb + 1 == num_kb):
+                    total += acc
+                    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        else:
+            for kb_lo in range(0, num_kb, SEG_KB):
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for kb in range(kb_lo, min(kb_lo + SEG_KB, num_kb)):
+                    acc = _add_block(acc, a_ops, b_ops, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m,
+                                     mask_n, stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
+                total += acc
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+@triton.jit
+def _sum_segments_kernel(ws_ptr, c_ptr, MN, SEGMENTS, BLOCK: tl.constexpr):
+    """c = ((0 + ws[0]) + ws[1]) + ... rounded once to c's dtype; c is contiguous [M, N]."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    total = tl.zeros((BLOCK,), dtype=tl.float32)
+    for seg in range(0, SEGMENTS):
+        total += tl.load(ws_ptr + seg * MN + offs, mask=mask, other=0.0)
+    tl.store(c_ptr + offs, total.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-def config_for(m: int, n: int) -> GemmConfig:
-    """The tile config for an [M, N] output: decode tiles up to SMALL_M_MAX rows, prefill tiles above.
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
-    BLOCK_M stays 64 for decode: 16-row tiles (below wgmma's 64-row minimum, so another MMA path) gave
-    different bits from the prefill tiles on the H200; every tile of 64 or more rows gave the same bits.
-    """
-    if m > SMALL_M_MAX:
-        return PREFILL
-    for block_n, stages in ((64, 3), (32, 4)):
-        if n // block_n >= _DECODE_MIN_PROGRAMS:
-            return GemmConfig(block_m=64, block_n=block_n, num_warps=4, num_stages=stages, group_m=1, pair=True)
-    return GemmConfig(block_m=64, block_n=16, num_warps=4, num_stages=4, group_m=1, pair=True)
+
+def _tma_ok(x: torch.Tensor) -> bool:
+    """The copy engine needs a contiguous last dim and 16-byte aligned rows and base."""
+    return x.stride(1) == 1 and x.stride(0) % 16 == 0 and x.data_ptr() % 16 == 0
 
 
 def block_scaled_gemm(
@@ -140,28 +194,49 @@ def block_scaled_gemm(
     b_scale_rows: int,
     out_dtype: torch.dtype = torch.bfloat16,
     config: GemmConfig | None = None,
+    seg_kb: int | None = None,
+    split: bool | None = None,
 ) -> torch.Tensor:
     """c = dequant(a) @ dequant(b)^T for a [M, K] and b [N, K] FP8 (K-major; other strides work, slower).
 
     `b_scale_rows` is how many rows of b share one scale row: 128 (128x128 blocks) or 1 (1x128 groups).
-    `config` defaults to `config_for(M, N)`.
+    `config` defaults to `config_for(M, N)`, `seg_kb` to `segment_kb(N, K)` (changing it changes the bits);
+    `split` (one program per segment, then a sum kernel) defaults to on when the tiles alone would leave SMs
+    idle. Neither config nor split changes a bit of the result.
     """
     m, k = a.shape
     n = b.shape[0]
     cfg = config or config_for(m, n)
+    seg = seg_kb or segment_kb(n, k)
+    segments = triton.cdiv(triton.cdiv(k, BLOCK_K), seg)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0 or n == 0:
         return c
-    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
-    _fp8_block_gemm_kernel[grid](
-        a, b, c, a_scale, b_scale,
-        m, n, k,
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    if split is None:
+        split = segments > 1 and (m <= SMALL_M_MAX or (a.is_cuda and tiles < _sm_count(a.device.index or 0)))
+    split = split and segments > 1
+    tma = cfg.tma and _tma_ok(a) and _tma_ok(b)
+    if tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        a_src = TensorDescriptor.from_tensor(a, [cfg.block_m, BLOCK_K])
+        b_src = TensorDescriptor.from_tensor(b, [cfg.block_n, BLOCK_K])
+    else:
+        a_src, b_src = a, b
+    ws = torch.empty((segments, m, n), dtype=torch.float32, device=a.device) if split else c
+    _fp8_block_gemm_kernel[(tiles, segments if split else 1)](
+        a_src, b_src, c, ws, a_scale, b_scale,
+        m, n, k, seg,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
-        SCALE_BN=b_scale_rows, EVEN_K=(k % BLOCK_K == 0), PAIR=cfg.pair,
+        SCALE_BN=b_scale_rows, EVEN_K=(k % BLOCK_K == 0), SPLIT=split, TMA=tma, FLAT=cfg.flat,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K, GROUP_M=cfg.group_m,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
+    if split:
+        block = 1024
+        _sum_segments_kernel[(triton.cdiv(m * n, block),)](ws, c, m * n, segments, BLOCK=block, num_warps=4)
     return c
 
 

@@ -120,54 +120,112 @@ def _rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm, str
 
 
 @triton.jit
-def _blocks_kernel(w_ptr, q_ptr, s_ptr, N, K, stride_wn, stride_qn, stride_sn,
+def _blocks_kernel(w_ptr, q_ptr, qt_ptr, s_ptr, N, K, stride_wn, stride_qn, stride_qtk, stride_sn,
                    BR: tl.constexpr, BC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
-                   FMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr,
-                   EXACT_ROUND: tl.constexpr):
-    """One program per BRxBC weight block (partial at the edges)."""
+                   TRANSPOSE: tl.constexpr, FMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                   POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """One program per BRxBC weight block (partial at the edges). With TRANSPOSE the same bytes are also
+    stored transposed into qt [K, N] (dgrad's K-major operand), saving the separate transpose kernel."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     r = tl.arange(0, BLOCK_R)
     c = tl.arange(0, BLOCK_C)
     rows = (pid_n * BR + r).to(tl.int64)
-    cols = pid_k * BC + c
-    mask = ((r < BR) & (rows < N))[:, None] & ((c < BC) & (cols < K))[None, :]
+    cols = (pid_k * BC + c).to(tl.int64)
+    row_ok = (r < BR) & (rows < N)
+    col_ok = (c < BC) & (cols < K)
+    mask = row_ok[:, None] & col_ok[None, :]
     w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     scale = _scale_from_amax(tl.max(tl.max(_safe_abs(w), axis=1), axis=0), FMAX, POW2)
     q = _cast_to_fp8(w, scale, q_ptr.dtype.element_ty, FMAX, MBITS, EMIN, EXACT_ROUND)
     tl.store(q_ptr + rows[:, None] * stride_qn + cols[None, :], q, mask=mask)
+    if TRANSPOSE:
+        tl.store(qt_ptr + cols[:, None] * stride_qtk + rows[None, :], tl.trans(q), mask=col_ok[:, None] & row_ok[None, :])
     tl.store(s_ptr + pid_n * stride_sn + pid_k, scale)
 
 
 @triton.jit
-def _tokens_t_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm, stride_sim, stride_sig,
-                     G: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr, G_IN: tl.constexpr,
-                     DEQUANT: tl.constexpr, FMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
-                     POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
-    """Gx1 groups along tokens, written transposed: q [C, M_pad], scales [M_pad/G, C] (= [C, M_pad/G] with
-    strides (1, C)). One program per (token group, BLOCK_C columns). With DEQUANT the input is a 1xG_IN FP8
-    activation (x = q_in * s_in in fp32, as `dequantize`), which fuses the wgrad re-quantization."""
-    pid_g = tl.program_id(0)
-    pid_c = tl.program_id(1)
-    t = tl.arange(0, BLOCK_G)
-    toks = (pid_g * G + t).to(tl.int64)
-    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    col_ok = cols < C
-    mask = ((t < G) & (toks < M))[:, None] & col_ok[None, :]
-    x = tl.load(x_ptr + toks[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    if DEQUANT:
-        if G_IN % BLOCK_C == 0:  # the column block lies inside one input group: one scale per token
-            s_in = tl.load(s_in_ptr + toks * stride_sim + (pid_c * BLOCK_C // G_IN) * stride_sig,
-                           mask=(t < G) & (toks < M), other=1.0)
-            x = x * s_in[:, None]
-        else:
-            s_in = tl.load(s_in_ptr + toks[:, None] * stride_sim + (cols // G_IN)[None, :] * stride_sig,
-                           mask=mask, other=1.0)
-            x = x * s_in
+def _tokens_t_tile(x, t, toks, cols, col_ok, q_ptr, s_ptr, pid_t, C, M_pad, G: tl.constexpr,
+                   BLOCK_T: tl.constexpr, FMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                   POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """Quantize an fp32 tile x [tokens, cols] along tokens and store it transposed: q [C, M_pad] gets
+    tl.trans(q_tile), so each column's run of tokens is one contiguous, vectorized store (the tile is
+    transposed in shared memory, not by per-byte scattered stores), and the column scales go to row pid_t of
+    the [M_pad/G, C] scale buffer. No mask along tokens when G is a power of two (BLOCK_T == G): a mask that
+    varies along the contiguous axis would split the store into single bytes. The padding tokens [M, M_pad)
+    are loaded as 0 and written as FP8 zeros, as the contract's zero padding requires."""
     scale = _scale_from_amax(tl.max(_safe_abs(x), axis=0), FMAX, POW2)
     q = _cast_to_fp8(x, scale[None, :], q_ptr.dtype.element_ty, FMAX, MBITS, EMIN, EXACT_ROUND)
-    tl.store(q_ptr + cols[None, :].to(tl.int64) * M_pad + toks[:, None], q, mask=(t < G)[:, None] & col_ok[None, :])
-    tl.store(s_ptr + pid_g * C + cols, scale, mask=col_ok)
+    if BLOCK_T == G:
+        store_mask = col_ok[:, None]
+    else:
+        store_mask = col_ok[:, None] & (t < G)[None, :]
+    tl.store(q_ptr + cols[:, None] * M_pad + toks[None, :], tl.trans(q), mask=store_mask)
+    tl.store(s_ptr + pid_t * C + cols, scale, mask=col_ok)
+
+
+@triton.jit
+def _tokens_t_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm, stride_sim, stride_sig,
+                     G: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, CHUNKS: tl.constexpr,
+                     G_IN: tl.constexpr,
+                     DEQUANT: tl.constexpr, FMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                     POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """Gx1 groups along tokens, written transposed: q [C, M_pad], scales [M_pad/G, C]
+    (= [C, M_pad/G] with strides (1, C)). One program per (token group, CHUNKS x BLOCK_C columns), the chunks
+    unrolled so their loads are in flight together. With DEQUANT the input is a 1xG_IN FP8 activation
+    (x = q_in * s_in in fp32, as `dequantize`), which fuses the wgrad re-quantization."""
+    pid_t = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    t = tl.arange(0, BLOCK_T)
+    toks = (pid_t * G + t).to(tl.int64)
+    tok_ok = (t < G) & (toks < M)
+    for i in tl.static_range(CHUNKS):
+        cols = ((pid_c * CHUNKS + i) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
+        col_ok = cols < C
+        mask = tok_ok[:, None] & col_ok[None, :]
+        x = tl.load(x_ptr + toks[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if DEQUANT:
+            if G_IN % BLOCK_C == 0:  # the chunk lies inside one input group: one scale per token
+                group_in = (pid_c * CHUNKS + i) * BLOCK_C // G_IN
+                s_in = tl.load(s_in_ptr + toks * stride_sim + group_in * stride_sig, mask=tok_ok, other=1.0)
+                x = x * s_in[:, None]
+            else:
+                s_in = tl.load(s_in_ptr + toks[:, None] * stride_sim + (cols // G_IN)[None, :] * stride_sig,
+                               mask=mask, other=1.0)
+                x = x * s_in
+        _tokens_t_tile(x, t, toks, cols, col_ok, q_ptr, s_ptr, pid_t, C, M_pad, G, BLOCK_T, FMAX, MBITS, EMIN,
+                       POW2, EXACT_ROUND)
+
+
+@triton.jit
+def _rows_and_tokens_t_kernel(x_ptr, qr_ptr, sr_ptr, qt_ptr, st_ptr, M, C, M_pad, stride_xm,
+                              GR: tl.constexpr, GT: tl.constexpr, BLOCK_R: tl.constexpr,
+                              BLOCK_T: tl.constexpr, CHUNKS: tl.constexpr,
+                              FMAX_R: tl.constexpr, MBITS_R: tl.constexpr, EMIN_R: tl.constexpr,
+                              POW2_R: tl.constexpr, FMAX_T: tl.constexpr, MBITS_T: tl.constexpr,
+                              EMIN_T: tl.constexpr, POW2_T: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """Both grad-output layouts from one read of dy [M, C]: per [GT, GR] tile the
+    row amax gives the 1xGR operand (data [M, C], scales [M, C/GR] M-major, for dgrad) and the column amax the
+    GTx1 tokens-transposed operand (data [C, M_pad], scales [M_pad/GT, C], for wgrad). Each half is the same
+    arithmetic as `_rows_kernel` / `_tokens_t_kernel`, so the bytes equal the two separate quantizers'."""
+    pid_t = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    t = tl.arange(0, BLOCK_T)
+    toks = (pid_t * GT + t).to(tl.int64)
+    tok_ok = (t < GT) & (toks < M)
+    c = tl.arange(0, BLOCK_R)
+    for i in tl.static_range(CHUNKS):
+        group = pid_c * CHUNKS + i
+        cols = (group * GR + c).to(tl.int64)
+        col_ok = (c < GR) & (cols < C)
+        mask = tok_ok[:, None] & col_ok[None, :]
+        x = tl.load(x_ptr + toks[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        scale_r = _scale_from_amax(tl.max(_safe_abs(x), axis=1), FMAX_R, POW2_R)
+        q_r = _cast_to_fp8(x, scale_r[:, None], qr_ptr.dtype.element_ty, FMAX_R, MBITS_R, EMIN_R, EXACT_ROUND)
+        tl.store(qr_ptr + toks[:, None] * C + cols[None, :], q_r, mask=mask)
+        tl.store(sr_ptr + toks + group * M, scale_r, mask=tok_ok & (group * GR + 0 * toks < C))
+        _tokens_t_tile(x, t, toks, cols, col_ok, qt_ptr, st_ptr, pid_t, C, M_pad, GT, BLOCK_T, FMAX_T, MBITS_T,
+                       EMIN_T, POW2_T, EXACT_ROUND)
 
 
 @triton.jit

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One device call: GEMM/linear GPU tests, a profile of one linear step, the Triton tile sweep, then both
-# benchmarks. Full logs and JSON under $OUT; the short tables are printed last.
-# Usage on the GPU machine: scripts/gpu_check.sh [tests] [profile] [sweep] [kernels] [linear] [quick]
+# One device call: GPU tests, a profile of one linear step, the Triton tile sweep, the benchmarks and the
+# Llama-3.1-8B identity check. Full logs and JSON under $OUT; the short tables are printed last.
+# Usage on the GPU machine:
+#   scripts/gpu_check.sh [tests|alltests] [profile] [sweep] [quant] [kernels] [linear] [check] [quick]
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -14,6 +15,12 @@ for s in $steps; do
   start=$SECONDS
   case $s in
     tests) python3 -m pytest -q -m gpu tests/numerics/gpu/test_gemm_gpu.py tests/numerics/gpu/test_linear_gpu.py > "$OUT/tests.txt" 2>&1 ;;
+    alltests) python3 -m pytest -q -m gpu tests > "$OUT/tests.txt" 2>&1 ;;
+    quant) python3 -m precision_engine.bench.quant --sweep --json "$OUT/bench_quant.json" > "$OUT/quant.txt" 2>&1 ;;
+    check) for p in jetrl_unified fp8_rollout_naive jetrl_unified_kv; do
+             precision check -p $p -m llama-3.1-8b --device cuda --batch 4 --seq-len 256 --top 5 \
+               --save "$OUT/check_8b_$p.json" > "$OUT/check_$p.txt" 2>&1; echo "check $p: exit $?"
+           done ;;
     profile) python3 scripts/profile_linear.py > "$OUT/profile.txt" 2>&1 ;;
     sweep) python3 scripts/gemm_tiles.py "$OUT/tiles.json" > "$OUT/tiles.txt" 2>&1 ;;
     kernels) precision bench kernels $quick --out "$OUT/bench_kernels.json" > "$OUT/kernels.txt" 2>&1 ;;
@@ -23,4 +30,6 @@ for s in $steps; do
 done
 cat "$OUT/env.txt"
 tail -n 12 "$OUT/tests.txt" 2>/dev/null
+for p in jetrl_unified fp8_rollout_naive jetrl_unified_kv; do [ -f "$OUT/check_$p.txt" ] && head -n 8 "$OUT/check_$p.txt"; done
+tail -n 20 "$OUT/quant.txt" 2>/dev/null
 for f in kernels linear; do [ -f "$OUT/$f.txt" ] && tail -n 45 "$OUT/$f.txt"; done

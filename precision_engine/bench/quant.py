@@ -2,8 +2,9 @@
 
 Bytes are the floor each kernel must move (input read once, FP8 data and fp32 scales written once), so
 ``% copy`` is directly the fraction of achievable HBM bandwidth reached (issue 3 target for the 1x128
-activation quantizer: >= 80%). Each timed call gets the next of several freshly drawn input sets whose total
-exceeds the L2 several times. Run: ``python -m precision_engine.bench.quant [--json out.json] [--sweep]``.
+activation quantizer: >= 80%). The fused grad-output quantizer's floor is one read of dy and both layouts
+written; the "two kernels" row times the unfused pair against that same floor, so the two compare directly.
+Each timed call gets the next of several freshly drawn input sets whose total exceeds the L2 several times. Run: ``python -m precision_engine.bench.quant [--json out.json] [--sweep]``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ ACT_SHAPES = [(8192, 4096), (16384, 4096), (8192, 14336), (16384, 14336)]  # tok
 WEIGHT_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]  # q/o, gate/up, down projections
 # 1x128 launch configs timed by --sweep (BLOCK_M rows x GROUPS groups per program, warps).
 ROWS_SWEEP = [(8, 4, 4), (16, 2, 4), (16, 4, 4), (16, 4, 8), (32, 2, 8), (32, 4, 8), (64, 1, 8), (64, 2, 8), (128, 1, 8)]
+# Tokens-transposed configs (BLOCK_C columns x CHUNKS per 128-token program, warps).
+TOKENS_SWEEP = [(32, 1, 2), (64, 1, 2), (64, 1, 4), (64, 2, 4), (128, 1, 4), (128, 1, 8)]
+# Fused grad-output configs (128x128 tiles per program, warps).
+DUAL_SWEEP = [(1, 8), (1, 16)]
 
 
 def copy_bandwidth(nbytes: int = 1 << 30, *, reps: int = 30) -> float:
@@ -51,10 +56,16 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
     def saved(shape):
         return lambda: (Q.quantize_rows_1xG(torch.randn(shape, device="cuda", dtype=torch.bfloat16), act),)
 
+    def separate(x):
+        Q.quantize_rows_1xG(x, act)
+        Q.quantize_tokens_transposed(x, tok)
+
     cases = []
     for m, k in ACT_SHAPES:
         shape = (m, k)
         nbytes = _act_bytes(m, k)
+        requant_bytes = _act_bytes(m, k, in_bytes=1) + 4 * m * -(-k // 128)
+        dual_bytes = _act_bytes(m, k) + m * k + 4 * m * -(-k // 128)
         cases.append(("1x128 act (triton)", shape, lambda x: Q.quantize_rows_1xG(x, act), bf16(shape), nbytes))
         cases.append(("1x128 act exact-round", shape, lambda x: T.quantize_rows(x, act, exact_round=True),
                       bf16(shape), nbytes))
@@ -67,7 +78,21 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                 cases.append((name, shape, lambda x, c=config: T.quantize_rows(x, act, config=c), bf16(shape), nbytes))
         cases.append(("128x1 tokens^T", shape, lambda x: Q.quantize_tokens_transposed(x, tok), bf16(shape), nbytes))
         cases.append(("requant fp8 -> tokens^T", shape, lambda q: Q.requantize_tokens_transposed(q),
-                      saved(shape), _act_bytes(m, k, in_bytes=1) + 4 * m * -(-k // 128)))
+                      saved(shape), requant_bytes))
+        cases.append(("dy 1x128+tokens^T fused", shape,
+                      lambda x: Q.quantize_rows_and_tokens_transposed(x, act, tok), bf16(shape), dual_bytes))
+        cases.append(("dy 1x128+tokens^T 2 kernels", shape, separate, bf16(shape), dual_bytes))
+        if sweep:
+            for bc, chunks, warps in TOKENS_SWEEP:
+                config = {"BLOCK_C": bc, "CHUNKS": chunks, "num_warps": warps}
+                tag = f"c{bc} x{chunks} w{warps}"
+                cases.append((f"tokens^T {tag}", shape,
+                              lambda x, c=config: T.quantize_tokens_transposed(x, tok, config=c), bf16(shape), nbytes))
+            for chunks, warps in DUAL_SWEEP:
+                config = {"CHUNKS": chunks, "num_warps": warps}
+                cases.append((f"dy fused x{chunks} w{warps}", shape,
+                              lambda x, c=config: T.quantize_rows_and_tokens_transposed(x, act, tok, config=c),
+                              bf16(shape), dual_bytes))
         cases.append(("per-tensor (2 passes)", shape, lambda x: Q.quantize(x, ten), bf16(shape), 3 * m * k))
     for n, k in WEIGHT_SHAPES:
         nbytes = 3 * n * k + 4 * -(-n // 128) * -(-k // 128)
@@ -116,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--reps", type=int, default=40)
-    parser.add_argument("--sweep", action="store_true", help="also time every 1x128 kernel config")
+    parser.add_argument("--sweep", action="store_true", help="also time every launch config of the 1x128, "
+                        "tokens-transposed and fused grad-output kernels")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("error: the quantizer benchmark needs a CUDA GPU")

@@ -10,7 +10,7 @@ Kernels (`Kernel`):
              dot products are exact in float64 (each E4M3 product has <= 8 significant bits and spans 2^-18 ..
              2^18, so 128 of them sum exactly in 53 bits; E5M2's wider range can round, in extreme mixes only),
              then scaled and summed over K blocks in increasing order, rounded once to out_dtype.
-  triton     `triton_gemm`: fixed K order, no split-K, same bits for a row at any M (decode and prefill tiles).
+  triton     `triton_gemm`: fixed K order and a split-K fixed by (N, K), so a row has the same bits at any M.
   cublas     torch._scaled_mm blockwise on Hopper; its algorithm choice depends on M, so it is not
              batch-invariant. M is zero-padded to a multiple of 16, ceil(K/128) to a multiple of 4 and N
              to a multiple of 128 (copies, only for shapes that need them).

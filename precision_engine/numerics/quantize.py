@@ -122,6 +122,32 @@ def quantize_tokens_transposed(x: torch.Tensor, fmt: QuantFormat, *, backend: st
     return _dispatch("tokens_t", _as_2d(x), fmt, backend)
 
 
+def quantize_rows_and_tokens_transposed(
+    x: torch.Tensor, rows_fmt: QuantFormat, tokens_fmt: QuantFormat, *, backend: str = "auto"
+) -> tuple[Quantized, Quantized]:
+    """(quantize_rows_1xG(x, rows_fmt), quantize_tokens_transposed(x, tokens_fmt)) from one read of x.
+
+    The grad output feeds dgrad as 1xG groups along K and wgrad as Gx1 groups along tokens; on the GPU one
+    kernel reads each [G, G] tile of dy once and writes both (one launch, a third less traffic than two passes).
+    The bytes are those of the two separate quantizers. Not yet used by Fp8Linear: on an H200 (triton 3.6) it
+    still takes about twice the GPU time of the two kernels (bench/quant.py, "dy 1x128+tokens^T" rows).
+    """
+    _check_fp8(rows_fmt, Granularity.GROUP)
+    _check_fp8(tokens_fmt, Granularity.GROUP)
+    if rows_fmt.axis is not Axis.K or tokens_fmt.axis is not Axis.TOKENS:
+        raise ValueError(
+            f"need a 1xG (axis=k) and a Gx1 (axis=tokens) format, got {rows_fmt.describe()} and "
+            f"{tokens_fmt.describe()}"
+        )
+    x = _as_2d(x)
+    _check_input(x)
+    if _use_triton(x, backend):
+        from precision_engine.numerics import triton_quant
+
+        return triton_quant.quantize_rows_and_tokens_transposed(x, rows_fmt, tokens_fmt)
+    return _ref_rows(x, rows_fmt), _ref_tokens_t(x, tokens_fmt)
+
+
 def requantize_tokens_transposed(
     q: Quantized, fmt: QuantFormat | None = None, *, backend: str = "auto"
 ) -> Quantized:
@@ -278,13 +304,17 @@ _REFERENCE = {
 
 
 def _dispatch(kind: str, x: torch.Tensor, fmt: QuantFormat, backend: str) -> Quantized:
-    if not x.is_floating_point() or x.dtype in FP8_TORCH_DTYPE.values():
-        raise ValueError(f"quantize needs a bf16/fp16/fp32 tensor, got {x.dtype}")
+    _check_input(x)
     if _use_triton(x, backend):
         from precision_engine.numerics import triton_quant
 
         return triton_quant.QUANTIZERS[kind](x, fmt)
     return _REFERENCE[kind](x, fmt)
+
+
+def _check_input(x: torch.Tensor) -> None:
+    if not x.is_floating_point() or x.dtype in FP8_TORCH_DTYPE.values():
+        raise ValueError(f"quantize needs a bf16/fp16/fp32 tensor, got {x.dtype}")
 
 
 def _use_triton(x: torch.Tensor, backend: str) -> bool:

@@ -8,11 +8,12 @@ arithmetic of every output element independently of M:
   accumulator and is scaled by sa[m, kb] * sb[n, kb] before it is added to a running FP32 segment sum.
 - The K blocks form segments of `segment_kb(N, K)` blocks, a function of (N, K) only, never of M. Each segment
   is summed from zero in increasing kb; the segment sums are then added in increasing order, starting from zero.
-  Decode (few rows) runs one program per (tile, segment) and adds the FP32 partials in a second kernel (split-K,
-  so a narrow weight still has enough programs streaming it); prefill walks all segments in one program. Both
-  do the same additions in the same order, so a row has the same bits at any M.
+  Small M runs one program per (tile, segment), FP32 partials to a workspace, then the in-order sum (a second
+  kernel, or with fused_sum the tile's last program to arrive): split-K, so a narrow or long weight still
+  has enough programs streaming it. Large M walks all segments in one program. Both do the same additions in
+  the same order, so a row has the same bits at any M.
 - The tile shape only decides which program computes an element, not how: every tile of >= 64 rows runs on
-  wgmma (16-row tiles take the mma.sync path and gave other bits on the H200), with or without TMA loads
+  wgmma (16-row token tiles take the mma.sync path and gave other bits on the H200), with TMA or plain loads
   (checked on the GPU by tests/numerics/gpu/test_gemm_gpu.py and scripts/gemm_tiles.py).
 
 Scales: `sa` is [M, ceil(K/128)] (1x128 groups, any strides); `sb` is [ceil(N/SCALE_BN), ceil(K/128)] with
@@ -35,21 +36,35 @@ BLOCK_K = 128  # one scale block per K step: the scale granularity of every oper
 
 @dataclass(frozen=True)
 class GemmConfig:
+    """Tiles of the kernel's own operands: block_m rows of its `a`, block_n rows of its `b`.
+
+    swap_ab runs c^T = b @ a^T (the weight is the kernel's `a`): at decode sizes the weight fills the
+    64/128-row side that wgmma needs and the few tokens the narrow side, instead of a 64-row token tile that
+    is mostly padding. None of these fields changes a bit of the result (GPU-tested); only segment_kb does.
+    """
+
     block_m: int
     block_n: int
     num_warps: int
     num_stages: int
     group_m: int = 8
-    tma: bool = True  # tensor-descriptor (TMA) loads where the operands allow them; same bits either way
-    flat: bool = True  # walk K in one loop, closing segments inside it (keeps the load pipeline full)
+    tma: bool = True  # tensor-descriptor (TMA) loads where the operands allow them
+    flatten: bool = False  # ask Triton to flatten the segment loop nest into one pipelined loop
+    swap_ab: bool = False
+    fused_sum: bool = False  # split-K: the tile's last program adds the segments (no second launch)
 
 
-# Prefill/training tiles: the fastest configuration of the H200 tile sweep (scripts/gemm_tiles.py).
-PREFILL = GemmConfig(block_m=128, block_n=128, num_warps=8, num_stages=3)
+# Prefill/training tiles, from the H200 sweeps (scripts/gemm_tiles.py, 2026-11-30): 64x128, 4 warps, 4 stages,
+# TMA loads: 0.88-0.96x BF16 with the split's segments (128x128 with 8 warps 0.72-0.79x in the same run; it
+# pays 5-10% per extra segment, 64x128 nothing). 128x256 and 256x128 spill (0.15x); flattening the segment
+# loop nest (tl.range flatten) gained at most 0.05x.
+PREFILL = GemmConfig(block_m=64, block_n=128, num_warps=4, num_stages=4)
+_SWAP_M_MAX = 16  # decode with at most this many tokens swaps the operands and fuses the segment sum
 # Split-K: the segment count is the smallest power of two giving at least _SPLIT_PROGRAMS programs of
-# _SPLIT_BLOCK_N-wide tiles, with segments of at least _MIN_SEGMENT_KB K blocks. A fixed function of (N, K).
+# 64-wide weight tiles and segments of at most _MAX_SEGMENT_KB K blocks, keeping at least _MIN_SEGMENT_KB
+# blocks per segment. A fixed function of (N, K), chosen from the decode sweep (M = 1, 16, 64) on the H200.
 _SPLIT_PROGRAMS = 256
-_SPLIT_BLOCK_N = 64
+_MAX_SEGMENT_KB = 16
 _MIN_SEGMENT_KB = 4
 
 
@@ -57,20 +72,32 @@ def segment_kb(n: int, k: int) -> int:
     """K blocks per segment for an [*, K] x [N, K] GEMM: depends on (N, K) only, so a row's bits never on M."""
     num_kb = triton.cdiv(k, BLOCK_K)
     segments = 1
-    while triton.cdiv(n, _SPLIT_BLOCK_N) * segments < _SPLIT_PROGRAMS and num_kb // (2 * segments) >= _MIN_SEGMENT_KB:
+    while (triton.cdiv(n, 64) * segments < _SPLIT_PROGRAMS or triton.cdiv(num_kb, segments) > _MAX_SEGMENT_KB) \
+            and num_kb // (2 * segments) >= _MIN_SEGMENT_KB:
         segments *= 2
     return triton.cdiv(num_kb, segments)
 
 
-def config_for(m: int, n: int) -> GemmConfig:
-    """The tile config for an [M, N] output: decode tiles up to SMALL_M_MAX rows, prefill tiles above.
+def config_for(m: int, n: int, k: int) -> GemmConfig:
+    """The tile config for an [M, N] output (H200 sweeps, 2026-11-30; none of it changes a bit):
 
-    BLOCK_M stays 64 for decode: 16-row tiles (below wgmma's 64-row minimum, so another MMA path) gave
-    different bits from the prefill tiles on the H200; every tile of 64 or more rows gave the same bits.
+    - M <= 16: swapped operands, the weight on wgmma's 64/128-row side and the tokens in a 16-wide tile (a
+      16-row token tile would leave wgmma for mma.sync, which gave other bits), segments summed in the kernel:
+      1.3-1.7x BF16 at M = 1 where 64-row token tiles gave 1.1-1.5x.
+    - M <= 64: 64-row token tiles, the segments summed by a second kernel (the fused sum and swapped operands
+      were 0-25% slower at M = 64).
+    - Weight tiles: 128 rows with 3-4 stages when that still gives >= ~200 programs, else 64 rows, deeper.
     """
     if m > SMALL_M_MAX:
         return PREFILL
-    return GemmConfig(block_m=64, block_n=_SPLIT_BLOCK_N, num_warps=4, num_stages=4, group_m=1)
+    segments = triton.cdiv(triton.cdiv(k, BLOCK_K), segment_kb(n, k))
+    wide = triton.cdiv(n, 128) * segments >= 200
+    if m <= _SWAP_M_MAX:
+        return GemmConfig(block_m=128 if wide else 64, block_n=16, num_warps=4, num_stages=4 if wide else 6,
+                          group_m=1, swap_ab=True, fused_sum=True)
+    if wide:
+        return GemmConfig(block_m=64, block_n=128, num_warps=4, num_stages=3, group_m=1)
+    return GemmConfig(block_m=64, block_n=64, num_warps=4, num_stages=4, group_m=1, tma=False)
 
 
 @triton.jit
@@ -99,11 +126,12 @@ def _add_block(acc, a_src, b_src, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k,
 
 @triton.jit
 def _fp8_block_gemm_kernel(
-    a_src, b_src, c_ptr, ws_ptr, sa_ptr, sb_ptr,
+    a_src, b_src, c_ptr, ws_ptr, count_ptr, sa_ptr, sb_ptr,
     M, N, K, SEG_KB,
     stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
     stride_sam, stride_sak, stride_sbn, stride_sbk,
-    SCALE_BN: tl.constexpr, EVEN_K: tl.constexpr, SPLIT: tl.constexpr, TMA: tl.constexpr, FLAT: tl.constexpr,
+    SCALE_AM: tl.constexpr, SCALE_BN: tl.constexpr, EVEN_K: tl.constexpr, SPLIT: tl.constexpr,
+    FUSED_SUM: tl.constexpr, TMA: tl.constexpr, FLATTEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     # Grouped program order so that neighbouring programs share operand tiles in L2; numerics-neutral.
@@ -123,50 +151,52 @@ def _fp8_block_gemm_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     mask_m = offs_m < M
     mask_n = offs_n < N
+    mask_c = mask_m[:, None] & mask_n[None, :]
     if TMA:
         a_ops = a_src
         b_ops = b_src
     else:
         a_ops = a_src + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
         b_ops = b_src + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
-    sa_ptrs = sa_ptr + offs_m * stride_sam
+    sa_ptrs = sa_ptr + (offs_m // SCALE_AM) * stride_sam
     sb_ptrs = sb_ptr + (offs_n // SCALE_BN) * stride_sbn
+    c_offs = offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     num_kb = tl.cdiv(K, BLOCK_K)
 
     if SPLIT:
-        # One segment per program: its FP32 sum goes to ws[segment]; _sum_segments_kernel adds them in order.
+        # One segment per program: its FP32 sum goes to ws[segment] (laid out like c); the segment sums are
+        # added in increasing order by _sum_segments_kernel or, FUSED_SUM, by the tile's last program to finish.
         seg = tl.program_id(1)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kb in range(seg * SEG_KB, min(seg * SEG_KB + SEG_KB, num_kb)):
             acc = _add_block(acc, a_ops, b_ops, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m, mask_n,
                              stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
-        ws_ptrs = ws_ptr + seg * M * N + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(ws_ptrs, acc, mask=mask_m[:, None] & mask_n[None, :])
+        tl.store(ws_ptr + seg * M * N + c_offs, acc, mask=mask_c)
+        if FUSED_SUM:
+            segments = tl.num_programs(1)
+            tl.debug_barrier()  # every thread's partial is written before the release below
+            arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel", scope="gpu")
+            if arrived == segments - 1:
+                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for s in range(0, segments):
+                    total += tl.load(ws_ptr + s * M * N + c_offs, mask=mask_c, other=0.0, cache_modifier=".cg")
+                tl.store(c_ptr + c_offs, total.to(c_ptr.dtype.element_ty), mask=mask_c)
+                tl.atomic_xchg(count_ptr + pid, 0, sem="relaxed", scope="gpu")  # ready for the next launch
     else:
-        # total = ((0 + seg_0) + seg_1) + ...: the same additions as the split launch plus its sum kernel.
+        # total = ((0 + seg_0) + seg_1) + ...: the same additions as the split launch plus its sum.
         total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if FLAT:
+        for kb_lo in tl.range(0, num_kb, SEG_KB, flatten=FLATTEN):
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for kb in range(0, num_kb):
-                acc = _add_block(acc, a_ops, b_ops, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m, mask_n,
-                                 stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
-                if ((kb + 1) % SEG_KB == 0) | (kb + 1 == num_kb):
-                    total += acc
-                    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        else:
-            for kb_lo in range(0, num_kb, SEG_KB):
-                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for kb in range(kb_lo, min(kb_lo + SEG_KB, num_kb)):
-                    acc = _add_block(acc, a_ops, b_ops, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m,
-                                     mask_n, stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
-                total += acc
-        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-        tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+            for kb in range(kb_lo, min(kb_lo + SEG_KB, num_kb)):
+                acc = _add_block(acc, a_ops, b_ops, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m,
+                                 mask_n, stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
+            total += acc
+        tl.store(c_ptr + c_offs, total.to(c_ptr.dtype.element_ty), mask=mask_c)
 
 
 @triton.jit
 def _sum_segments_kernel(ws_ptr, c_ptr, MN, SEGMENTS, BLOCK: tl.constexpr):
-    """c = ((0 + ws[0]) + ws[1]) + ... rounded once to c's dtype; c is contiguous [M, N]."""
+    """c = ((0 + ws[0]) + ws[1]) + ... rounded once to c's dtype; c is contiguous [M, N], ws [S, M, N]."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
     total = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -178,6 +208,20 @@ def _sum_segments_kernel(ws_ptr, c_ptr, MN, SEGMENTS, BLOCK: tl.constexpr):
 @functools.cache
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+_TILE_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
+def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """Per-tile arrival counters for the fused segment sum, all zero between launches (each tile's last
+    program resets its own). One set per stream: launches on one stream never overlap, on two they may."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    counters = _TILE_COUNTERS.get((device, stream))
+    if counters is None or counters.numel() < tiles:
+        counters = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
+        _TILE_COUNTERS[(device, stream)] = counters
+    return counters
 
 
 def _tma_ok(x: torch.Tensor) -> bool:
@@ -200,41 +244,48 @@ def block_scaled_gemm(
     """c = dequant(a) @ dequant(b)^T for a [M, K] and b [N, K] FP8 (K-major; other strides work, slower).
 
     `b_scale_rows` is how many rows of b share one scale row: 128 (128x128 blocks) or 1 (1x128 groups).
-    `config` defaults to `config_for(M, N)`, `seg_kb` to `segment_kb(N, K)` (changing it changes the bits);
-    `split` (one program per segment, then a sum kernel) defaults to on when the tiles alone would leave SMs
-    idle. Neither config nor split changes a bit of the result.
+    `config` defaults to `config_for(M, N, K)`, `seg_kb` to `segment_kb(N, K)` (changing it changes the bits);
+    `split` (one program per segment, then an in-order sum of the segments) defaults to on when the tiles
+    alone would leave SMs idle. Neither config nor split changes a bit of the result.
     """
     m, k = a.shape
     n = b.shape[0]
-    cfg = config or config_for(m, n)
+    cfg = config or config_for(m, n, k)
     seg = seg_kb or segment_kb(n, k)
     segments = triton.cdiv(triton.cdiv(k, BLOCK_K), seg)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0 or n == 0:
         return c
-    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    # The kernel computes c_k = a_k @ b_k^T; swap_ab makes it c^T = b @ a^T (same products, same sums).
+    a_k, sa_k, rows_a, b_k, sb_k, rows_b, c_k = a, a_scale, 1, b, b_scale, b_scale_rows, c
+    if cfg.swap_ab:
+        a_k, sa_k, rows_a, b_k, sb_k, rows_b, c_k = b, b_scale, b_scale_rows, a, a_scale, 1, c.t()
+    mk, nk = a_k.shape[0], b_k.shape[0]
+    tiles = triton.cdiv(mk, cfg.block_m) * triton.cdiv(nk, cfg.block_n)
     if split is None:
         split = segments > 1 and (m <= SMALL_M_MAX or (a.is_cuda and tiles < _sm_count(a.device.index or 0)))
     split = split and segments > 1
+    fused = split and cfg.fused_sum
     tma = cfg.tma and _tma_ok(a) and _tma_ok(b)
     if tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        a_src = TensorDescriptor.from_tensor(a, [cfg.block_m, BLOCK_K])
-        b_src = TensorDescriptor.from_tensor(b, [cfg.block_n, BLOCK_K])
+        a_src = TensorDescriptor.from_tensor(a_k, [cfg.block_m, BLOCK_K])
+        b_src = TensorDescriptor.from_tensor(b_k, [cfg.block_n, BLOCK_K])
     else:
-        a_src, b_src = a, b
+        a_src, b_src = a_k, b_k
     ws = torch.empty((segments, m, n), dtype=torch.float32, device=a.device) if split else c
+    counters = _tile_counters(a.device, tiles) if fused else c
     _fp8_block_gemm_kernel[(tiles, segments if split else 1)](
-        a_src, b_src, c, ws, a_scale, b_scale,
-        m, n, k, seg,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
-        SCALE_BN=b_scale_rows, EVEN_K=(k % BLOCK_K == 0), SPLIT=split, TMA=tma, FLAT=cfg.flat,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K, GROUP_M=cfg.group_m,
+        a_src, b_src, c_k, ws, counters, sa_k, sb_k,
+        mk, nk, k, seg,
+        a_k.stride(0), a_k.stride(1), b_k.stride(0), b_k.stride(1), c_k.stride(0), c_k.stride(1),
+        sa_k.stride(0), sa_k.stride(1), sb_k.stride(0), sb_k.stride(1),
+        SCALE_AM=rows_a, SCALE_BN=rows_b, EVEN_K=(k % BLOCK_K == 0), SPLIT=split, FUSED_SUM=fused, TMA=tma,
+        FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K, GROUP_M=cfg.group_m,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if split:
+    if split and not fused:
         block = 1024
         _sum_segments_kernel[(triton.cdiv(m * n, block),)](ws, c, m * n, segments, BLOCK=block, num_warps=4)
     return c

@@ -7,6 +7,7 @@ fp32 output, 5e-3 with bf16 output (bf16 rounding alone is 2^-9 per element).
 """
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -111,12 +112,43 @@ def test_triton_wgrad_pair_matches_reference():
 
 
 def test_triton_rows_bitwise_batch_invariant():
-    """Same decode tiles for M = 1, 7, 16: a row's bits do not depend on its neighbours."""
-    xq, wq = _operands(16, 128, 256, seed=4)
+    """Decode tiles with split-K (M = 1, 7, 16) and the one-program prefill walk (M = 70): the same row bytes."""
+    from precision_engine.numerics.triton_gemm import segment_kb
+
+    xq, wq = _operands(70, 128, 1024, seed=4)
+    assert segment_kb(128, 1024) < 8  # more than one K segment, so the decode launch splits K
     full = fp8_gemm(xq, wq, kernel=Kernel.TRITON)
-    for m in (1, 7):
+    for m in (1, 7, 16):
         part = fp8_gemm(Quantized(xq.data[:m], xq.scale[:m], xq.fmt), wq, kernel=Kernel.TRITON)
         assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), m
+
+
+def test_triton_launch_choices_give_the_same_bytes():
+    """Tiles, TMA or plain loads, swapped operands, split-K with a separate or fused sum: one set of bits."""
+    from precision_engine.numerics.triton_gemm import GemmConfig, block_scaled_gemm
+
+    xq, wq = _operands(5, 160, 640, seed=8)
+    ref = reference_gemm(xq, wq, out_dtype=torch.float64)
+    outs = [
+        block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, out_dtype=torch.float32,
+                          config=replace(cfg, fused_sum=fused), seg_kb=2, split=split)
+        for cfg in (GemmConfig(64, 32, 4, 2, 1), GemmConfig(64, 64, 4, 2, 1, tma=False),
+                    GemmConfig(128, 16, 4, 2, 1, swap_ab=True), GemmConfig(128, 64, 4, 2, flatten=True))
+        for split, fused in ((False, False), (True, False), (True, True))
+    ]
+    assert _rel(outs[0], ref) < 1e-5
+    for out in outs[1:]:
+        assert torch.equal(out.view(torch.int32), outs[0].view(torch.int32))
+
+
+def test_segments_depend_on_n_and_k_only():
+    """The split is a function of (N, K): 4..16 K blocks per segment at the 8B projections, one segment when K
+    is too short to split."""
+    from precision_engine.numerics.triton_gemm import segment_kb
+
+    for n, k in [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (12288, 4096), (4096, 12288)]:
+        assert 4 <= segment_kb(n, k) <= 16, (n, k)
+    assert segment_kb(4096, 256) == 2
 
 
 def test_transpose_operand_equals_quantizing_the_transpose():

@@ -96,3 +96,35 @@ def test_empty_token_batch():
     fmt = BASE[2]
     got, ref = both(torch.randn(0, 256).to(DEVICE), fmt)
     assert got.data.shape == ref.data.shape == (0, 256) and got.scale.shape == ref.scale.shape == (0, 2)
+
+
+GROUP_FORMATS = [f for f in FORMATS if f.granularity is Granularity.GROUP]
+
+
+@pytest.mark.parametrize("groups", [(128, 128), (32, 64), (48, 96)], ids=["128-128", "32-64", "not-pow2"])
+@pytest.mark.parametrize("shape", [(13, 200), (130, 256)])
+@pytest.mark.parametrize("rows_fmt", [f for f in GROUP_FORMATS if f.axis is Axis.K][::3], ids=lambda f: f.describe())
+def test_fused_grad_output_matches_both_quantizers(rows_fmt, shape, groups):
+    """One kernel, two layouts: the bytes of quantize_rows_1xG and of quantize_tokens_transposed."""
+    tokens_fmt = replace(rows_fmt, axis=Axis.TOKENS, group=groups[1],
+                         dtype=DType.FLOAT8_E5M2 if rows_fmt.dtype is DType.FLOAT8_E4M3 else DType.FLOAT8_E4M3)
+    rows_fmt = replace(rows_fmt, group=groups[0])
+    gen = torch.Generator().manual_seed(hash((rows_fmt, shape, groups)) % 2**31)
+    x = torch.randn(shape, generator=gen) * torch.exp(torch.randn(shape[0], 1, generator=gen) * 3)
+    x[2, 5] = math.nan
+    x = x.to(torch.bfloat16)
+    got_r, got_t = Q.quantize_rows_and_tokens_transposed(x.to(DEVICE), rows_fmt, tokens_fmt, backend="triton")
+    ref_r, ref_t = Q.quantize_rows_and_tokens_transposed(x, rows_fmt, tokens_fmt, backend="reference")
+    assert_bitwise(to_cpu(got_r), Q.quantize_rows_1xG(x, rows_fmt, backend="reference"))
+    assert_bitwise(to_cpu(got_t), Q.quantize_tokens_transposed(x, tokens_fmt, backend="reference"))
+    assert_bitwise(ref_r, to_cpu(got_r))
+    assert_bitwise(ref_t, to_cpu(got_t))
+
+
+@pytest.mark.parametrize("shape", [(0, 256), (5, 0)])
+def test_fused_grad_output_empty(shape):
+    fmt = BASE[2]
+    got_r, got_t = Q.quantize_rows_and_tokens_transposed(torch.randn(shape).to(DEVICE), fmt, BASE[3], backend="triton")
+    ref_r, ref_t = Q.quantize_rows_and_tokens_transposed(torch.randn(shape), fmt, BASE[3], backend="reference")
+    assert got_r.data.shape == ref_r.data.shape and got_r.scale.shape == ref_r.scale.shape
+    assert got_t.data.shape == ref_t.data.shape and got_t.scale.shape == ref_t.scale.shape

@@ -1,5 +1,7 @@
 """FP8 GEMM kernels at full size on the GPU: against the exact reference, and bitwise batch invariance."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -48,16 +50,44 @@ def test_wgrad_pair_matches_reference(kernel):
     assert _rel(out, dy.double().t() @ x.double()) < 0.1  # FP8 quantization error itself, both operands
 
 
-@pytest.mark.parametrize("n", [1024, 4096, 6144, 14336])  # each decode tile width (triton_gemm.config_for)
-def test_triton_rows_bitwise_batch_invariant(n):
-    """Row i is the same bytes whether the GEMM has 1, 7, 128 or 4096 rows (decode and prefill tiles)."""
-    k = 4096
+SHAPES_8B = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (12288, 4096), (4096, 12288), (6144, 4096)]
+
+
+@pytest.mark.parametrize("n,k", SHAPES_8B)  # every split (segment_kb) and decode tile choice of the 8B models
+def test_triton_rows_bitwise_batch_invariant(n, k):
+    """Row i is the same bytes whether the GEMM has 1, 7, 64, 65, 128 or 4096 rows: decode split-K launches
+    and the one-program prefill walk over the same K segments."""
     xq, wq = _operands(4096, n, k, seed=11)
     full = fp8_gemm(xq, wq, kernel=Kernel.AUTO, batch_invariant=True)
     for m in (1, 7, 64, 65, 128):
         sub = type(xq)(xq.data[:m], xq.scale[:m], xq.fmt)
         part = fp8_gemm(sub, wq, kernel=Kernel.AUTO, batch_invariant=True)
         assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), f"M={m}"
+
+
+@pytest.mark.parametrize("m", [1, 64, 300])
+def test_triton_launch_choices_give_the_same_bytes(m):
+    """Tiles, TMA or plain loads, swapped operands, split-K with a separate or fused sum: one set of bits,
+    and the fused sum (an atomic arrival counter) is deterministic over repeated launches."""
+    from precision_engine.numerics.triton_gemm import PREFILL, GemmConfig, block_scaled_gemm
+
+    xq, wq = _operands(m, 4096, 4096, seed=m)
+
+    def run(cfg, split, fused=False):
+        return block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128,
+                                 config=replace(cfg, fused_sum=fused), split=split)
+
+    ref = run(PREFILL, False)
+    assert _rel(ref, reference_gemm(xq, wq, out_dtype=torch.float64)) < REL_TOL
+    cfgs = [GemmConfig(64, 64, 4, 4, 1, tma=False), GemmConfig(64, 128, 4, 3, 1),
+            GemmConfig(128, 16, 4, 4, 1, swap_ab=True), GemmConfig(64, 16, 4, 6, 1, swap_ab=True),
+            GemmConfig(128, 64, 4, 6, 1, swap_ab=True), GemmConfig(128, 128, 8, 3),
+            GemmConfig(128, 128, 8, 3, flatten=True)]
+    for cfg in cfgs:
+        for split, fused in ((False, False), (True, False), (True, True)):
+            for _ in range(3 if fused else 1):
+                out = run(cfg, split, fused)
+                assert torch.equal(out.view(torch.uint16), ref.view(torch.uint16)), (cfg, split, fused)
 
 
 def test_transpose_operand_is_quantized_transpose():

@@ -122,3 +122,31 @@ def test_layouts_feed_scaled_mm_without_copies():
     dw = torch._scaled_mm(dyt.data, xt.data.t(), scale_a=dyt.scale, scale_b=xt.scale.t(), out_dtype=torch.bfloat16)
     dw_ref = Q.dequantize(dyt) @ Q.dequantize(xt).t()
     assert (dw.float() - dw_ref).norm() / dw_ref.norm() < 1e-2
+
+
+TOKENS_CONFIGS = [{"BLOCK_C": 64, "CHUNKS": 1, "num_warps": 2}, {"BLOCK_C": 64, "CHUNKS": 2, "num_warps": 4},
+                  {"BLOCK_C": 128, "CHUNKS": 1, "num_warps": 8}, {"BLOCK_C": 32, "CHUNKS": 1, "num_warps": 2}]
+
+
+@pytest.mark.parametrize("exact_round", [False, True], ids=["hw-cvt", "exact-round"])
+@pytest.mark.parametrize("rows_fmt", [BASE[2], replace(BASE[2], dtype=DType.FLOAT8_E5M2, scale=ScaleKind.POW2)],
+                         ids=lambda f: f.describe())
+def test_fused_grad_output_full_size(rows_fmt, exact_round):
+    from precision_engine.numerics import triton_quant as T
+
+    tokens_fmt = replace(rows_fmt, axis=Axis.TOKENS)
+    x = random_input((8192 + 13, 4096 + 64), seed=11)
+    x[7, 9] = math.nan
+    for config in (None, {"CHUNKS": 1, "num_warps": 8}, {"CHUNKS": 2, "num_warps": 8}):
+        got_r, got_t = T.quantize_rows_and_tokens_transposed(x, rows_fmt, tokens_fmt, exact_round=exact_round,
+                                                             config=config)
+        assert_bitwise(got_r, Q.quantize_rows_1xG(x, rows_fmt, backend="reference"))
+        assert_bitwise(got_t, Q.quantize_tokens_transposed(x, tokens_fmt, backend="reference"))
+
+
+@pytest.mark.parametrize("config", TOKENS_CONFIGS, ids=str)
+def test_tokens_transposed_every_config(config):
+    from precision_engine.numerics import triton_quant as T
+
+    x = random_input((4096 + 13, 4096 + 64), seed=5)
+    assert_bitwise(T.quantize_tokens_transposed(x, BASE[3], config=config), Q.quantize(x, BASE[3], backend="reference"))

@@ -131,7 +131,9 @@ class _Fp8LinearFn(torch.autograd.Function):
         ctx.has_bias = bias is not None
         x_hp = x2.to(compute) if spec.wgrad_operands is None else None
         ctx.save_for_backward(xq.data, xq.scale, x_hp, weight, w_data, w_scale)
-        return y.reshape(*x.shape[:-1], y.shape[-1])
+        # The GEMM computes in the policy's compute dtype; the output takes the input's dtype, as nn.Linear's
+        # does, so an FP32 model without autocast keeps working (the upcast is exact).
+        return y.reshape(*x.shape[:-1], y.shape[-1]).to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):

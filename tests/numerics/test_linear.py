@@ -177,3 +177,17 @@ def test_mlp_training_reaches_bf16_loss():
     fp8_loss, _ = _train_mlp(lambda lin: Fp8Linear.from_linear(lin, JETRL))
     assert bf16_loss < 0.3 * start  # the task is learnt at all
     assert fp8_loss <= 1.10 * bf16_loss, (fp8_loss, bf16_loss)
+
+
+def test_output_takes_the_input_dtype_like_nn_linear():
+    """FP32 activations (an FP32 model without autocast) get the same BF16-computed values, upcast exactly."""
+    torch.manual_seed(3)
+    lin = nn.Linear(256, 128, dtype=torch.float32)
+    fp8 = Fp8Linear.from_linear(lin, JETRL)
+    x32 = torch.randn(5, 256).to(torch.bfloat16).float()  # representable in BF16: the same quantized input
+    y32 = fp8(x32.requires_grad_())
+    y16 = fp8(x32.detach().to(torch.bfloat16))
+    assert y32.dtype == torch.float32 and y16.dtype == torch.bfloat16
+    assert torch.equal(y32.detach().to(torch.bfloat16), y16)
+    y32.float().pow(2).sum().backward()
+    assert x32.grad.dtype == torch.float32 and lin.weight.grad.dtype == torch.float32

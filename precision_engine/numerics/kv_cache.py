@@ -24,6 +24,7 @@ conservative choice and keeps prefill and decode of this engine consistent.)
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +114,7 @@ class Fp8KVLayer(DynamicLayer):
 
 
 class Fp8KVCache(Cache):
-    """A transformers cache whose every layer is an `Fp8KVLayer`; pass it as `cache=` to forward or generate."""
+    """A transformers cache whose every layer is an `Fp8KVLayer`; hand it to forward or generate with `cache_kwargs`."""
 
     def __init__(self, config, scales: KVScales | None = None):
         text_config = config.get_text_config(decoder=True)
@@ -150,6 +151,21 @@ def _head_amax(states: torch.Tensor, token_mask: torch.Tensor | None) -> torch.T
     return magnitude.amax(dim=(0, 2, 3))
 
 
+def cache_kwargs(model: torch.nn.Module, cache: Cache | None) -> dict:
+    """The keyword that hands `cache` to the model's forward or generate.
+
+    transformers renamed `past_key_values` to `cache` during 5.x; both spellings are in use (the H200 image has
+    5.17, which takes `past_key_values`), so ask the signature rather than the version.
+    """
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {name: cache}
+
+
+def returned_cache(output) -> Cache | None:
+    """The cache a forward returned, under either name (see `cache_kwargs`)."""
+    return output["cache"] if "cache" in output else output.get("past_key_values")
+
+
 @torch.no_grad()
 def calibrate_kv_scales(
     model: torch.nn.Module,
@@ -168,7 +184,7 @@ def calibrate_kv_scales(
     was_training = model.training
     model.eval()
     try:
-        model(input_ids=input_ids, attention_mask=attention_mask, cache=recorder, use_cache=True)
+        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **cache_kwargs(model, recorder))
     finally:
         model.train(was_training)
     missing = [i for i, layer in enumerate(recorder.layers) if layer.k_amax is None]

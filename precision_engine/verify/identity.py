@@ -28,7 +28,7 @@ from torch import nn
 
 from precision_engine.compile.plan import compile_plan
 from precision_engine.models.loader import build_model, load_inventory
-from precision_engine.numerics.kv_cache import KVCacheCalibrator
+from precision_engine.numerics.kv_cache import KVCacheCalibrator, cache_kwargs, returned_cache
 from precision_engine.policy.model import Policy
 from precision_engine.rewrite import apply
 
@@ -164,7 +164,7 @@ def _training_forward(model: nn.Module, sequences: torch.Tensor) -> torch.Tensor
 def _rollout_prefill(model: nn.Module, sequences: torch.Tensor, calibrator: KVCacheCalibrator | None) -> torch.Tensor:
     model.eval()
     cache = calibrator.new_cache(model.config) if calibrator else None
-    return model(input_ids=sequences, cache=cache, use_cache=True).logits
+    return model(input_ids=sequences, use_cache=True, **cache_kwargs(model, cache)).logits
 
 
 @torch.no_grad()
@@ -174,11 +174,11 @@ def _rollout_decode(
     """Logits predicting tokens prompt_len..T-1: a prompt prefill, then one token per step (teacher forcing)."""
     model.eval()
     cache = calibrator.new_cache(model.config) if calibrator else None
-    out = model(input_ids=sequences[:, :prompt_len], cache=cache, use_cache=True)
-    cache, steps = out.cache, [out.logits[:, -1:]]
+    out = model(input_ids=sequences[:, :prompt_len], use_cache=True, **cache_kwargs(model, cache))
+    cache, steps = returned_cache(out), [out.logits[:, -1:]]
     for t in range(prompt_len, sequences.shape[1] - 1):
-        out = model(input_ids=sequences[:, t : t + 1], cache=cache, use_cache=True)
-        cache = out.cache
+        out = model(input_ids=sequences[:, t : t + 1], use_cache=True, **cache_kwargs(model, cache))
+        cache = returned_cache(out)
         steps.append(out.logits)
     return torch.cat(steps, dim=1)
 

@@ -13,10 +13,12 @@ from precision_engine.numerics.kv_cache import (
     Fp8KVCache,
     KVCacheCalibrator,
     KVScales,
+    cache_kwargs,
     calibrate_kv_scales,
     dequantize_kv,
     quantize_kv,
     read_sglang_kv_scales,
+    returned_cache,
     sglang_kv_scales,
     write_sglang_kv_scales,
 )
@@ -45,7 +47,7 @@ def tokens(batch=2, seq=48, seed=1):
 def captured_kv(model, ids, attention_mask=None):
     """Keys/values per layer from a plain BF16 cache: the float64 reference for the scales."""
     with torch.no_grad():
-        cache = model(ids, attention_mask=attention_mask, use_cache=True).cache
+        cache = returned_cache(model(ids, attention_mask=attention_mask, use_cache=True))
     return [(layer.keys.double(), layer.values.double()) for layer in cache.layers]
 
 
@@ -93,9 +95,9 @@ def test_fp8_attention_close_to_bf16(model, mode):
     ]
     try:
         with torch.no_grad():
-            ref = model(ids, cache=DynamicCache(config=model.config), use_cache=True).logits
+            ref = model(ids, **cache_kwargs(model, DynamicCache(config=model.config)), use_cache=True).logits
             cache = Fp8KVCache(model.config, scales)
-            out = model(ids, cache=cache, use_cache=True).logits
+            out = model(ids, **cache_kwargs(model, cache), use_cache=True).logits
     finally:
         for hook in hooks:
             hook.remove()
@@ -110,7 +112,8 @@ def test_generate_with_fp8_cache(model):
     ids = tokens(seq=8)
     scales = calibrate_kv_scales(model, tokens())
     cache = Fp8KVCache(model.config, scales)
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False, cache=cache,
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                         **cache_kwargs(model, cache),
                          pad_token_id=0)
     assert out.shape == (2, 14)
     assert cache.get_seq_length() == 13  # the last sampled token is never fed back
@@ -194,6 +197,6 @@ def test_fp8_cache_on_cuda():
     with torch.no_grad():
         ref = model(ids, use_cache=True).logits
         cache = Fp8KVCache(model.config, scales)
-        out = model(ids, cache=cache, use_cache=True).logits
+        out = model(ids, **cache_kwargs(model, cache), use_cache=True).logits
     assert cache.layers[0].keys.is_cuda and cache.layers[0].keys.dtype == torch.float8_e4m3fn
     assert sqnr_db(ref, out) >= LOGITS_SQNR_FLOOR_DB

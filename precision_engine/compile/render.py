@@ -128,8 +128,12 @@ def phase_table(plan: Plan, phase: str):
 def verdict_lines(plan: Plan) -> list[str]:
     differing = plan.differing()
     total = len(plan.inventory.modules)
+    kv_note = []
+    if plan.policy.kv_cache.is_fp8:
+        kv_note = ["  but the FP8 KV cache rounds keys and values in rollout only (the training forward has no cache),",
+                   "  so rollout attention, and its logprobs, still differ: `precision check` measures by how much"]
     if not differing:
-        return [f"verdict: training forward and rollout numerics are IDENTICAL for all {total} modules"]
+        return [f"verdict: training forward and rollout numerics are IDENTICAL for all {total} modules", *kv_note]
     lines = [f"verdict: training forward and rollout numerics DIFFER for {len(differing)} of {total} modules"]
     if not plan.policy.numerics.batch_invariant:
         lines.append("  (numerics.batch_invariant is false: a row's result may depend on the batch size)")
@@ -137,7 +141,7 @@ def verdict_lines(plan: Plan) -> list[str]:
     lines += [f"  {name}" for name in shown[:12]]
     if len(shown) > 12:
         lines.append(f"  ... and {len(shown) - 12} more")
-    return lines
+    return lines + kv_note
 
 
 def policy_lines(policy) -> list[str]:
@@ -207,6 +211,7 @@ def plan_to_dict(plan: Plan, phases: Sequence[str]) -> dict:
         "differing": list(plan.differing()),
         "batch_invariant": plan.policy.numerics.batch_invariant,
         "kv_cache": to_data(plan.policy.kv_cache),
+        "kv_cache_rollout_only": plan.policy.kv_cache.is_fp8,
         "correction": to_data(plan.policy.correction),
         "master_weights": plan.policy.master_weights.value,
         "phases": {

@@ -61,3 +61,15 @@ def test_policy_lines_name_kv_cache_correction_and_master_weights():
         "master weights: fp32",
     ]
     assert policy_lines(load_policy("jetrl_unified"))[:2] == ["rollout KV cache: bf16 (not quantized)", "correction: off"]
+
+
+def test_verdict_warns_that_an_fp8_kv_cache_is_rollout_only(llama8b):
+    from precision_engine.compile.render import verdict_lines
+
+    unified = verdict_lines(compile_plan(load_policy("jetrl_unified"), llama8b))
+    with_kv = verdict_lines(compile_plan(load_policy("jetrl_unified_kv"), llama8b))
+    assert len(unified) == 1 and unified[0].startswith("verdict: training forward and rollout numerics are IDENTICAL")
+    assert with_kv[0] == unified[0] and "FP8 KV cache rounds keys and values in rollout only" in with_kv[1]
+    assert plan_to_dict(compile_plan(load_policy("jetrl_unified_kv"), llama8b), ["rollout"])[
+        "kv_cache_rollout_only"
+    ]

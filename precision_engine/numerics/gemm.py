@@ -14,9 +14,10 @@ Kernels (`Kernel`):
   cublas     torch._scaled_mm blockwise on Hopper; its algorithm choice depends on M, so it is not
              batch-invariant. M is zero-padded to a multiple of 16, ceil(K/128) to a multiple of 4 and N
              to a multiple of 128 (copies, only for shapes that need them).
-  deep_gemm  DeepGEMM's fp8_gemm_nt when the package is importable (block weights only).
+  deep_gemm  DeepGEMM's fp8_gemm_nt (block weights only), on request only: written against its documented
+             API but not yet run on hardware here, so AUTO never picks it.
 AUTO picks: reference off CUDA; triton when batch_invariant (rollout and trainer logprobs must agree bitwise)
-or M <= 64 (decode, where cuBLAS is slower than BF16); otherwise deep_gemm if importable, else cublas.
+or M <= 64 (decode, where cuBLAS is slower than BF16); otherwise cublas.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def _choose(kernel: Kernel, a_data: torch.Tensor, batch_invariant: bool) -> Kern
             return Kernel.REFERENCE
         if batch_invariant or a_data.shape[0] <= SMALL_M_MAX:
             return Kernel.TRITON
-        return Kernel.DEEP_GEMM if deep_gemm_available() else Kernel.CUBLAS
+        return Kernel.CUBLAS
     if kernel is Kernel.TRITON and not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise UnsupportedError("the triton GEMM needs a CUDA device (or TRITON_INTERPRET=1); use kernel: reference")
     if kernel is Kernel.CUBLAS and not on_cuda:

@@ -220,19 +220,20 @@ def _calibrate(policy, model, calibration_ids: Path | None, seed: int, device: s
     from precision_engine.numerics.kv_cache import KVCacheCalibrator
     from precision_engine.verify import random_sequences
 
+    vocab = model.config.get_text_config(decoder=True).vocab_size
     if calibration_ids is not None:
-        ids, mask = _read_token_ids(calibration_ids)
+        ids, mask = _read_token_ids(calibration_ids, vocab)
     else:
         # Random tokens only exercise the pipeline; real prompts (--calibration-ids) give meaningful scales.
         count = min(policy.kv_cache.calibration_sequences, 8)
-        ids = random_sequences(model.config.get_text_config(decoder=True).vocab_size, count, 64, seed=seed)
+        ids = random_sequences(vocab, count, 64, seed=seed)
         mask = None
     calibrator = KVCacheCalibrator(policy.kv_cache, ids.to(device), None if mask is None else mask.to(device))
     with torch.no_grad():
         return calibrator.after_weight_update(model)
 
 
-def _read_token_ids(path: Path):
+def _read_token_ids(path: Path, vocab_size: int):
     """A JSON list of token-id lists -> right-padded ids [B, T] and the attention mask."""
     import torch
 
@@ -242,6 +243,9 @@ def _read_token_ids(path: Path):
         raise UsageError(f"--calibration-ids {path}: not a readable JSON file ({err})") from None
     if not (isinstance(rows, list) and rows and all(isinstance(r, list) and r for r in rows)):
         raise UsageError(f"--calibration-ids {path}: expected a non-empty list of non-empty token-id lists")
+    bad = [t for r in rows for t in r if type(t) is not int or not 0 <= t < vocab_size]
+    if bad:
+        raise UsageError(f"--calibration-ids {path}: {bad[0]!r} is not a token id in [0, {vocab_size})")
     width = max(len(r) for r in rows)
     ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros(len(rows), width, dtype=torch.long)

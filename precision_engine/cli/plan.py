@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from precision_engine.errors import PrecisionError, UsageError
+from precision_engine.errors import PolicyError, PrecisionError, UsageError
 
 PolicyArg = Annotated[
     str, typer.Argument(metavar="POLICY", help="A policy file, or the name of a shipped policy.", show_default=False)
@@ -117,8 +117,12 @@ def diff(
 
             inventory = load_inventory(model)
             plan_diff = diff_plans(compile_plan(a, inventory), compile_plan(b, inventory))
+    except PolicyError as err:
+        # Exit 1 means "different" here, so trouble loading anything exits 2, as with `diff`; the diagnostics
+        # already read `file:line:col: error: ...`, so the app prints them as they are.
+        err.exit_code = UsageError.exit_code
+        raise
     except PrecisionError as err:
-        # Exit 1 means "different" here, so trouble loading anything is a usage error (2), as with `diff`.
         raise UsageError(str(err)) from err
     policy_diff = diff_policies(a, b)
     if json_out:

@@ -18,7 +18,7 @@ SetOpt = Annotated[Optional[list[str]], typer.Option(
     "--set", metavar="KEY.PATH=VALUE", show_default=False,
     help="Override a key after `extends` (value parsed as YAML; null removes). Repeatable.")]
 ModelOpt = Annotated[Optional[str], typer.Option(
-    "--model", metavar="MODEL", show_default=False,
+    "--model", "-m", metavar="MODEL", show_default=False,
     help="Also check against a model: a built-in name (tiny-llama, qwen3-8b, ...), an HF model dir or config.json.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines instead of text.")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Fail (exit 1) on warnings too.")]
@@ -31,7 +31,8 @@ def validate(files: FilesArg, set_: SetOpt = None, model: ModelOpt = None, as_js
     Every problem is reported in one pass: `file:line:col: error: key.path: message (hint: ...)`.
 
     Exit status: 0 valid; 1 invalid (an error, or a warning with --strict);
-    2 usage error (a bad flag, or a FILE that does not exist; a missing `extends` target is a policy error).
+    2 usage error (a bad flag or --model, or a FILE that does not exist; a missing `extends` target is a
+    policy error).
 
     Examples:
 
@@ -47,9 +48,13 @@ def validate(files: FilesArg, set_: SetOpt = None, model: ModelOpt = None, as_js
     model_problems: dict[str, list] = {}
     if model is not None:
         from precision_engine.compile import model_diagnostics
+        from precision_engine.errors import ModelError, UsageError
         from precision_engine.models import load_inventory
 
-        inventory = load_inventory(model)
+        try:
+            inventory = load_inventory(model)
+        except ModelError as err:  # a bad --model is a usage error: exit 1 would claim the policies are invalid
+            raise UsageError(str(err)) from err
         model_problems = {r.file: model_diagnostics(r.policy, inventory) for r in results if r.policy}
     reports = []
     for result in results:

@@ -9,11 +9,11 @@ unquantized in the rule's compute dtype, and `model_diagnostics` reports the ove
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from precision_engine.models.inventory import ModelInventory, ModuleInfo
-from precision_engine.numerics.formats import DType, Kernel, LinearSpec
+from precision_engine.numerics.formats import DType, LinearSpec
 from precision_engine.policy.matching import rule_matches
 from precision_engine.policy.model import Policy, Rule
 
@@ -114,17 +114,15 @@ def _quantizes(spec: LinearSpec) -> bool:
     return any(fmt is not None and fmt.is_quantized for fmt in operands)
 
 
-def _plan_module(policy: Policy, module: ModuleInfo, rule: Rule | None) -> ModulePlan:
+def _plan_module(module: ModuleInfo, rule: Rule | None) -> ModulePlan:
     if rule is None:
         return ModulePlan(module, None, DEFAULT_COMPUTE)
     if rule.linear is None or not module.kind.is_gemm or not _quantizes(rule.linear):
         # A spec that quantizes no operand is a plain GEMM in its compute dtype, and plans (and diffs) say so.
         compute = rule.linear.compute if rule.linear is not None else rule.compute
         return ModulePlan(module, rule.label, compute)
-    linear = rule.linear
-    if linear.kernel is Kernel.AUTO and policy.kernel is not Kernel.AUTO:
-        linear = replace(linear, kernel=policy.kernel)  # the policy-wide preference fills in rule defaults
-    return ModulePlan(module, rule.label, linear.compute, linear)
+    # The policy-wide `kernel` was filled in when the policy was built, so an explicit `kernel: auto` stays auto.
+    return ModulePlan(module, rule.label, rule.linear.compute, rule.linear)
 
 
 def compile_plan(policy: Policy, inventory: ModelInventory) -> Plan:
@@ -132,6 +130,6 @@ def compile_plan(policy: Policy, inventory: ModelInventory) -> Plan:
     phases = {}
     for phase in policy.phases:
         rules = policy.rules_for(phase)
-        modules = tuple(_plan_module(policy, m, first_match(rules, m)) for m in inventory.modules)
+        modules = tuple(_plan_module(m, first_match(rules, m)) for m in inventory.modules)
         phases[phase] = PhasePlan(phase, modules)
     return Plan(policy, inventory, phases)

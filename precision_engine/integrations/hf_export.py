@@ -48,6 +48,7 @@ def quantization_config(plan, phase: str = ROLLOUT) -> dict:
     phase_plan = _phase_plan(plan, phase)
     fp8 = [m for m in phase_plan.modules if m.is_fp8]
     _check_exportable(fp8)
+    _check_fused_shards(phase_plan)
     gemm_kinds = (ModuleKind.LINEAR, ModuleKind.ROUTER, ModuleKind.EXPERTS)
     ignored = [m.module.name for m in phase_plan.modules if m.module.kind in gemm_kinds and not m.is_fp8]
     block = list(fp8[0].linear.weight.block) if fp8 else [128, 128]
@@ -97,6 +98,8 @@ def iter_rollout_weights(model: nn.Module, plan, phase: str = ROLLOUT) -> Iterat
     fp8 = {m.module.name for m in phase_plan.modules if m.is_fp8}
     experts = {m.module.name for m in phase_plan.modules if m.module.kind is ModuleKind.EXPERTS}
     _check_exportable([phase_plan.by_name[name] for name in fp8])
+    _check_fused_shards(phase_plan)
+    _check_output_embedding(model, fp8)
     seen: set[int] = set()
     for name, tensor in model.state_dict(keep_vars=True).items():
         if id(tensor) in seen:
@@ -120,6 +123,41 @@ def iter_rollout_weights(model: nn.Module, plan, phase: str = ROLLOUT) -> Iterat
             yield name, tensor.detach()
 
 
+# Projections SGLang and vLLM load as one fused layer (QKVParallelLinear, MergedColumnParallelLinear); their
+# `is_layer_skipped` refuses a checkpoint in which only some shards of a fused layer are quantized.
+_FUSED_SHARDS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+def _check_fused_shards(phase_plan) -> None:
+    for shards in _FUSED_SHARDS:
+        groups: dict[str, dict[str, bool]] = {}
+        for m in phase_plan.modules:
+            parent, _, leaf = m.module.name.rpartition(".")
+            if leaf in shards:
+                groups.setdefault(parent, {})[leaf] = m.is_fp8
+        for parent, fp8 in groups.items():
+            if len(set(fp8.values())) > 1:
+                quantized = ", ".join(leaf for leaf, is_fp8 in fp8.items() if is_fp8)
+                raise UnsupportedError(
+                    f"{parent}: only {quantized} of {'/'.join(shards)} in FP8; rollout engines fuse them into one "
+                    "layer, quantized as a whole or not at all (hint: one rule for all of them)"
+                )
+
+
+def _check_output_embedding(model: nn.Module, fp8: set[str]) -> None:
+    """SGLang's and vLLM's `Fp8Config` quantize LinearBase, MoE and attention layers only, and transformers puts
+    the output embedding in `modules_to_not_convert`: an FP8 lm_head would load its raw FP8 values as BF16 (or,
+    tied to embed_tokens, be skipped here and silently run in BF16)."""
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if get_head else None
+    names = [name for name, module in model.named_modules() if module is head and name in fp8]
+    if names:
+        raise UnsupportedError(
+            f"{names[0]} is the output embedding, which rollout engines load unquantized: it cannot be exported in "
+            "FP8 (hint: keep it in bf16 with a `compute: bf16` rule)"
+        )
+
+
 def _per_expert(module: nn.Module, module_name: str, param_name: str, planned):
     """One fused 3-D Parameter -> HF per-expert tensors; gate_up_proj splits into gate_proj then up_proj."""
     weight = getattr(module, param_name)
@@ -129,7 +167,7 @@ def _per_expert(module: nn.Module, module_name: str, param_name: str, planned):
     fp8 = planned.is_fp8
     for expert in range(weight.shape[0]):
         if fp8:
-            if isinstance(module, Fp8Experts):  # the bytes the rollout forward multiplies with
+            if isinstance(module, Fp8Experts) and module.spec.weight == planned.linear.weight:  # the forward's bytes
                 quantized = module.quantized_weight(param_name, expert)
             else:
                 quantized = quantize_blocks(weight[expert].detach(), planned.linear.weight)
@@ -145,9 +183,9 @@ def _per_expert(module: nn.Module, module_name: str, param_name: str, planned):
 
 
 def _block_fp8(module: nn.Module, fmt: QuantFormat) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fp8Linear's cached Q(W) (the very bytes the trainer's forward multiplies with), else the same quantizer
-    on the master weight (for the plan's 128x128 e4m3 format: exactly `to_block_fp8`)."""
-    if isinstance(module, Fp8Linear):
+    """Fp8Linear's cached Q(W) (the very bytes the trainer's forward multiplies with) when it runs the exported
+    phase's format, else the same quantizer on the master weight (for 128x128 e4m3: exactly `to_block_fp8`)."""
+    if isinstance(module, Fp8Linear) and module.spec.weight == fmt:
         quantized = module.quantized_weight()
     else:
         quantized = quantize_blocks(module.weight.detach(), fmt)

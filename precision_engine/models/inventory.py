@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from precision_engine.errors import ModelError
+
 if TYPE_CHECKING:
     from torch import nn
 
@@ -118,7 +120,10 @@ def _flops_per_token(kind: ModuleKind, params: Mapping[str, tuple[int, ...]], ex
 
 def inventory_from_model(model: nn.Module, *, model_id: str, config: Mapping) -> ModelInventory:
     """Walk `model.named_modules()` and describe every module that owns parameters directly."""
-    experts_per_token = int(config.get("num_experts_per_tok") or 0)
+    experts_per_token = config.get("num_experts_per_tok") or 0
+    if not isinstance(experts_per_token, int) or isinstance(experts_per_token, bool) or experts_per_token < 0:
+        # config.json is user input, and architectures without experts pass this key through unchecked
+        raise ModelError(f"{model_id}: num_experts_per_tok must be a non-negative integer, got {experts_per_token!r}")
     modules = []
     for name, module in model.named_modules():
         params = {p_name: tuple(p.shape) for p_name, p in module.named_parameters(recurse=False)}

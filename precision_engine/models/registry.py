@@ -16,11 +16,11 @@ from types import MappingProxyType
 @dataclass(frozen=True)
 class BuiltinModel:
     name: str
-    hf_id: str  # where the config came from; also accepted as a spec, resolved offline
+    hf_id: str | None  # where the config came from (None: a test model); also accepted as a spec, resolved offline
     config: Mapping
 
 
-def _model(name: str, hf_id: str, config: dict) -> BuiltinModel:
+def _model(name: str, hf_id: str | None, config: dict) -> BuiltinModel:
     return BuiltinModel(name, hf_id, MappingProxyType(config))
 
 
@@ -164,9 +164,9 @@ BUILTIN_MODELS: Mapping[str, BuiltinModel] = MappingProxyType(
     {
         model.name: model
         for model in (
-            _model("tiny-llama", "(test model)", _TINY_LLAMA),
-            _model("tiny-qwen3", "(test model)", _TINY_QWEN3),
-            _model("tiny-qwen3-moe", "(test model)", _TINY_QWEN3_MOE),
+            _model("tiny-llama", None, _TINY_LLAMA),
+            _model("tiny-qwen3", None, _TINY_QWEN3),
+            _model("tiny-qwen3-moe", None, _TINY_QWEN3_MOE),
             _model("llama-3.1-8b", "meta-llama/Llama-3.1-8B", _LLAMA_3_1_8B),
             _model("qwen2.5-7b", "Qwen/Qwen2.5-7B", _QWEN2_5_7B),
             _model("qwen3-8b", "Qwen/Qwen3-8B", _QWEN3_8B),
@@ -180,6 +180,6 @@ def find_builtin(spec: str) -> BuiltinModel | None:
     """The built-in model a spec names: its short name or HF id, case-insensitively; None otherwise."""
     key = spec.strip().lower()
     for model in BUILTIN_MODELS.values():
-        if key in (model.name, model.hf_id.lower()):
+        if key == model.name or (model.hf_id is not None and key == model.hf_id.lower()):
             return model
     return None

@@ -144,10 +144,11 @@ class _AmaxLayer(DynamicLayer):
 
 
 def _head_amax(states: torch.Tensor, token_mask: torch.Tensor | None) -> torch.Tensor:
-    # states [B, H, T, D] -> [H]; NaN propagates through amax (torch.amax keeps NaN), padding is ignored
+    # states [B, H, T, D] -> [H]; NaN propagates through amax (torch.amax keeps NaN). Padding is selected away,
+    # not multiplied by 0: a non-finite padded state would give 0 * inf = NaN.
     magnitude = states.detach().float().abs()
     if token_mask is not None:
-        magnitude = magnitude * token_mask[:, None, :, None].to(magnitude)
+        magnitude = torch.where(token_mask[:, None, :, None].to(magnitude.device), magnitude, 0.0)
     return magnitude.amax(dim=(0, 2, 3))
 
 

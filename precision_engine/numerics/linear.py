@@ -9,14 +9,16 @@ Saved for backward: x in FP8 with its 1x128 scales (half the bytes of BF16), plu
 the spec leaves `wgrad_operands` unset. A spec whose `grad_output` / `wgrad_operands` is None runs that GEMM in
 the compute dtype against the master weight (straight-through, as torchao does): the rollout-only policies.
 
-The master weight stays in its own dtype (BF16 or FP32) and is quantized once per `weight._version`: rollout
-never re-quantizes, training re-quantizes once per optimizer step, and the bytes are those `to_block_fp8` exports.
+The master weight stays in its own dtype (BF16 or FP32) and is quantized once per weight version (see
+`weight_cache_key`): rollout never re-quantizes, training re-quantizes once per optimizer step, and the bytes are
+those `to_block_fp8` exports.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.formats import Axis, DType, Granularity, LinearSpec, QuantFormat
@@ -32,6 +34,26 @@ from precision_engine.numerics.quantize import (
 from precision_engine.policy.model import NumericsSpec
 
 TORCH_DTYPE = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP32: torch.float32}
+
+# torch.optim's fused kernels (AdamW(fused=True), behind HF's `adamw_torch_fused`) write the parameters without
+# bumping their version counter (torch 2.13), so a cache keyed on `_version` alone kept serving the weights of
+# the step before. Every torch.optim step, of any optimizer, therefore also retires every cached Q(W).
+_optimizer_steps = 0
+
+
+def _count_optimizer_step(optimizer, args, kwargs) -> None:
+    global _optimizer_steps
+    _optimizer_steps += 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_step)
+
+
+def weight_cache_key(weight: torch.Tensor) -> tuple:
+    """Changes whenever the weight may have: an in-place op (version counter), a new storage (FSDP-style
+    replacement), a torch.optim step. Writes through `weight.data` or an optimizer outside torch.optim are
+    invisible to autograd and to this key: after those, drop the cache (`module._w_cache = None`)."""
+    return (weight._version, weight.data_ptr(), weight.device, weight.dtype, _optimizer_steps)
 
 
 class Fp8Linear(nn.Module):
@@ -82,9 +104,9 @@ class Fp8Linear(nn.Module):
         return linear
 
     def quantized_weight(self) -> Quantized:
-        """Q(W) in 128x128 blocks, cached until the weight changes (version counter or storage)."""
+        """Q(W) in 128x128 blocks, cached until the weight changes (`weight_cache_key`)."""
         w = self.weight
-        key = (w._version, w.data_ptr(), w.device, w.dtype)
+        key = weight_cache_key(w)
         if self._w_cache is None or self._w_cache[0] != key:
             wq = quantize_blocks(w.detach(), self.spec.weight)
             check_finite(wq, self.numerics.nonfinite, "weight")
@@ -137,6 +159,14 @@ class _Fp8LinearFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        with torch.no_grad():
+            grads = _Fp8LinearFn._grads(ctx, dy)
+        if torch.is_grad_enabled():  # create_graph=True: the grads must not pass for differentiable
+            grads = _NoDoubleBackward.apply(*(g if g is None else g.detach().requires_grad_() for g in grads))
+        return (*grads, None, None, None)
+
+    @staticmethod
+    def _grads(ctx, dy):
         layer: Fp8Linear = ctx.layer
         spec, numerics = layer.spec, layer.numerics
         compute = TORCH_DTYPE[spec.compute]
@@ -166,7 +196,21 @@ class _Fp8LinearFn(torch.autograd.Function):
 
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2.sum(0, dtype=torch.float32).to(weight.dtype)
-        return dx, dw, db, None, None, None
+        return dx, dw, db
+
+
+class _NoDoubleBackward(torch.autograd.Function):
+    """Identity on the first-order grads that raises if anything differentiates through them. FP8 GEMMs have
+    no derivative, and torch's `once_differentiable` only guards when the incoming grad requires grad: a
+    gradient penalty on dx or dW (which depend on W and x) would otherwise silently lose its terms."""
+
+    @staticmethod
+    def forward(ctx, *grads):
+        return grads
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise UnsupportedError("Fp8Linear cannot differentiate twice (double backward through FP8 GEMMs)")
 
 
 def _check_spec(spec: LinearSpec) -> None:

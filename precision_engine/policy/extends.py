@@ -19,6 +19,9 @@ from precision_engine.policy.yaml_source import SourceMap, parse_yaml, read_poli
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "policies"
 _SUFFIXES = (".yaml", ".yml")
+# Files one policy may pull in through `extends`, counted with repeats: a diamond of lists (`extends: [b, b, b]`
+# in every file) grows exponentially, and a long chain would exhaust Python's recursion limit.
+MAX_EXTENDS_FILES = 64
 
 
 def shipped_policies() -> list[str]:
@@ -65,12 +68,13 @@ def load_document(path: Path) -> tuple[Any, SourceMap, list[Diagnostic]]:
     with diagnostics, a base failed to load and the merged document is incomplete.
     """
     diagnostics: list[Diagnostic] = []
-    data, source_map = _load(path, [path.resolve()], diagnostics)
+    data, source_map = _load(path, [path.resolve()], diagnostics, [])
     return data, source_map, diagnostics
 
 
-def _load(path: Path, chain: list[Path], diagnostics: list[Diagnostic]) -> tuple[Any, SourceMap]:
-    """`path` as the user wrote it (for messages); `chain` the resolved files that led here (for cycles)."""
+def _load(path: Path, chain: list[Path], diagnostics: list[Diagnostic], loaded: list[Path]) -> tuple[Any, SourceMap]:
+    """`path` as the user wrote it (for messages); `chain` the resolved files that led here (for cycles);
+    `loaded` every base loaded so far for this policy (for MAX_EXTENDS_FILES)."""
     name = display_name(path)
     text, problems = read_policy_text(path)
     diagnostics.extend(problems)
@@ -110,7 +114,15 @@ def _load(path: Path, chain: list[Path], diagnostics: list[Diagnostic]) -> tuple
             diagnostics.append(source_map.diagnostic(key_path, f"extends cycle: {cycle}",
                                                      hint="remove one of these extends"))
             continue
-        base, base_map = _load(target, chain + [target.resolve()], diagnostics)
+        if len(loaded) >= MAX_EXTENDS_FILES:
+            if len(loaded) == MAX_EXTENDS_FILES:  # report once, then stop loading anything
+                loaded.append(target)
+                diagnostics.append(source_map.diagnostic(
+                    key_path, f"extends pulls in more than {MAX_EXTENDS_FILES} files",
+                    hint="flatten the chain: a policy needs a base or two, not dozens"))
+            continue
+        loaded.append(target)
+        base, base_map = _load(target, chain + [target.resolve()], diagnostics, loaded)
         if base is not None:
             merged = merge_patch(merged, base)
             merged_map = merged_map.overlay(base_map)
@@ -127,8 +139,9 @@ def _resolve(ref: str, base_dir: Path) -> Path | None:
 def _missing(ref: str, key_path: tuple, path: Path, chain: list[Path], source_map: SourceMap) -> Diagnostic:
     via = " -> ".join(display_name(p) for p in chain)
     if _is_path_reference(ref):
-        looked = display_name(Path(os.path.normpath(path.parent / ref)))
-        message = f"extends target '{ref}' not found (looked for {looked}; via {via})"
+        target = Path(os.path.normpath(path.parent / ref))
+        problem = "is a directory, not a policy file" if target.is_dir() else "not found"
+        message = f"extends target '{ref}' {problem} (looked for {display_name(target)}; via {via})"
         hint = ""
     else:
         shipped = shipped_policies()

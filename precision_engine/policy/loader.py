@@ -11,6 +11,7 @@ is a problem inside the policy (exit 1).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -51,6 +52,9 @@ def resolve_source(source: str | Path) -> Path:
     if path.is_file():
         return path
     text = str(source)
+    if path.is_dir():
+        raise UsageError(f"{text} is a directory, not a policy file (to check every policy in it: "
+                         f"precision validate {os.path.join(text, '*.yaml')})")
     if "/" not in text and not text.endswith((".yaml", ".yml")) and shipped_path(text):
         return shipped_path(text)
     shipped = shipped_policies()
@@ -96,6 +100,8 @@ def validate_files(sources: Iterable[str | Path], overrides: Sequence[str] = ())
         try:
             resolve_source(source)
         except UsageError:
+            if Path(source).is_dir():
+                raise
             missing.append(str(source))
     if missing:
         raise UsageError(f"policy file not found: {', '.join(missing)} "

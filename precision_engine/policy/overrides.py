@@ -37,7 +37,11 @@ def parse_override(text: str) -> tuple[tuple, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise UsageError(f"--set expects KEY.PATH=VALUE, got {text!r}")
-    return parse_key_path(key.strip()), value
+    path = parse_key_path(key.strip())
+    if path[0] == "extends":  # resolved before overrides apply: setting it would silently do nothing
+        raise UsageError(f"--set {text!r}: `extends` cannot be overridden; write a policy file that extends "
+                         "the base you want, or pass that policy instead")
+    return path, value
 
 
 def apply_overrides(data: dict, source_map: SourceMap, overrides: Iterable[str]) -> tuple[dict, list[Diagnostic]]:
@@ -56,6 +60,8 @@ def apply_overrides(data: dict, source_map: SourceMap, overrides: Iterable[str])
             diagnostics.append(Diagnostic("error", error, label, None, None, format_path(path)))
             continue
         source_map.replace_subtree(path, Loc(label))
+        for end in range(1, len(path)):  # mappings the flag created are located at the flag, not the file
+            source_map.values.setdefault(path[:end], Loc(label))
     return data, diagnostics
 
 

@@ -17,6 +17,9 @@ from precision_engine.policy.yaml_source import SourceMap
 
 _JSON_TYPES = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
                type(None): "null"}
+# The schema's name patterns in words: `1w` holds only valid characters, but may not start with a digit.
+_NAME_RULES = {"^[A-Za-z0-9][A-Za-z0-9_.-]*$": "letters, digits, _ . -, starting with a letter or digit",
+               "^[A-Za-z_][A-Za-z0-9_.-]*$": "letters, digits, _ . -, starting with a letter or _"}
 _TYPE_WORDS = {"object": "mapping", "array": "list", "string": "string", "integer": "integer",
                "number": "number", "boolean": "boolean", "null": "null"}
 
@@ -53,6 +56,13 @@ def _type_name(value: Any) -> str:
     return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
+def _a(word: str) -> str:
+    """'integer' -> 'an integer', 'null' -> 'null': type names as they read in a sentence."""
+    if word == "null":
+        return word
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
 def _translate(error, source_map: SourceMap) -> list[Diagnostic]:
     path = tuple(error.absolute_path)
     kind, expected, value = error.validator, error.validator_value, error.instance
@@ -72,8 +82,8 @@ def _translate(error, source_map: SourceMap) -> list[Diagnostic]:
         return [source_map.diagnostic(path, f"expected {expected!r}, got {value!r}")]
     if kind == "type":
         wanted = [expected] if isinstance(expected, str) else list(expected)
-        words = " or ".join(_TYPE_WORDS.get(w, w) for w in wanted)
-        return [source_map.diagnostic(path, f"expected a {words}, got a {_type_name(value)} ({value!r})")]
+        words = " or ".join(_a(_TYPE_WORDS.get(w, w)) for w in wanted)
+        return [source_map.diagnostic(path, f"expected {words}, got {_a(_type_name(value))} ({value!r})")]
     if kind in ("minItems", "minLength") and expected == 1:
         return [source_map.diagnostic(path, "must not be empty")]
     if kind == "minItems":
@@ -83,9 +93,9 @@ def _translate(error, source_map: SourceMap) -> list[Diagnostic]:
     if kind in ("minimum", "exclusiveMinimum"):
         op = ">=" if kind == "minimum" else ">"
         return [source_map.diagnostic(path, f"expected a value {op} {expected}, got {value!r}")]
-    if kind == "pattern" and "propertyNames" in error.schema_path:  # jsonschema reports the object's path
-        return [source_map.diagnostic(path + (value,), f"{value!r} is not a valid name (letters, digits, _ . -)",
-                                      key=True)]
     if kind == "pattern":
-        return [source_map.diagnostic(path, f"{value!r} is not a valid name (letters, digits, _ . -)")]
+        message = f"{value!r} is not a valid name ({_NAME_RULES.get(expected, expected)})"
+        if "propertyNames" in error.schema_path:  # jsonschema reports the object's path: point at the key
+            return [source_map.diagnostic(path + (value,), message, key=True)]
+        return [source_map.diagnostic(path, message)]
     return [source_map.diagnostic(path, error.message)]

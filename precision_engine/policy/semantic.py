@@ -7,6 +7,7 @@ reported those). `check_built` runs on the finished Policy for the checks that c
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator
 
 from precision_engine.numerics.formats import PRESET_FORMATS, Granularity, QuantFormat
@@ -192,6 +193,13 @@ class _Checker:
         mode = spec.get("mode", "truncate")
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (upper, lower or 0.5))
         if not numbers or mode not in ("truncate", "mask"):  # the schema reported these
+            return
+        not_finite = [(key, v) for key, v in (("threshold", upper), ("lower_threshold", lower))
+                    if v is not None and not math.isfinite(v)]
+        for key, value in not_finite:  # .nan/.inf are numbers to the schema, and NaN slips past `<= 1` below
+            self.error(path + (key,), f"expected a finite number, got {value}",
+                       "FP8-RL uses threshold: 2.0" if key == "threshold" else "the default is 1/threshold")
+        if not_finite:
             return
         if mode == "truncate":
             if upper <= 1:

@@ -20,6 +20,7 @@ from torch import nn
 from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.formats import DType, LinearSpec
 from precision_engine.numerics.gemm import fp8_gemm
+from precision_engine.numerics.linear import weight_cache_key
 from precision_engine.numerics.quantize import Quantized, check_finite, quantize_blocks, quantize_rows_1xG
 from precision_engine.policy.model import NumericsSpec
 
@@ -54,13 +55,16 @@ class Fp8Experts(nn.Module):
         self._w_cache: dict[str, tuple[tuple, dict[int, Quantized]]] = {}  # per Parameter: version, experts
 
     def to_experts(self) -> nn.Module:
-        """The original module, still holding the very same Parameters."""
+        """The original module, holding this module's current Parameters (they may have been replaced since the
+        rewrite: a meta model materialized, `load_state_dict(assign=True)`)."""
+        for name in EXPERT_PARAMS:
+            setattr(self._original, name, getattr(self, name))
         return self._original
 
     def quantized_weight(self, param_name: str, expert: int) -> Quantized:
-        """Q(W_e) in 128x128 blocks, cached until the Parameter changes."""
+        """Q(W_e) in 128x128 blocks, cached until the Parameter changes (`weight_cache_key`)."""
         weight = getattr(self, param_name)
-        version = (weight._version, weight.data_ptr(), weight.device, weight.dtype)
+        version = weight_cache_key(weight)
         cached_version, per_expert = self._w_cache.get(param_name, (None, {}))
         if cached_version != version:
             per_expert = {}

@@ -78,3 +78,13 @@ def test_check_runs_on_checkpoint_weights(tmp_path):
     result = invoke("check", "-p", "jetrl_unified", "-m", str(tmp_path / "hf"), "--seq-len", "16", "--no-decode")
     assert result.exit_code == 0, result.output
     assert "checkpoint weights" in result.output and "numerics promise holds" in result.output
+
+
+def test_export_bad_calibration_ids_are_one_line_errors(tmp_path):
+    ids = tmp_path / "prompts.json"
+    for rows in ([[1, 2, "three"]], [[1, 2, 10**6]], [[1, -2]], [[1.5, 2]], [[1, None]], [[True]]):
+        ids.write_text(json.dumps(rows))
+        result = runner.invoke(app, ["export", "-p", "jetrl_unified_kv", "-m", "tiny-llama", "-o",
+                                     str(tmp_path / "ckpt"), "--calibration-ids", str(ids)])
+        assert result.exit_code == 2 and "error: --calibration-ids" in result.output, (rows, result.output)
+        assert not (tmp_path / "ckpt").exists()

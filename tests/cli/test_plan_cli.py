@@ -151,3 +151,12 @@ def test_compiler_and_model_packages_import_without_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_diff_with_an_invalid_policy_prints_its_diagnostics_once_and_exits_2(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: broken\nextends: jetrl_unified\nkernal: auto\n")
+    result = run("diff", "jetrl_unified", str(broken))
+    assert result.exit_code == 2
+    assert result.output.startswith(f"{broken}:3:1: error: kernal: unknown key 'kernal'"), result.output
+    assert "error: error:" not in result.output and "Traceback" not in result.output

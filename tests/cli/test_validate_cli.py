@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from precision_engine.cli.app import app
@@ -104,13 +103,23 @@ def test_validate_and_schema_do_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-def test_model_flag_adds_model_diagnostics():
-    pytest.importorskip("transformers")
-    compile_ = pytest.importorskip("precision_engine.compile")
-    if not hasattr(compile_, "model_diagnostics"):
-        pytest.skip("compiler's model_diagnostics not available yet")
-    result = invoke("validate", "--json", "jetrl_unified", "--model", "tiny-llama")
-    assert result.exit_code in (0, 1), result.output
-    report = json.loads(result.output)
-    assert report["model"] == "tiny-llama"
-    assert all(d["severity"] in ("error", "warning") for f in report["files"] for d in f["diagnostics"])
+def test_model_flag_adds_model_diagnostics(tmp_path):
+    clean = invoke("validate", "--json", "jetrl_unified", "-m", "tiny-llama")  # -m as in `plan` and `diff`
+    assert clean.exit_code == 0, clean.output
+    report = json.loads(clean.output)
+    assert report["model"] == "tiny-llama" and report["files"][0]["diagnostics"] == []
+    # hidden 192: the 128x128 weight blocks and 1x128 groups do not tile it
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 192, "intermediate_size": 384, "num_attention_heads": 3,
+        "num_key_value_heads": 1, "num_hidden_layers": 1, "vocab_size": 256}))
+    misfit = invoke("validate", "--json", "jetrl_unified", "--model", str(tmp_path))
+    assert misfit.exit_code == 1, misfit.output
+    (report,) = json.loads(misfit.output)["files"]
+    assert report["valid"] is False and report["errors"] > 0
+    assert all(d["key_path"] == "rules.unified[1].linear" for d in report["diagnostics"])
+
+
+def test_unknown_model_is_a_usage_error():
+    result = invoke("validate", "jetrl_unified", "--model", "tiny-lama")
+    assert result.exit_code == 2 and "did you mean 'tiny-llama'?" in result.output
+    assert "Traceback" not in result.output

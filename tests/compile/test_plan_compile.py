@@ -7,6 +7,7 @@ from compile_policies import JET_SPEC, make_policy, rule
 from precision_engine.compile import compile_plan
 from precision_engine.models import ModuleKind
 from precision_engine.numerics.formats import PRESET_FORMATS, DType, Kernel, LinearSpec
+from precision_engine.policy import load_policy
 from precision_engine.policy.model import Rule
 
 
@@ -84,10 +85,14 @@ def test_moe_experts_are_planned_fp8(unified, moe30b):
     assert train.fp8_flop_share() == 1 - moe30b.by_name["lm_head"].flops_per_token / gemm_flops
 
 
-def test_policy_kernel_fills_rules_left_on_auto(unified, tiny_moe):
-    plan = compile_plan(replace(unified, kernel=Kernel.TRITON), tiny_moe)
+def test_policy_kernel_fills_rules_without_one_but_an_explicit_auto_stays(tiny_moe):
+    plan = compile_plan(load_policy("jetrl_unified", ["kernel=triton"]), tiny_moe)
     assert plan.phases["train"].by_name["lm_head"].linear is None
     assert {mp.linear.kernel for mp in fp8_linears(plan, "train")} == {Kernel.TRITON}
+    # a rule's own `kernel: auto` used to be overwritten by the policy's kernel
+    plan = compile_plan(load_policy("jetrl_unified", ["kernel=triton", "rules.unified[1].linear.kernel=auto"]),
+                        tiny_moe)
+    assert {mp.linear.kernel for mp in fp8_linears(plan, "train")} == {Kernel.AUTO}
 
 
 def test_different_kernel_per_phase_breaks_identity(tiny_moe):

@@ -203,3 +203,60 @@ def test_checkpoint_is_readable_by_other_users(trainer, plan, tmp_path):
         os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o755
     assert {path.stat().st_mode & 0o777 for path in out.iterdir()} == {0o644}
+
+
+def test_export_uses_the_exported_phase_format_not_the_model_phase(plan):
+    """A model rewritten for training whose rollout weights use another format (here UE8M0 pow2 scales) must
+    export the rollout phase's bytes, not the train-phase Fp8Linear's cached ones."""
+    from precision_engine.numerics.formats import ScaleKind
+    from precision_engine.numerics.quantize import quantize_blocks
+
+    policy = load_policy("jetrl_unified")
+    train_rules = policy.rule_sets[policy.phases["train"]]
+    rollout_rules = tuple(
+        replace(r, linear=replace(r.linear, weight=replace(r.linear.weight, scale=ScaleKind.POW2))) if r.linear else r
+        for r in train_rules
+    )
+    split = replace(policy, rule_sets={**policy.rule_sets, "rollout_pow2": rollout_rules},
+                    phases={**policy.phases, "rollout": "rollout_pow2"})
+    split_plan = compile_plan(split, load_inventory("tiny-qwen3"))
+    model = build_model("tiny-qwen3", device="cpu", dtype="bf16", seed=5)
+    apply(split_plan, model, "train")
+    exported = dict(iter_rollout_weights(model, split_plan))
+    name = "model.layers.0.self_attn.q_proj"
+    expected = quantize_blocks(model.get_submodule(name).weight.detach(),
+                               split_plan.phases["rollout"].by_name[name].linear.weight)
+    assert same_bytes(exported[f"{name}.weight_scale_inv"], expected.scale)
+    assert same_bytes(exported[f"{name}.weight"], expected.data)
+
+
+def test_fp8_lm_head_refused():
+    """SGLang's and transformers' FP8 loaders keep lm_head (an embedding-like layer) unquantized: FP8 bytes there
+    would load as garbage, or, tied to embed_tokens, silently run in BF16."""
+    from precision_engine.errors import UnsupportedError
+
+    policy = load_policy("jetrl_unified")
+    rules = policy.rule_sets[policy.phases["rollout"]]
+    linear = next(r.linear for r in rules if r.linear)
+    fp8_head = replace(policy, rule_sets={**policy.rule_sets, "head": (Rule(match=("lm_head",), linear=linear,
+                                                                             label="head"), *rules)},
+                       phases={**policy.phases, "rollout": "head"})
+    head_plan = compile_plan(fp8_head, load_inventory("tiny-qwen3"))
+    assert head_plan.phases["rollout"].by_name["lm_head"].is_fp8
+    model = build_model("tiny-qwen3", device="cpu", dtype="bf16", seed=5)
+    with pytest.raises(UnsupportedError, match="lm_head"):
+        dict(iter_rollout_weights(model, head_plan))
+
+
+def test_partly_fp8_fused_projections_refused():
+    """SGLang loads q/k/v (and gate/up) as one fused layer and refuses a checkpoint where only some are FP8."""
+    from precision_engine.errors import UnsupportedError
+
+    policy = load_policy("jetrl_unified")
+    rules = policy.rule_sets[policy.phases["rollout"]]
+    keep_kv = Rule(match=("re:.*self_attn\\.(k|v)_proj",), label="kv")
+    mixed = replace(policy, rule_sets={**policy.rule_sets, "mixed": (keep_kv, *rules)},
+                    phases={**policy.phases, "rollout": "mixed"})
+    mixed_plan = compile_plan(mixed, load_inventory("tiny-qwen3"))
+    with pytest.raises(UnsupportedError, match=r"model\.layers\.0\.self_attn: only q_proj of q_proj/k_proj"):
+        quantization_config(mixed_plan)

@@ -102,6 +102,7 @@ def test_quantization_config_of_a_checkpoint_is_ignored(tmp_path):
         ("llama-3.1-8", "did you mean 'llama-3.1-8b'?"),
         ("meta-llama/Llama-3.2-1B", "hub ids are never downloaded"),
         ("nonsense", "Built-in: tiny-llama, tiny-qwen3"),
+        ("(test model)", "Built-in: tiny-llama"),  # the tiny models' placeholder hf_id used to resolve to tiny-llama
     ],
 )
 def test_unknown_spec_names_builtins(spec, expected):
@@ -127,6 +128,11 @@ def test_bad_local_configs(tmp_path):
         load_inventory(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 100}))
     with pytest.raises(ModelError, match="rejects this llama config: .*not a multiple of the number of attention"):
+        load_inventory(str(tmp_path))
+    llama = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 128, "num_attention_heads": 1,
+             "num_hidden_layers": 1, "vocab_size": 128}
+    (tmp_path / "config.json").write_text(json.dumps({**llama, "num_experts_per_tok": "two"}))  # was a ValueError
+    with pytest.raises(ModelError, match="num_experts_per_tok must be a non-negative integer, got 'two'"):
         load_inventory(str(tmp_path))
 
 

@@ -1,6 +1,7 @@
 """FP8 KV cache: SGLang's format, calibration from real forward passes, recalibration, and the scale JSON."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -178,6 +179,22 @@ def test_sglang_json_per_head_reduces_per_rank():
     assert [replicated[str(r)]["0"] for r in range(4)] == [1.0, 1.0, 5.0, 5.0]
     with pytest.raises(UsageError, match="tp_size 3"):
         sglang_kv_scales(KVScales(k, v), "qwen3", tp_size=3)
+
+
+def test_calibration_ignores_nonfinite_padding():
+    """Padded positions are excluded, not multiplied by 0: a NaN/Inf there (0 * inf = NaN) must not reach
+    the scales."""
+    from precision_engine.numerics.kv_cache import _head_amax
+
+    states = torch.randn(2, 3, 6, 8)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[1, 4:] = False
+    states[1, :, 4] = math.inf
+    states[1, :, 5] = math.nan
+    expected = torch.maximum(states[0].abs().amax(dim=(1, 2)), states[1, :, :4].abs().amax(dim=(1, 2)))
+    assert torch.equal(_head_amax(states, mask), expected)
+    states[0, 2, 1] = math.nan  # a valid token's NaN still propagates
+    assert torch.isnan(_head_amax(states, mask)[2])
 
 
 def test_nonfinite_states_give_nan_scales_and_refuse_export():

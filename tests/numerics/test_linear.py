@@ -104,19 +104,25 @@ def test_saves_fp8_activation_not_bf16():
     assert (torch.bfloat16, x.numel()) in _saved_dtypes(bf16_wgrad, x)
 
 
-def test_weight_cache_follows_weight_version():
+@pytest.mark.parametrize(
+    "make_opt",
+    [lambda ps: torch.optim.SGD(ps, lr=0.1), lambda ps: torch.optim.AdamW(ps, lr=0.1, fused=True)],
+    ids=["sgd", "adamw-fused"],  # fused kernels write the weight without bumping its version counter
+)
+def test_weight_cache_follows_weight_version(make_opt):
     lin, fp8 = _pair(JETRL)
     w1 = fp8.quantized_weight()
     assert fp8.quantized_weight() is w1  # rollout: no re-quantization per call
     data, scale = to_block_fp8(lin.weight.detach())
     assert torch.equal(w1.data.view(torch.uint8), data.view(torch.uint8)) and torch.equal(w1.scale, scale)
 
-    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    opt = make_opt(lin.parameters())
     fp8(torch.randn(8, 256, dtype=torch.bfloat16)).float().sum().backward()
     opt.step()
     w2 = fp8.quantized_weight()
     assert w2 is not w1
     assert torch.equal(w2.data.view(torch.uint8), to_block_fp8(lin.weight.detach())[0].view(torch.uint8))
+    assert fp8.quantized_weight() is w2
 
 
 def test_rows_bitwise_batch_invariant():
@@ -191,3 +197,15 @@ def test_output_takes_the_input_dtype_like_nn_linear():
     assert torch.equal(y32.detach().to(torch.bfloat16), y16)
     y32.float().pow(2).sum().backward()
     assert x32.grad.dtype == torch.float32 and lin.weight.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize("spec", [JETRL, ROLLOUT_ONLY], ids=["jetrl", "rollout-only"])
+def test_double_backward_is_refused_not_silently_dropped(spec):
+    """The FP8 backward is not differentiable: a gradient penalty through it must raise, not lose its term."""
+    _, fp8 = _pair(spec)
+    x = torch.randn(8, 256, dtype=torch.bfloat16, requires_grad=True)
+    y = fp8(x)
+    (dx,) = torch.autograd.grad(y.float().sum(), x, create_graph=True)
+    loss = y.float().sum() + dx.float().pow(2).sum()
+    with pytest.raises(UnsupportedError, match="differentiate twice"):
+        loss.backward()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from precision_engine.policy import check_policy, load_policy
-from precision_engine.policy.extends import merge_patch
+from precision_engine.policy.extends import MAX_EXTENDS_FILES, merge_patch
 
 BASE = """\
 version: 1
@@ -93,8 +95,27 @@ def test_missing_base_suppresses_follow_on_errors_but_keeps_the_files_own(tmp_po
     assert messages[1].startswith("unknown value 'fast'")
 
 
+def test_directory_as_base_is_named_a_directory(tmp_policy, tmp_path):
+    (tmp_path / "bases.yaml").mkdir()
+    child = tmp_policy("child.yaml", "name: child\nextends: ./bases.yaml\n")
+    (diagnostic,) = check_policy(child).diagnostics
+    assert diagnostic.message.startswith("extends target './bases.yaml' is a directory, not a policy file")
+
+
 def test_base_with_broken_yaml_is_reported_once(tmp_policy):
     tmp_policy("base.yaml", "version: [1\n")
     child = tmp_policy("child.yaml", "name: child\nextends: ./base.yaml\n")
     (diagnostic,) = check_policy(child).diagnostics
     assert diagnostic.file.endswith("base.yaml") and "invalid YAML" in diagnostic.message
+
+
+@pytest.mark.parametrize("refs", ["./p{next}.yaml", "[./p{next}.yaml, ./p{next}.yaml, ./p{next}.yaml]"],
+                         ids=["long chain", "diamonds"])
+def test_extends_stops_at_the_file_limit(refs, tmp_policy):
+    # A 1000-file chain was a RecursionError traceback; 30 levels of 3-way diamonds, 3**30 loads.
+    depth = 1000 if refs.startswith("./") else 30
+    for i in range(depth):
+        tmp_policy(f"p{i}.yaml", f"extends: {refs.format(next=i + 1)}\n")
+    last = tmp_policy(f"p{depth}.yaml", "name: last\nextends: bf16_baseline\n")
+    (diagnostic,) = check_policy(last.parent / "p0.yaml").diagnostics
+    assert diagnostic.message == f"extends pulls in more than {MAX_EXTENDS_FILES} files"

@@ -44,6 +44,13 @@ def test_missing_file_is_a_usage_error_with_shipped_names():
         load_policy("jetrl_unifed")
 
 
+def test_a_directory_is_a_usage_error_that_says_so(tmp_path):
+    with pytest.raises(UsageError, match="is a directory, not a policy file"):  # was "policy file not found"
+        validate_files([tmp_path])
+    with pytest.raises(UsageError, match="is a directory"):
+        load_policy(tmp_path)
+
+
 def test_validate_files_checks_every_file_exists_first(tmp_policy):
     good = tmp_policy("good.yaml", "name: good\nextends: bf16_baseline\n")
     with pytest.raises(UsageError, match="missing1.yaml, missing2.yaml"):

@@ -59,6 +59,13 @@ def test_diagnostics_point_at_the_flag_or_at_the_file(monkeypatch):
                                          "'cublas'?)")
 
 
+def test_keys_created_by_a_flag_are_located_at_the_flag():
+    # bf16_baseline has no `correction`: a warning about the one the flag creates must not point into the file
+    (warning,) = check_policy("bf16_baseline", ["correction.importance_sampling.threshold=3"]).diagnostics
+    assert (warning.key_path, warning.file) == ("correction.importance_sampling",
+                                                "--set correction.importance_sampling.threshold=3")
+
+
 def test_cannot_descend_into_a_scalar_or_missing_index():
     result = check_policy("jetrl_unified", ["kernel.x=1", "rules.unified[7].compute=fp32"])
     assert [d.message for d in result.errors] == [
@@ -70,6 +77,8 @@ def test_cannot_descend_into_a_scalar_or_missing_index():
 def test_malformed_flag_is_a_usage_error():
     with pytest.raises(UsageError, match="KEY.PATH=VALUE"):
         check_policy("jetrl_unified", ["kernel"])
+    with pytest.raises(UsageError, match="`extends` cannot be overridden"):  # it was silently ignored
+        check_policy("bf16_baseline", ["extends=jetrl_unified"])
 
 
 def test_bad_yaml_value_is_a_policy_error():

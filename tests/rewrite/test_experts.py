@@ -82,3 +82,29 @@ def test_experts_weight_cache_follows_updates():
     after = experts.quantized_weight("down_proj", 3)
     assert torch.equal(after.scale, before.scale * 2)  # re-quantized: x2 is exact, the scale doubles
     assert torch.equal(after.data.view(torch.uint8), before.data.view(torch.uint8))  # and the codes stay
+
+
+def test_experts_weight_cache_follows_fused_optimizer_step():
+    """AdamW(fused=True) writes the weights without bumping their version counter: the cache must still drop."""
+    plan = with_fp8_experts("fp8rl_rollout_tis")
+    model = build_model("tiny-qwen3-moe", device="cpu", dtype="bf16")
+    apply(plan, model, "rollout")
+    experts = model.get_submodule("model.layers.1.mlp.experts")
+    before = experts.quantized_weight("down_proj", 3)
+    experts.down_proj.grad = torch.ones_like(experts.down_proj)
+    torch.optim.AdamW([experts.down_proj], lr=0.5, fused=True).step()
+    after = experts.quantized_weight("down_proj", 3)
+    assert not torch.equal(after.scale, before.scale)
+
+
+def test_restore_keeps_parameters_replaced_while_rewritten():
+    """Rewrite on meta, materialize (to_empty / a loader swaps in new Parameters), restore: the experts module
+    handed back must hold the current Parameters, not the meta ones it had before the rewrite."""
+    plan = with_fp8_experts("fp8rl_rollout_tis")
+    model = build_model("tiny-qwen3-moe", device="meta")
+    apply(plan, model, "rollout")
+    model.to_empty(device="cpu")
+    current = dict(model.named_parameters())
+    restore(model)
+    assert not any(p.is_meta for p in model.parameters())
+    assert all(p is current[name] for name, p in model.named_parameters())

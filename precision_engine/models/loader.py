@@ -30,6 +30,8 @@ def resolve_config(spec: str) -> dict:
     builtin = find_builtin(spec)
     if builtin is not None:
         return json.loads(json.dumps(dict(builtin.config)))  # a deep, mutable copy
+    if not spec.strip():  # Path("") is the working directory, and the message would be about it
+        raise ModelError(_unknown_spec_message(spec))
     path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "config.json"

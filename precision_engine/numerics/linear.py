@@ -51,8 +51,8 @@ register_optimizer_step_post_hook(_count_optimizer_step)
 
 def weight_cache_key(weight: torch.Tensor) -> tuple:
     """Changes whenever the weight may have: an in-place op (version counter), a new storage (FSDP-style
-    replacement), a torch.optim step. Writes through `weight.data` or an optimizer outside torch.optim are
-    invisible to autograd and to this key: after those, drop the cache (`module._w_cache = None`)."""
+    replacement), a torch.optim step. Writes through `weight.data` and optimizers outside torch.optim are
+    invisible to autograd and to this key: write through the Parameter under `torch.no_grad()` instead."""
     return (weight._version, weight.data_ptr(), weight.device, weight.dtype, _optimizer_steps)
 
 
@@ -108,7 +108,10 @@ class Fp8Linear(nn.Module):
         w = self.weight
         key = weight_cache_key(w)
         if self._w_cache is None or self._w_cache[0] != key:
-            wq = quantize_blocks(w.detach(), self.spec.weight)
+            # Never inference tensors, even when rollout runs under torch.inference_mode(): the training step on
+            # the same weights saves the cached Q(W) for backward, which inference tensors refuse.
+            with torch.inference_mode(False):
+                wq = quantize_blocks(w.detach(), self.spec.weight)
             check_finite(wq, self.numerics.nonfinite, "weight")
             self._w_cache = (key, wq)
         return self._w_cache[1]
@@ -161,12 +164,13 @@ class _Fp8LinearFn(torch.autograd.Function):
     def backward(ctx, dy):
         with torch.no_grad():
             grads = _Fp8LinearFn._grads(ctx, dy)
-        if torch.is_grad_enabled():  # create_graph=True: the grads must not pass for differentiable
+        if torch.is_grad_enabled():  # create_graph=True: refuse, do not drop, any use of their derivative
             grads = _NoDoubleBackward.apply(*(g if g is None else g.detach().requires_grad_() for g in grads))
         return (*grads, None, None, None)
 
     @staticmethod
     def _grads(ctx, dy):
+        """(dx, dW, db) per the Jet-RL dataflow; None for inputs that do not need a gradient."""
         layer: Fp8Linear = ctx.layer
         spec, numerics = layer.spec, layer.numerics
         compute = TORCH_DTYPE[spec.compute]

@@ -52,11 +52,11 @@ def resolve_source(source: str | Path) -> Path:
     if path.is_file():
         return path
     text = str(source)
-    if path.is_dir():
+    if "/" not in text and not text.endswith((".yaml", ".yml")) and shipped_path(text):
+        return shipped_path(text)  # even when a directory of that name (a run's outputs?) is here
+    if path.is_dir() and text.strip():  # Path("") is the working directory; "" is reported as not found
         raise UsageError(f"{text} is a directory, not a policy file (to check every policy in it: "
                          f"precision validate {os.path.join(text, '*.yaml')})")
-    if "/" not in text and not text.endswith((".yaml", ".yml")) and shipped_path(text):
-        return shipped_path(text)
     shipped = shipped_policies()
     hint = did_you_mean(path.stem, shipped)
     raise UsageError(f"policy file not found: {text} (shipped policies: {', '.join(shipped)})"
@@ -100,7 +100,7 @@ def validate_files(sources: Iterable[str | Path], overrides: Sequence[str] = ())
         try:
             resolve_source(source)
         except UsageError:
-            if Path(source).is_dir():
+            if Path(source).is_dir():  # its own message, not one of the missing files
                 raise
             missing.append(str(source))
     if missing:

@@ -7,9 +7,9 @@ rewrite keeps updating the very tensors the FP8 forward quantizes. That is also 
 CUDA models alike and on models in train mode with requires_grad set: only module objects change.
 
 Applying a phase makes the model match that phase exactly: planned FP8 linears become `Fp8Linear` (or are
-rebuilt when their spec differs, e.g. train -> rollout of a policy whose phases differ), modules the plan keeps
-in the compute dtype go back to `nn.Linear`. Applying the same phase twice changes nothing; `restore` undoes
-every swap. Parameters are never cast: master weights keep their dtype and the compute dtype is the
+rebuilt when their spec or numerics differ, e.g. train -> rollout of a policy whose phases differ), modules the
+plan keeps in the compute dtype go back to `nn.Linear`. Applying the same phase twice changes nothing; `restore`
+undoes every swap. Parameters are never cast: master weights keep their dtype and the compute dtype is the
 forward's business (autocast or a bf16 model), as in torchao.
 
 Fused MoE experts (3-D weights, transformers 5 `*Experts`) become `Fp8Experts` in the rollout phase (FP8-RL's
@@ -105,7 +105,9 @@ def apply(plan, model: nn.Module, phase: str, *, numerics: NumericsSpec | None =
 
     def needs_change(module: nn.Module, fqn: str) -> bool:
         if fqn in wanted:
-            return not (isinstance(module, _REWRITTEN) and module.spec == wanted[fqn])
+            return not (
+                isinstance(module, _REWRITTEN) and module.spec == wanted[fqn] and module.numerics == numerics
+            )
         return isinstance(module, _REWRITTEN)  # planned in the compute dtype, or not in the plan at all
 
     def swap(module: nn.Module, fqn: str) -> nn.Module:

@@ -102,7 +102,8 @@ def test_quantization_config_of_a_checkpoint_is_ignored(tmp_path):
         ("llama-3.1-8", "did you mean 'llama-3.1-8b'?"),
         ("meta-llama/Llama-3.2-1B", "hub ids are never downloaded"),
         ("nonsense", "Built-in: tiny-llama, tiny-qwen3"),
-        ("(test model)", "Built-in: tiny-llama"),  # the tiny models' placeholder hf_id used to resolve to tiny-llama
+        ("(test model)", "Built-in: tiny-llama"),
+        ("", "Built-in: tiny-llama"),  # was "a directory without a config.json" about the working directory  # the tiny models' placeholder hf_id used to resolve to tiny-llama
     ],
 )
 def test_unknown_spec_names_builtins(spec, expected):

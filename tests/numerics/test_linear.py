@@ -209,3 +209,15 @@ def test_double_backward_is_refused_not_silently_dropped(spec):
     loss = y.float().sum() + dx.float().pow(2).sum()
     with pytest.raises(UnsupportedError, match="differentiate twice"):
         loss.backward()
+
+
+def test_training_after_inference_mode_rollout():
+    """RL loop: rollout under torch.inference_mode() fills the weight cache, then the training step on the same
+    weights saves it for backward, which inference tensors do not allow."""
+    _, fp8 = _pair(JETRL)
+    x = torch.randn(8, 256, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        rollout = fp8(x)
+    y = fp8(x.clone().requires_grad_())
+    y.float().sum().backward()
+    assert torch.equal(y.detach(), rollout) and fp8.weight.grad is not None

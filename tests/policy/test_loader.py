@@ -44,11 +44,16 @@ def test_missing_file_is_a_usage_error_with_shipped_names():
         load_policy("jetrl_unifed")
 
 
-def test_a_directory_is_a_usage_error_that_says_so(tmp_path):
+def test_a_directory_is_a_usage_error_that_says_so(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="is a directory, not a policy file"):  # was "policy file not found"
         validate_files([tmp_path])
     with pytest.raises(UsageError, match="is a directory"):
         load_policy(tmp_path)
+    with pytest.raises(UsageError, match="policy file not found"):  # "" is not the working directory
+        validate_files([""])
+    (tmp_path / "jetrl_unified").mkdir()  # a shipped name still wins over a directory of that name
+    monkeypatch.chdir(tmp_path)
+    assert load_policy("jetrl_unified").name == "jetrl_unified"
 
 
 def test_validate_files_checks_every_file_exists_first(tmp_policy):

@@ -172,3 +172,17 @@ def test_cuda_rewrite_forward(plans):
         apply(plans[("jetrl_unified", "tiny-llama")], model, "rollout")
         out = model(x).logits
     assert sqnr_db(ref, out) >= LOGITS_SQNR_FLOOR_DB
+
+
+def test_reapply_with_other_numerics_updates_modules(plans):
+    """Same specs, different `numerics` (e.g. a policy switching nonfinite to error): the modules must follow."""
+    from precision_engine.policy.model import NonFinite, NumericsSpec
+
+    plan = plans[("jetrl_unified", "tiny-llama")]
+    model = build_model("tiny-llama", device="meta")
+    apply(plan, model, "train")
+    strict = NumericsSpec(nonfinite=NonFinite.ERROR)
+    report = apply(plan, model, "train", numerics=strict)
+    assert report.changed
+    assert all(m.numerics == strict for m in model.modules() if isinstance(m, Fp8Linear))
+    assert apply(plan, model, "train", numerics=strict).changed == ()

@@ -62,9 +62,12 @@ def plan(
     from precision_engine.compile import compile_plan, model_diagnostics
     from precision_engine.compile.render import plan_to_dict, render_plan
     from precision_engine.models import load_inventory
-    from precision_engine.policy import load_policy
+    from precision_engine.policy import check_policy
 
-    loaded = load_policy(policy, overrides=tuple(set_))
+    checked = check_policy(policy, overrides=tuple(set_))
+    if checked.policy is None:
+        raise PolicyError(checked.errors)
+    loaded = checked.policy
     if phase is not None and phase not in loaded.phases:
         raise UsageError(f"--phase {phase!r}: {loaded.name} has phases {', '.join(loaded.phases)}")
     phases = [phase] if phase else list(loaded.phases)
@@ -72,7 +75,7 @@ def plan(
     compiled = compile_plan(loaded, inventory)
     # The plan is shown even when the policy does not fit the model, so the user sees which modules are affected;
     # the problems follow it, and an error (an FP8 tile that does not divide a shape) fails the command.
-    diagnostics = model_diagnostics(loaded, inventory)
+    diagnostics = [*checked.warnings, *model_diagnostics(loaded, inventory)]
     if json_out:
         data = plan_to_dict(compiled, phases)
         data["diagnostics"] = [d.to_dict() for d in diagnostics]

@@ -60,6 +60,9 @@ def _is_path_reference(ref: str) -> bool:
     return "/" in ref or "\\" in ref or ref.endswith(_SUFFIXES)
 
 
+IDENTITY_KEYS = ("name", "description")
+
+
 def load_document(path: Path) -> tuple[Any, SourceMap, list[Diagnostic]]:
     """The policy at `path` with every `extends` resolved: (merged data, locations, diagnostics).
 
@@ -124,9 +127,15 @@ def _load(path: Path, chain: list[Path], diagnostics: list[Diagnostic], loaded: 
         loaded.append(target)
         base, base_map = _load(target, chain + [target.resolve()], diagnostics, loaded)
         if base is not None:
-            merged = merge_patch(merged, base)
+            merged = merge_patch(merged, _without_identity(base))
             merged_map = merged_map.overlay(base_map)
     return merge_patch(merged, data), merged_map.overlay(source_map)
+
+
+def _without_identity(base: dict) -> dict:
+    """A base's settings without its `name` and `description`: those say what the base is, and an ablation
+    that inherited them would be reported under its parent's name (the loader names it after its file)."""
+    return {key: value for key, value in base.items() if key not in IDENTITY_KEYS}
 
 
 def _resolve(ref: str, base_dir: Path) -> Path | None:

@@ -69,6 +69,8 @@ def check_policy(source: str | Path, overrides: Sequence[str] = ()) -> CheckResu
     data, source_map, diagnostics = load_document(path)
     complete = not diagnostics
     policy = None
+    if isinstance(data, dict) and "name" not in data:
+        data["name"] = path.stem  # a policy that extends another and names itself nothing is named by its file
     if data is not None:
         data, problems = apply_overrides(data, source_map, overrides)
         diagnostics += problems

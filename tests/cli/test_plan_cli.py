@@ -160,3 +160,11 @@ def test_diff_with_an_invalid_policy_prints_its_diagnostics_once_and_exits_2(tmp
     assert result.exit_code == 2
     assert result.output.startswith(f"{broken}:3:1: error: kernal: unknown key 'kernal'"), result.output
     assert "error: error:" not in result.output and "Traceback" not in result.output
+
+
+def test_plan_shows_the_policys_own_warnings(tmp_policy):
+    path = tmp_policy("warn.yaml", "extends: jetrl_unified\nkv_cache: {dtype: bf16, calibrate: every_weight_update}\n")
+    result = run("plan", str(path), "--model", "tiny-llama", "--json")
+    assert result.exit_code == 0  # warnings do not fail a plan
+    data = json.loads(result.stdout)
+    assert [(d["severity"], d["key_path"]) for d in data["diagnostics"]] == [("warning", "kv_cache.calibrate")]

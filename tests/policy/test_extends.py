@@ -119,3 +119,13 @@ def test_extends_stops_at_the_file_limit(refs, tmp_policy):
     last = tmp_policy(f"p{depth}.yaml", "name: last\nextends: bf16_baseline\n")
     (diagnostic,) = check_policy(last.parent / "p0.yaml").diagnostics
     assert diagnostic.message == f"extends pulls in more than {MAX_EXTENDS_FILES} files"
+
+
+def test_name_and_description_are_not_inherited(tmp_policy):
+    """An ablation that extends a shipped policy is reported under its own name, never its parent's."""
+    child = tmp_policy("no_tis.yaml", "extends: fp8rl_rollout_tis\ncorrection: null\n")
+    policy = load_policy(child)
+    assert policy.name == "no_tis" and policy.description == ""
+    assert policy.kv_cache.is_fp8  # everything else still comes from the base
+    named = tmp_policy("named.yaml", "extends: fp8rl_rollout_tis\nname: my_run\ndescription: mine\n")
+    assert (load_policy(named).name, load_policy(named).description) == ("my_run", "mine")

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from precision_engine.errors import UnsupportedError
+from precision_engine.errors import UnsupportedError, UsageError
 
 
 class Target(str, Enum):
@@ -33,6 +33,11 @@ def register(app: typer.Typer) -> None:
           precision bench kernels --quick
           precision bench linear --out bench_linear.json
         """
+        if out is not None:  # fail before minutes of benchmarking, not after
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise UsageError(f"--out {out}: cannot create its folder ({err.strerror})") from None
         import torch
 
         if not torch.cuda.is_available():
@@ -49,5 +54,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(table)
         if out is not None:
             result = {"command": " ".join(["precision", *sys.argv[1:]]), "env": gemm.environment(), "rows": rows}
-            out.write_text(json.dumps(result, indent=1))
+            partial = out.with_name(out.name + ".partial")
+            partial.write_text(json.dumps(result, indent=1))
+            partial.replace(out)  # atomic: a reader never sees half a file
             typer.echo(f"wrote {out}")

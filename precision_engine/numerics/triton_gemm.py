@@ -160,7 +160,8 @@ def _fp8_block_gemm_kernel(
         b_ops = b_src + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
     sa_ptrs = sa_ptr + (offs_m // SCALE_AM) * stride_sam
     sb_ptrs = sb_ptr + (offs_n // SCALE_BN) * stride_sbn
-    c_offs = offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    # int64: an [M, N] output passes 2^31 elements at e.g. 16k tokens x a 150k vocabulary.
+    c_offs = offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
     num_kb = tl.cdiv(K, BLOCK_K)
 
     if SPLIT:

@@ -26,3 +26,10 @@ def test_bench_help_lists_both_targets():
     result = runner.invoke(app, ["bench", "--help"])
     assert result.exit_code == 0
     assert "kernels" in result.output and "linear" in result.output
+
+
+def test_bench_out_under_a_file_fails_before_benchmarking(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = runner.invoke(app, ["bench", "kernels", "--out", str(blocker / "sub" / "k.json")])
+    assert result.exit_code == 2 and "cannot create its folder" in result.output

@@ -13,11 +13,9 @@ from typing import Annotated
 
 import typer
 
+from precision_engine.cli.options import JsonOpt, PolicyOpt, SetOpt
 from precision_engine.errors import UsageError
 
-PolicyOpt = Annotated[
-    str, typer.Option("--policy", "-p", help="A policy file, or the name of a shipped policy.", show_default=False)
-]
 ModelOpt = Annotated[
     str,
     typer.Option(
@@ -28,9 +26,6 @@ ModelOpt = Annotated[
         show_default=False,
     ),
 ]
-SetOpt = Annotated[
-    list[str], typer.Option("--set", help="Override a key of the policy: --set kernel=reference (repeatable).")
-]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of random weights and random token sequences.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda.")]
 
@@ -39,7 +34,7 @@ def export(
     policy: PolicyOpt,
     model: ModelOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="The checkpoint directory to write.", show_default=False)],
-    set_: SetOpt = [],  # noqa: B006 (typer reads the default; it is never mutated)
+    set_: SetOpt = None,
     phase: Annotated[str, typer.Option("--phase", help="Whose numerics to export.")] = "rollout",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out directory.")] = False,
     calibration_ids: Annotated[
@@ -73,7 +68,7 @@ def export(
     from precision_engine.policy import load_policy
     from precision_engine.rewrite import apply
 
-    loaded = load_policy(policy, overrides=tuple(set_))
+    loaded = load_policy(policy, overrides=tuple(set_ or ()))
     plan = compile_plan(loaded, load_inventory(model))
     net, random_weights = _load_model(model, device, seed)
     apply(plan, net, phase)
@@ -91,7 +86,7 @@ def export(
 def check(
     policy: PolicyOpt,
     model: ModelOpt,
-    set_: SetOpt = [],  # noqa: B006
+    set_: SetOpt = None,
     device: DeviceOpt = "cpu",
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")] = 64,
     batch: Annotated[int, typer.Option("--batch", help="Sequences.")] = 2,
@@ -102,7 +97,7 @@ def check(
     layers: Annotated[bool, typer.Option("--layers/--no-layers", help="Compare every module's output.")] = True,
     top: Annotated[int, typer.Option("--top", help="Modules to list, largest difference first.")] = 8,
     seed: SeedOpt = 0,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the full report as JSON.")] = False,
+    json_out: JsonOpt = False,
     save: Annotated[Path | None, typer.Option("--save", help="Also write the JSON report to this file.")] = None,
 ) -> None:
     """Compare POLICY's rollout logprobs with its training forward's, from the same weights.
@@ -133,7 +128,7 @@ def check(
     if prompt_len is not None and not 1 <= prompt_len < seq_len:
         raise UsageError(f"--prompt-len must be in [1, {seq_len - 1}]")
     _check_device(device)
-    loaded = load_policy(policy, overrides=tuple(set_))
+    loaded = load_policy(policy, overrides=tuple(set_ or ()))
     config = resolve_config(model)
     vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
     sequences = random_sequences(vocab, batch, seq_len, seed=seed)

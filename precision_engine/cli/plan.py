@@ -12,11 +12,9 @@ from typing import Annotated
 
 import typer
 
+from precision_engine.cli.options import JsonOpt, PolicyArg, SetOpt
 from precision_engine.errors import PolicyError, PrecisionError, UsageError
 
-PolicyArg = Annotated[
-    str, typer.Argument(metavar="POLICY", help="A policy file, or the name of a shipped policy.", show_default=False)
-]
 _MODEL_HELP = (
     "A built-in architecture (tiny-llama, llama-3.1-8b, qwen3-30b-a3b, ...), an HF model directory or a "
     "config.json. Built on the meta device: no weights, no download."
@@ -24,14 +22,7 @@ _MODEL_HELP = (
 _model_option = typer.Option("--model", "-m", metavar="MODEL", help=_MODEL_HELP, show_default=False)
 ModelOpt = Annotated[str, _model_option]
 OptionalModelOpt = Annotated[str | None, _model_option]
-SetOpt = Annotated[
-    list[str],
-    typer.Option(
-        "--set", metavar="KEY=VALUE", help="Override a policy key: --set rules.unified[1].compute=fp32 (repeatable)."
-    ),
-]
 PhaseOpt = Annotated[str | None, typer.Option("--phase", metavar="PHASE", help="One phase only: train or rollout.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for machines instead of tables.")]
 
 
 def _console():
@@ -45,7 +36,7 @@ def plan(
     policy: PolicyArg,
     model: ModelOpt,
     phase: PhaseOpt = None,
-    set_: SetOpt = [],  # noqa: B006 (typer reads the default; it is never mutated)
+    set_: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Resolve POLICY against a model: per-module formats for every phase, FP8 FLOP share, and whether
@@ -64,7 +55,7 @@ def plan(
     from precision_engine.models import load_inventory
     from precision_engine.policy import check_policy
 
-    checked = check_policy(policy, overrides=tuple(set_))
+    checked = check_policy(policy, overrides=tuple(set_ or ()))
     if checked.policy is None:
         raise PolicyError(checked.errors)
     loaded = checked.policy

@@ -11,16 +11,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from precision_engine.cli.options import JsonOpt, SetOpt
+
 FilesArg = Annotated[list[str], typer.Argument(
     metavar="FILE", show_default=False,
     help="Policy files, or names of shipped policies (bf16_baseline, jetrl_unified, ...).")]
-SetOpt = Annotated[Optional[list[str]], typer.Option(
-    "--set", metavar="KEY.PATH=VALUE", show_default=False,
-    help="Override a key after `extends` (value parsed as YAML; null removes). Repeatable.")]
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", "-m", metavar="MODEL", show_default=False,
     help="Also check against a model: a built-in name (tiny-llama, qwen3-8b, ...), an HF model dir or config.json.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines instead of text.")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Fail (exit 1) on warnings too.")]
 
 

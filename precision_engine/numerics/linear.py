@@ -26,6 +26,8 @@ from precision_engine.numerics.gemm import fp8_gemm, transpose_operand
 from precision_engine.numerics.quantize import (
     Quantized,
     check_finite,
+    dequantize,
+    fp8_dtype,
     quantize_blocks,
     quantize_rows_1xG,
     quantize_tokens_transposed,
@@ -115,6 +117,29 @@ class Fp8Linear(nn.Module):
             check_finite(wq, self.numerics.nonfinite, "weight")
             self._w_cache = (key, wq)
         return self._w_cache[1]
+
+    @torch.no_grad()
+    def load_quantized(self, weight_fp8: torch.Tensor, weight_scale_inv: torch.Tensor) -> None:
+        """Install weights that arrive already quantized (an exported checkpoint, a trainer's weight sync), so
+        the forward multiplies with exactly these bytes.
+
+        The master weight becomes their dequantization, for code that reads `weight`; quantizing that again
+        need not give the same bytes (a dequantized value is rarely exact in BF16), so the given bytes are
+        pinned as Q(W) until the weight next changes.
+        """
+        fmt = self.spec.weight
+        expected_scale = tuple(-(-n // b) for n, b in zip(self.weight.shape, fmt.block or (0, 0)))
+        if fmt.granularity is not Granularity.BLOCK or weight_fp8.dtype != fp8_dtype(fmt):
+            raise UnsupportedError(f"load_quantized takes {fmt.describe()} weights only, got {weight_fp8.dtype}")
+        if tuple(weight_fp8.shape) != tuple(self.weight.shape) or tuple(weight_scale_inv.shape) != expected_scale:
+            raise UnsupportedError(
+                f"quantized weight {tuple(weight_fp8.shape)} with scales {tuple(weight_scale_inv.shape)} does not "
+                f"fit a {tuple(self.weight.shape)} weight in {fmt.describe()} blocks (scales {expected_scale})"
+            )
+        device = self.weight.device
+        wq = Quantized(weight_fp8.to(device), weight_scale_inv.to(device, torch.float32).contiguous(), fmt)
+        self.weight.copy_(dequantize(wq, self.weight.dtype))
+        self._w_cache = (weight_cache_key(self.weight), wq)
 
     def _quantized_weight_t(self, wq: Quantized) -> Quantized:
         """Q(W)^T as a K-major [K, N] operand for dgrad, copied once per weight version (keyed on the bytes

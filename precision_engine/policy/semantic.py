@@ -221,6 +221,10 @@ class _Checker:
         if calibrate != "never" and dtype in ("bf16", "fp16", "fp32"):
             self.warning(("kv_cache", "calibrate"), f"calibrate '{calibrate}' has no effect on a {dtype} KV cache",
                          "set `dtype: float8_e4m3` or `calibrate: never`")
+        if calibrate == "never" and dtype.startswith("float8"):
+            self.warning(("kv_cache", "dtype"), "an FP8 KV cache that is never calibrated keeps scales of 1.0 (SGLang's "
+                         "default): keys and values beyond the format's range saturate",
+                         "set `calibrate: every_weight_update` (FP8-RL) or `once`")
 
 
 def _patterns(value: Any) -> list[str]:

@@ -79,7 +79,10 @@ def check_policy(source: str | Path, overrides: Sequence[str] = ()) -> CheckResu
             diagnostics += check_data(data, source_map)
         if not any(d.is_error for d in diagnostics):
             policy = build_policy(data, source_map, path)
-            diagnostics += check_built(policy, source_map)
+            built_problems = check_built(policy, source_map)
+            diagnostics += built_problems
+            if any(d.is_error for d in built_problems):
+                policy = None
     unique = sorted(dict.fromkeys(diagnostics), key=Diagnostic.sort_key)
     return CheckResult(display_name(path), policy, tuple(unique))
 

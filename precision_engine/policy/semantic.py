@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator
 
-from precision_engine.numerics.formats import PRESET_FORMATS, Granularity, QuantFormat
+from precision_engine.numerics.formats import PRESET_FORMATS, Granularity, Kernel, QuantFormat
 from precision_engine.policy.diagnostics import Diagnostic, did_you_mean
 from precision_engine.policy.matching import pattern_error
 from precision_engine.policy.model import PHASES, Policy
@@ -255,7 +255,33 @@ def check_built(policy: Policy, source_map: SourceMap) -> list[Diagnostic]:
                 path, "train and rollout rules give every module the same numerics (and the KV cache is not "
                 "FP8): importance sampling has nothing to correct", severity="warning",
                 hint="remove `correction`, or keep it if your rollout engine's kernels differ from training's"))
-    return found
+    return found + _batch_variant_kernels(policy, source_map)
+
+
+_BATCH_VARIANT_KERNELS = (Kernel.CUBLAS, Kernel.DEEP_GEMM)
+
+
+def _batch_variant_kernels(policy: Policy, source_map: SourceMap) -> list[Diagnostic]:
+    """`numerics.batch_invariant: true` promises bitwise rollout == training; a kernel that picks its algorithm
+    by the number of rows cannot keep it, so the two settings contradict each other."""
+    if not policy.numerics.batch_invariant:
+        return []
+    paths = {}
+    for rule_set in dict.fromkeys(policy.phases.values()):
+        for i, rule in enumerate(policy.rule_sets[rule_set]):
+            if rule.linear is None or rule.linear.kernel not in _BATCH_VARIANT_KERNELS:
+                continue
+            sets_own_kernel = "kernel" in policy.resolved["rules"][rule_set][i]["linear"]
+            path = ("rules", rule_set, i, "linear", "kernel") if sets_own_kernel else ("kernel",)
+            paths.setdefault(path, rule.linear.kernel.value)
+    return [
+        source_map.diagnostic(
+            path, f"kernel '{kernel}' picks its algorithm by the number of rows, so it is not batch-invariant, "
+            "but numerics.batch_invariant is true (rollout and training logprobs would not be bitwise equal)",
+            hint="use kernel: auto or triton, or set numerics.batch_invariant: false for cuBLAS speed without "
+            "bitwise identity")
+        for path, kernel in paths.items()
+    ]
 
 
 def _numerics(rule) -> tuple:

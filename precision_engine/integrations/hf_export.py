@@ -32,12 +32,11 @@ from precision_engine.models.inventory import ModuleKind
 from precision_engine.numerics.formats import DType, Granularity, QuantFormat
 from precision_engine.numerics.kv_cache import KVScales, write_sglang_kv_scales
 from precision_engine.numerics.linear import Fp8Linear
-from precision_engine.numerics.quantize import quantize_blocks
+from precision_engine.numerics.quantize import COMPUTE_TORCH_DTYPE, quantize_blocks
 from precision_engine.rewrite.experts import EXPERT_PARAMS, Fp8Experts
 
 ROLLOUT = "rollout"
 KV_SCALES_FILE = "kv_cache_scales.json"  # pass to SGLang as --quantization-param-path
-_TORCH_DTYPES = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP32: torch.float32}
 _SHARD_BYTES = 5 * 1024**3  # transformers' default max_shard_size
 
 
@@ -117,7 +116,7 @@ def iter_rollout_weights(model: nn.Module, plan, phase: str = ROLLOUT) -> Iterat
             yield f"{module_name}.weight_scale_inv", weight_scale_inv
         elif tensor.is_floating_point():
             planned = phase_plan.by_name.get(module_name)
-            dtype = _TORCH_DTYPES.get(planned.compute if planned else DType.BF16, torch.bfloat16)
+            dtype = COMPUTE_TORCH_DTYPE.get(planned.compute if planned else DType.BF16, torch.bfloat16)
             yield name, tensor.detach().to(dtype)
         else:
             yield name, tensor.detach()
@@ -163,7 +162,7 @@ def _per_expert(module: nn.Module, module_name: str, param_name: str, planned):
     weight = getattr(module, param_name)
     parts = ("gate_proj", "up_proj") if param_name == "gate_up_proj" else ("down_proj",)
     rows = weight.shape[1] // len(parts)
-    dtype = _TORCH_DTYPES.get(planned.compute, torch.bfloat16)
+    dtype = COMPUTE_TORCH_DTYPE.get(planned.compute, torch.bfloat16)
     fp8 = planned.is_fp8
     for expert in range(weight.shape[0]):
         if fp8:

@@ -50,7 +50,7 @@ def _check(model: nn.Module, tensors: dict, fp8_modules: set[str], plain: dict, 
         raise UnsupportedError(f"loading pre-quantized MoE experts is not supported yet ({experts[0]}, ...)")
     problems = []
     for name in sorted(fp8_modules):
-        module = model.get_submodule(name) if _has_module(model, name) else None
+        module = _submodule(model, name)
         if not isinstance(module, Fp8Linear):
             what = "no such module" if module is None else f"a {type(module).__name__}, not an FP8 linear"
             problems.append(f"{name}: FP8 weights for {what} (was the model rewritten for the rollout phase?)")
@@ -66,9 +66,8 @@ def _check(model: nn.Module, tensors: dict, fp8_modules: set[str], plain: dict, 
         raise UsageError(f"cannot load these weights: {shown}")
 
 
-def _has_module(model: nn.Module, name: str) -> bool:
+def _submodule(model: nn.Module, name: str) -> nn.Module | None:
     try:
-        model.get_submodule(name)
+        return model.get_submodule(name)
     except AttributeError:
-        return False
-    return True
+        return None

@@ -21,9 +21,10 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from precision_engine.errors import UnsupportedError
-from precision_engine.numerics.formats import Axis, DType, Granularity, LinearSpec, QuantFormat
+from precision_engine.numerics.formats import Axis, Granularity, LinearSpec, QuantFormat
 from precision_engine.numerics.gemm import fp8_gemm, transpose_operand
 from precision_engine.numerics.quantize import (
+    COMPUTE_TORCH_DTYPE,
     Quantized,
     check_finite,
     dequantize,
@@ -34,8 +35,6 @@ from precision_engine.numerics.quantize import (
     requantize_tokens_transposed,
 )
 from precision_engine.policy.model import NumericsSpec
-
-TORCH_DTYPE = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP32: torch.float32}
 
 # torch.optim's fused kernels (AdamW(fused=True), behind HF's `adamw_torch_fused`) write the parameters without
 # bumping their version counter (torch 2.13), so a cache keyed on `_version` alone kept serving the weights of
@@ -167,7 +166,7 @@ class _Fp8LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, w_data, w_scale, layer: Fp8Linear):
         spec, numerics = layer.spec, layer.numerics
-        compute = TORCH_DTYPE[spec.compute]
+        compute = COMPUTE_TORCH_DTYPE[spec.compute]
         x2 = x.reshape(-1, x.shape[-1])
         xq = quantize_rows_1xG(x2, spec.input)
         check_finite(xq, numerics.nonfinite, "input")
@@ -198,7 +197,7 @@ class _Fp8LinearFn(torch.autograd.Function):
         """(dx, dW, db) per the Jet-RL dataflow; None for inputs that do not need a gradient."""
         layer: Fp8Linear = ctx.layer
         spec, numerics = layer.spec, layer.numerics
-        compute = TORCH_DTYPE[spec.compute]
+        compute = COMPUTE_TORCH_DTYPE[spec.compute]
         x_data, x_scale, x_hp, weight, w_data, w_scale = ctx.saved_tensors
         dy2 = dy.reshape(-1, dy.shape[-1]).to(compute)
         dx = dw = db = None
@@ -256,7 +255,7 @@ def _check_spec(spec: LinearSpec) -> None:
         _check_group(spec.grad_output, Axis.K, "grad_output")
     if spec.wgrad_operands is not None:
         _check_group(spec.wgrad_operands, Axis.TOKENS, "wgrad_operands")
-    if spec.compute not in TORCH_DTYPE:
+    if spec.compute not in COMPUTE_TORCH_DTYPE:
         raise UnsupportedError(f"compute dtype must be bf16, fp16 or fp32, got {spec.compute.value}")
 
 

@@ -61,6 +61,8 @@ from precision_engine.errors import NonFiniteError
 from precision_engine.numerics.formats import AMAX_EPS, FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind
 
 FP8_TORCH_DTYPE = {DType.FLOAT8_E4M3: torch.float8_e4m3fn, DType.FLOAT8_E5M2: torch.float8_e5m2}
+# The unquantized dtypes a policy may compute in (`compute:`), as torch dtypes.
+COMPUTE_TORCH_DTYPE = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP32: torch.float32}
 
 BACKENDS = ("auto", "reference", "triton")
 

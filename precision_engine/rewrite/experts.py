@@ -18,13 +18,18 @@ import torch
 from torch import nn
 
 from precision_engine.errors import UnsupportedError
-from precision_engine.numerics.formats import DType, LinearSpec
+from precision_engine.numerics.formats import LinearSpec
 from precision_engine.numerics.gemm import fp8_gemm
 from precision_engine.numerics.linear import weight_cache_key
-from precision_engine.numerics.quantize import Quantized, check_finite, quantize_blocks, quantize_rows_1xG
+from precision_engine.numerics.quantize import (
+    COMPUTE_TORCH_DTYPE,
+    Quantized,
+    check_finite,
+    quantize_blocks,
+    quantize_rows_1xG,
+)
 from precision_engine.policy.model import NumericsSpec
 
-_TORCH_DTYPE = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP32: torch.float32}
 EXPERT_PARAMS = ("gate_up_proj", "down_proj")
 
 
@@ -81,7 +86,7 @@ class Fp8Experts(nn.Module):
         return fp8_gemm(
             xq,
             self.quantized_weight(param_name, expert),
-            out_dtype=_TORCH_DTYPE[self.spec.compute],
+            out_dtype=COMPUTE_TORCH_DTYPE[self.spec.compute],
             kernel=self.spec.kernel,
             batch_invariant=self.numerics.batch_invariant,
         )

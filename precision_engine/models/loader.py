@@ -7,7 +7,6 @@ says how to get its config.json instead.
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 from precision_engine.errors import ModelError
 from precision_engine.models.inventory import ModelInventory, inventory_from_model
 from precision_engine.models.registry import BUILTIN_MODELS, find_builtin
+from precision_engine.policy.diagnostics import did_you_mean
 
 if TYPE_CHECKING:
     import torch
@@ -50,8 +50,8 @@ def resolve_config(spec: str) -> dict:
 
 def _unknown_spec_message(spec: str) -> str:
     names = list(BUILTIN_MODELS)
-    close = difflib.get_close_matches(spec.lower(), names, n=1, cutoff=0.5)
-    hint = f" did you mean '{close[0]}'?" if close else ""
+    close = did_you_mean(spec.lower(), names)
+    hint = f" {close}" if close else ""
     return (
         f"unknown model '{spec}': not a built-in architecture and no such file or directory.{hint} "
         f"Built-in: {', '.join(names)}. For another model pass a local HF model directory or its config.json "
@@ -66,8 +66,8 @@ def _hf_config(config: dict, spec: str):
     kwargs = {k: v for k, v in config.items() if k not in _CHECKPOINT_ONLY_KEYS}
     model_type = kwargs.pop("model_type")
     if model_type not in CONFIG_MAPPING:
-        close = difflib.get_close_matches(model_type, list(CONFIG_MAPPING.keys()), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else " (a newer transformers may know it)"
+        close = did_you_mean(model_type, CONFIG_MAPPING.keys())
+        hint = f"; {close}" if close else " (a newer transformers may know it)"
         raise ModelError(f"{spec}: transformers does not know model_type '{model_type}'{hint}")
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise ModelError(f"{spec}: model_type '{model_type}' is not a causal language model")

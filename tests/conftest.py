@@ -5,7 +5,6 @@ is decorated (i.e. before our kernel modules are imported), so it is set here, f
 """
 
 import os
-import shutil
 
 try:
     import torch

@@ -25,15 +25,12 @@ from precision_engine.numerics.kv_cache import (
 )
 from precision_engine.policy.model import Calibrate, KVCacheSpec, KVScale
 
+from helpers import sqnr_db
+
 # Calibrated per-tensor FP8 KV vs BF16 KV on tiny models with random weights (2x48 tokens): measured
 # 29.9-31.5 dB on the attention outputs and 28.7-29.9 dB on the logits.
 ATTENTION_SQNR_FLOOR_DB = 25.0
 LOGITS_SQNR_FLOOR_DB = 24.0
-
-
-def sqnr_db(ref, x):
-    ref, x = ref.double(), x.double()
-    return float(20 * torch.log10(ref.norm() / (ref - x).norm()))
 
 
 @pytest.fixture(scope="module")

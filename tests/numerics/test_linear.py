@@ -18,14 +18,11 @@ from precision_engine.numerics.formats import LinearSpec
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.policy.model import NonFinite, NumericsSpec
 
+from helpers import sqnr_db
+
 JETRL = LinearSpec(weight=P["fp8_block_weight"], input=P["fp8_group_act"], grad_output=P["fp8_group_act"],
                    wgrad_operands=P["fp8_group_tokens"])
 ROLLOUT_ONLY = LinearSpec(weight=P["fp8_block_weight"], input=P["fp8_group_act"])
-
-
-def _sqnr(out, ref):
-    out, ref = out.double(), ref.double()
-    return (10 * torch.log10(ref.pow(2).sum() / (out - ref).pow(2).sum())).item()
 
 
 def _cos(out, ref):
@@ -67,9 +64,9 @@ def test_gradients_close_to_bf16(shape):
     assert y.shape == y_ref.shape and dx.shape == x.shape
     assert y.dtype == dx.dtype == dw.dtype == torch.bfloat16
     for out, ref, floor in ((y, y_ref, 25), (dx, dx_ref, 20), (dw, dw_ref, 20)):
-        assert _sqnr(out, ref) >= floor
+        assert sqnr_db(ref, out) >= floor
         assert _cos(out, ref) >= 0.99
-    assert _sqnr(db, db_ref) >= 40  # the bias grad is a plain fp32 sum of dy
+    assert sqnr_db(db_ref, db) >= 40  # the bias grad is a plain fp32 sum of dy
 
 
 def test_rollout_only_spec_runs_backward_in_bf16():
@@ -79,7 +76,7 @@ def test_rollout_only_spec_runs_backward_in_bf16():
     dy = torch.randn(64, 384, dtype=torch.bfloat16)
     _, dx, dw, _ = _grads(fp8, x, dy)
     _, dx_ref, dw_ref, _ = _grads(lin, x, dy)
-    assert _sqnr(dx, dx_ref) >= 40 and _sqnr(dw, dw_ref) >= 40
+    assert sqnr_db(dx_ref, dx) >= 40 and sqnr_db(dw_ref, dw) >= 40
 
 
 def _saved_dtypes(layer, x):

@@ -15,6 +15,8 @@ from precision_engine.errors import NonFiniteError
 from precision_engine.numerics import quantize as Q
 from precision_engine.numerics.formats import AMAX_EPS, FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind
 
+from helpers import sqnr_db
+
 E4M3, E5M2 = DType.FLOAT8_E4M3, DType.FLOAT8_E5M2
 ROWS = QuantFormat(E4M3, Granularity.GROUP, group=128, axis=Axis.K)
 TOKENS = QuantFormat(E4M3, Granularity.GROUP, group=128, axis=Axis.TOKENS)
@@ -41,10 +43,6 @@ def logical(q: Q.Quantized) -> torch.Tensor:
     """Dequantized values in the input's [M, K] orientation."""
     d = Q.dequantize(q, torch.float64)
     return d.t() if q.fmt.granularity is Granularity.GROUP and q.fmt.axis is Axis.TOKENS else d
-
-
-def sqnr_db(ref: torch.Tensor, approx: torch.Tensor) -> float:
-    return 10 * math.log10(ref.pow(2).sum().item() / (ref - approx).pow(2).sum().item())
 
 
 def fp8_values(dtype: DType) -> torch.Tensor:

@@ -12,29 +12,11 @@ import torch
 pytest.importorskip("triton")
 
 from precision_engine.numerics import quantize as Q  # noqa: E402
-from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind  # noqa: E402
+from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat  # noqa: E402
+
+from helpers import BASE, FORMATS, assert_bitwise  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-BASE = [
-    QuantFormat(DType.FLOAT8_E4M3, Granularity.TENSOR),
-    QuantFormat(DType.FLOAT8_E4M3, Granularity.CHANNEL),
-    QuantFormat(DType.FLOAT8_E4M3, Granularity.GROUP, group=128, axis=Axis.K),
-    QuantFormat(DType.FLOAT8_E4M3, Granularity.GROUP, group=128, axis=Axis.TOKENS),
-    QuantFormat(DType.FLOAT8_E4M3, Granularity.BLOCK, block=(128, 128)),
-]
-FORMATS = [replace(f, dtype=d, scale=s) for f in BASE for d in DType if d.is_fp8 for s in ScaleKind]
-
-
-def assert_bitwise(got: Q.Quantized, ref: Q.Quantized) -> None:
-    """Same bytes and scales; NaN positions compared as positions (a NaN's sign bit is not specified)."""
-    assert got.data.shape == ref.data.shape and got.scale.shape == ref.scale.shape
-    assert got.scale.stride() == ref.scale.stride() and got.tokens == ref.tokens
-    g, r = got.data.float(), ref.data.float()
-    assert torch.equal(torch.isnan(g), torch.isnan(r))
-    keep = ~torch.isnan(r)
-    assert torch.equal(got.data.view(torch.uint8)[keep], ref.data.view(torch.uint8)[keep])
-    assert torch.equal(torch.isnan(got.scale), torch.isnan(ref.scale))
-    assert torch.equal(got.scale.nan_to_num(), ref.scale.nan_to_num())
 
 
 def both(x: torch.Tensor, fmt: QuantFormat) -> tuple[Q.Quantized, Q.Quantized]:

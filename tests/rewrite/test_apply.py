@@ -13,16 +13,13 @@ from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.policy import load_policy
 from precision_engine.rewrite import RewriteReport, apply, restore
 
+from helpers import sqnr_db
+
 MODELS = ("tiny-llama", "tiny-qwen3")
 
 # FP8 W8A8 (128x128 weights, 1x128 activations) vs the same BF16 model, random init, 2x48 tokens:
 # measured 21.4-22.5 dB on the logits; BF16 itself is ~41-43 dB from FP32.
 LOGITS_SQNR_FLOOR_DB = 18.0
-
-
-def sqnr_db(ref: torch.Tensor, x: torch.Tensor) -> float:
-    ref, x = ref.double(), x.double()
-    return float(20 * torch.log10(ref.norm() / (ref - x).norm()))
 
 
 @pytest.fixture(scope="module")

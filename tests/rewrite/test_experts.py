@@ -12,6 +12,8 @@ from precision_engine.policy import load_policy
 from precision_engine.policy.model import Rule
 from precision_engine.rewrite import Fp8Experts, apply, restore
 
+from helpers import sqnr_db
+
 # Measured 21.2 dB on tiny-qwen3-moe logits (attention projections and experts in FP8, random init).
 LOGITS_SQNR_FLOOR_DB = 18.0
 
@@ -29,11 +31,6 @@ def with_fp8_experts(policy_name: str):
 
 def tokens(batch=2, seq=40):
     return torch.randint(0, 512, (batch, seq), generator=torch.Generator().manual_seed(0))
-
-
-def sqnr_db(ref, x):
-    ref, x = ref.double(), x.double()
-    return float(20 * torch.log10(ref.norm() / (ref - x).norm()))
 
 
 def test_fp8_experts_in_training_refused_by_name():

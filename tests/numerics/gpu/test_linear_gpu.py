@@ -9,15 +9,12 @@ from precision_engine.numerics.formats import Kernel, LinearSpec
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.policy.model import NumericsSpec
 
+from helpers import sqnr_db
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 JETRL = dict(weight=P["fp8_block_weight"], input=P["fp8_group_act"], grad_output=P["fp8_group_act"],
              wgrad_operands=P["fp8_group_tokens"])
-
-
-def _sqnr(out, ref):
-    out, ref = out.double(), ref.double()
-    return (10 * torch.log10(ref.pow(2).sum() / (out - ref).pow(2).sum())).item()
 
 
 @pytest.mark.parametrize("kernel,batch_invariant", [(Kernel.CUBLAS, False), (Kernel.AUTO, True), (Kernel.TRITON, True)])
@@ -33,10 +30,10 @@ def test_fp8_linear_close_to_bf16(kernel, batch_invariant):
     x.grad = lin.weight.grad = lin.bias.grad = None
     y_ref = lin(x)
     y_ref.backward(dy)
-    assert _sqnr(y, y_ref) >= 25
-    assert _sqnr(dx, x.grad) >= 20
-    assert _sqnr(dw, lin.weight.grad) >= 20
-    assert _sqnr(db, lin.bias.grad) >= 40  # bias grad is a plain sum of dy in fp32
+    assert sqnr_db(y_ref, y) >= 25
+    assert sqnr_db(x.grad, dx) >= 20
+    assert sqnr_db(lin.weight.grad, dw) >= 20
+    assert sqnr_db(lin.bias.grad, db) >= 40  # bias grad is a plain sum of dy in fp32
     assert dw.dtype == torch.bfloat16 and dx.dtype == torch.bfloat16
 
 

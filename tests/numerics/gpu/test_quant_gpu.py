@@ -15,16 +15,10 @@ import torch
 from precision_engine.numerics import quantize as Q
 from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind
 
+from helpers import BASE, FORMATS, assert_bitwise
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-BASE = [
-    QuantFormat(DType.FLOAT8_E4M3, Granularity.TENSOR),
-    QuantFormat(DType.FLOAT8_E4M3, Granularity.CHANNEL),
-    QuantFormat(DType.FLOAT8_E4M3, Granularity.GROUP, group=128, axis=Axis.K),
-    QuantFormat(DType.FLOAT8_E4M3, Granularity.GROUP, group=128, axis=Axis.TOKENS),
-    QuantFormat(DType.FLOAT8_E4M3, Granularity.BLOCK, block=(128, 128)),
-]
-FORMATS = [replace(f, dtype=d, scale=s) for f in BASE for d in DType if d.is_fp8 for s in ScaleKind]
 KIND = {Granularity.TENSOR: "tensor", Granularity.CHANNEL: "channel", Granularity.BLOCK: "blocks"}
 
 
@@ -36,17 +30,6 @@ def triton_quantize(x: torch.Tensor, fmt: QuantFormat, exact_round: bool) -> Q.Q
     from precision_engine.numerics import triton_quant as T
 
     return T.QUANTIZERS[kind(fmt)](x, fmt, exact_round=exact_round)
-
-
-def assert_bitwise(got: Q.Quantized, ref: Q.Quantized) -> None:
-    assert got.data.shape == ref.data.shape and got.scale.shape == ref.scale.shape
-    assert got.scale.stride() == ref.scale.stride()
-    g, r = got.data.float(), ref.data.float()
-    assert torch.equal(torch.isnan(g), torch.isnan(r))
-    keep = ~torch.isnan(r)
-    assert torch.equal(got.data.view(torch.uint8)[keep], ref.data.view(torch.uint8)[keep])
-    assert torch.equal(torch.isnan(got.scale), torch.isnan(ref.scale))
-    assert torch.equal(got.scale.nan_to_num(), ref.scale.nan_to_num())
 
 
 def random_input(shape, seed: int) -> torch.Tensor:

@@ -34,3 +34,7 @@ class UnsupportedError(PrecisionError):
 
 class NonFiniteError(PrecisionError):
     """NaN or Inf reached a quantizer while the policy says `numerics.nonfinite: error`."""
+
+
+class DataError(PrecisionError):
+    """A data file (a recipe's problems, a tokenizer file) is missing, unreadable or not in the expected shape."""

@@ -36,5 +36,13 @@ class NonFiniteError(PrecisionError):
     """NaN or Inf reached a quantizer while the policy says `numerics.nonfinite: error`."""
 
 
+class RunError(PrecisionError):
+    """A run directory is missing, not one of ours, or would overwrite another run."""
+
+
+class CheckpointError(RunError):
+    """A checkpoint is incomplete, truncated or corrupted; the message names the file."""
+
+
 class DataError(PrecisionError):
     """A data file (a recipe's problems, a tokenizer file) is missing, unreadable or not in the expected shape."""

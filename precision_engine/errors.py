@@ -32,6 +32,11 @@ class UnsupportedError(PrecisionError):
     """A valid request this engine refuses on purpose (e.g. rewriting fused MoE experts)."""
 
 
+class OperandError(PrecisionError, ValueError):
+    """A tensor or format that a numerics function cannot take (dtype, shape, layout, granularity). The
+    quantizers, the GEMMs and the exchange format raise this one type for the same kind of bad operand."""
+
+
 class NonFiniteError(PrecisionError):
     """NaN or Inf reached a quantizer while the policy says `numerics.nonfinite: error`."""
 

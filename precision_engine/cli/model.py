@@ -212,7 +212,7 @@ def _load_model(spec: str, device: str, seed: int):
 def _calibrate(policy, model, calibration_ids: Path | None, seed: int, device: str):
     import torch
 
-    from precision_engine.numerics.kv_cache import KVCacheCalibrator
+    from precision_engine.rewrite.kv_cache import KVCacheCalibrator
     from precision_engine.verify import random_sequences
 
     vocab = model.config.get_text_config(decoder=True).vocab_size

@@ -30,7 +30,8 @@ from torch import nn
 from precision_engine.errors import UnsupportedError, UsageError
 from precision_engine.models.inventory import ModuleKind
 from precision_engine.numerics.formats import DType, Granularity, QuantFormat
-from precision_engine.numerics.kv_cache import KVScales, write_sglang_kv_scales
+from precision_engine.integrations.sglang_kv_scales import write_sglang_kv_scales
+from precision_engine.numerics.kv_cache import KVScales
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.numerics.quantize import COMPUTE_TORCH_DTYPE, quantize_blocks
 from precision_engine.rewrite.experts import EXPERT_PARAMS, Fp8Experts

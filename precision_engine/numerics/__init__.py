@@ -22,7 +22,7 @@ from precision_engine.numerics.formats import (
 )
 
 _LAZY = {
-    "Quantized": "quantize",
+    "Quantized": "contract",
     "quantize": "quantize",
     "dequantize": "quantize",
     "quantize_rows_1xG": "quantize",
@@ -30,8 +30,8 @@ _LAZY = {
     "quantize_tokens_transposed": "quantize",
     "requantize_tokens_transposed": "quantize",
     "check_finite": "quantize",
-    "scale_from_amax": "quantize",
-    "fp8_dtype": "quantize",
+    "scale_from_amax": "contract",
+    "fp8_dtype": "contract",
     "to_block_fp8": "exchange",
     "from_block_fp8": "exchange",
 }

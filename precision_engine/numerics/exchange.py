@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import torch
 
-from precision_engine.errors import ModelError
+from precision_engine.errors import OperandError
+from precision_engine.numerics.capabilities import WEIGHT_BLOCK
 from precision_engine.numerics.formats import DType, Granularity, QuantFormat
-from precision_engine.numerics.quantize import Quantized, dequantize, quantize_blocks
+from precision_engine.numerics.contract import Quantized
+from precision_engine.numerics.quantize import dequantize, quantize_blocks
 
-WEIGHT_BLOCK_SIZE = (128, 128)
+WEIGHT_BLOCK_SIZE = WEIGHT_BLOCK  # the exchange format's blocks are the GEMMs' weight blocks
 BLOCK_FP8 = QuantFormat(DType.FLOAT8_E4M3, Granularity.BLOCK, block=WEIGHT_BLOCK_SIZE)
 
 
@@ -36,13 +38,13 @@ def from_block_fp8(
 ) -> torch.Tensor:
     """Dequantize an exchanged weight: weight * weight_scale_inv per 128x128 block, computed in fp32."""
     if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
-        raise ModelError(
+        raise OperandError(
             f"block-FP8 weight must be a 2-D float8_e4m3fn tensor, got {weight.dtype} {tuple(weight.shape)}"
         )
     n, k = weight.shape
     expected = (-(-n // WEIGHT_BLOCK_SIZE[0]), -(-k // WEIGHT_BLOCK_SIZE[1]))
     if tuple(weight_scale_inv.shape) != expected:
-        raise ModelError(
+        raise OperandError(
             f"weight_scale_inv has shape {tuple(weight_scale_inv.shape)}, expected {expected} for a weight of "
             f"shape {(n, k)} with 128x128 blocks"
         )

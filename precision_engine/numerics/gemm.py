@@ -16,26 +16,21 @@ Kernels (`Kernel`):
              to a multiple of 128 (copies, only for shapes that need them).
   deep_gemm  DeepGEMM's fp8_gemm_nt (block weights only), on request only: written against its documented
              API but not yet run on hardware here, so AUTO never picks it.
-AUTO picks: reference off CUDA; triton when batch_invariant (rollout and trainer logprobs must agree bitwise)
-or M <= 64 (decode, where cuBLAS is slower than BF16); otherwise cublas.
+Which kernel runs is decided by `capabilities.resolve_kernel` (the kernel table), never here.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING
 
 import torch
 
-from precision_engine.errors import UnsupportedError
+from precision_engine.errors import OperandError
+from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, WEIGHT_BLOCK,
+                                                    DeviceInfo, Gemm, resolve_kernel)
+from precision_engine.numerics.contract import Quantized
 from precision_engine.numerics.formats import Granularity, Kernel
-
-if TYPE_CHECKING:
-    from precision_engine.numerics.quantize import Quantized
-
-GROUP = 128  # the only scale granularity the GEMMs take: 1x128 groups and 128x128 blocks
-SMALL_M_MAX = 64  # decode sizes: Triton's small-M tiles, where cuBLAS is slower than BF16
 # cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
 # 4, 8, 16, 24, 32, 64 accepted) and returned wrong results at K=320, where the scales' leading dimension
 # ceil(K/128) = 3; both are zero-padded here (a copy). Training sizes and the 8B shapes need none.
@@ -49,11 +44,15 @@ def fp8_gemm(
     *,
     out_dtype: torch.dtype = torch.bfloat16,
     kernel: Kernel = Kernel.AUTO,
+    gemm: Gemm = Gemm.FPROP,
     batch_invariant: bool = True,
 ) -> torch.Tensor:
-    """dequant(a) @ dequant(b)^T -> [M, N] in out_dtype. Raises UnsupportedError for layouts it cannot run."""
+    """dequant(a) @ dequant(b)^T -> [M, N] in out_dtype, on the kernel `capabilities.resolve_kernel` picks for
+    this device, GEMM and M. Raises OperandError for operands it cannot take, UnsupportedError for a kernel the
+    device cannot run."""
     b_scale_rows = _check_operands(a, b)
-    kernel = _choose(kernel, a.data, batch_invariant)
+    kernel = resolve_kernel(kernel, device=device_info(a.data.device), m=a.data.shape[0], gemm=gemm,
+                            batch_invariant=batch_invariant, dtypes=frozenset({a.fmt.dtype, b.fmt.dtype}))
     if kernel is Kernel.REFERENCE:
         return reference_gemm(a, b, out_dtype=out_dtype)
     if kernel is Kernel.TRITON:
@@ -77,8 +76,8 @@ def reference_gemm(a: Quantized, b: Quantized, *, out_dtype: torch.dtype = torch
     sa = a.scale.to(torch.float64)
     sb = b.scale.to(torch.float64).repeat_interleave(b_scale_rows, dim=0)[:n]
     out = torch.zeros((m, n), dtype=torch.float64, device=a.data.device)
-    for kb in range(_cdiv(k, GROUP)):
-        cols = slice(kb * GROUP, min(k, (kb + 1) * GROUP))
+    for kb in range(_cdiv(k, SCALE_BLOCK)):
+        cols = slice(kb * SCALE_BLOCK, min(k, (kb + 1) * SCALE_BLOCK))
         exact = a64[:, cols] @ b64[:, cols].T  # exact: any summation order gives these bits
         out += exact * sa[:, kb, None] * sb[None, :, kb]
     return out.to(out_dtype)
@@ -106,54 +105,58 @@ def deep_gemm_available() -> bool:
     return True
 
 
-def _choose(kernel: Kernel, a_data: torch.Tensor, batch_invariant: bool) -> Kernel:
-    on_cuda = a_data.is_cuda
-    if kernel is Kernel.AUTO:
-        if not on_cuda:
-            return Kernel.REFERENCE
-        if batch_invariant or a_data.shape[0] <= SMALL_M_MAX:
-            return Kernel.TRITON
-        return Kernel.CUBLAS
-    if kernel is Kernel.TRITON and not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        raise UnsupportedError("the triton GEMM needs a CUDA device (or TRITON_INTERPRET=1); use kernel: reference")
-    if kernel is Kernel.CUBLAS and not on_cuda:
-        raise UnsupportedError("the cublas GEMM (torch._scaled_mm) needs a CUDA device; use kernel: reference")
-    if kernel is Kernel.DEEP_GEMM and not (on_cuda and deep_gemm_available()):
-        raise UnsupportedError("kernel deep_gemm needs the deep_gemm package and a CUDA device; use kernel: auto")
-    return kernel
+@functools.cache
+def device_info(device: torch.device) -> DeviceInfo:
+    """What `resolve_kernel` needs to know about `device` (cached: a device's facts do not change)."""
+    interpreter = os.environ.get("TRITON_INTERPRET") == "1"
+    if device.type != "cuda":
+        return DeviceInfo(device.type, interpreter=interpreter)
+    return DeviceInfo(
+        "cuda",
+        capability=torch.cuda.get_device_capability(device),
+        interpreter=interpreter,
+        cublas_blockwise=_version(torch.__version__) >= CUBLAS_MIN_TORCH
+        and _version(torch.version.cuda or "0") >= CUBLAS_MIN_CUDA,
+        deep_gemm=deep_gemm_available(),
+    )
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """'2.13.0+cu130' -> (2, 13); '12.9' -> (12, 9)."""
+    return tuple(int(part) for part in text.split("+")[0].split(".")[:2] if part.isdigit())
 
 
 def _check_operands(a: Quantized, b: Quantized) -> int:
     """Validate shapes and scale granularities; return how many rows of b share a scale row (128 or 1)."""
     if a.data.dim() != 2 or b.data.dim() != 2:
-        raise UnsupportedError(f"fp8_gemm takes 2-D operands, got {tuple(a.data.shape)} and {tuple(b.data.shape)}")
+        raise OperandError(f"fp8_gemm takes 2-D operands, got {tuple(a.data.shape)} and {tuple(b.data.shape)}")
     m, k = a.data.shape
     n, kb_ = b.data.shape
     if k != kb_:
-        raise UnsupportedError(f"fp8_gemm: K differs, a is [{m}, {k}] and b is [{n}, {kb_}]")
-    kblocks = _cdiv(k, GROUP)
+        raise OperandError(f"fp8_gemm: K differs, a is [{m}, {k}] and b is [{n}, {kb_}]")
+    kblocks = _cdiv(k, SCALE_BLOCK)
     if not _is_group128(a.fmt) or tuple(a.scale.shape) != (m, kblocks):
-        raise UnsupportedError(
+        raise OperandError(
             f"fp8_gemm: operand a must be 1x128 groups along K with scale [{m}, {kblocks}]; "
             f"got {a.fmt.describe()} with scale {tuple(a.scale.shape)}"
         )
-    if b.fmt.granularity is Granularity.BLOCK and b.fmt.block == (GROUP, GROUP):
-        rows = GROUP
+    if b.fmt.granularity is Granularity.BLOCK and b.fmt.block == WEIGHT_BLOCK:
+        rows = SCALE_BLOCK
     elif _is_group128(b.fmt):
         rows = 1
     else:
-        raise UnsupportedError(
+        raise OperandError(
             f"fp8_gemm: operand b must be 128x128 blocks or 1x128 groups, got {b.fmt.describe()}"
         )
     if tuple(b.scale.shape) != (_cdiv(n, rows), kblocks):
-        raise UnsupportedError(
+        raise OperandError(
             f"fp8_gemm: b scale must be [{_cdiv(n, rows)}, {kblocks}], got {tuple(b.scale.shape)}"
         )
     return rows
 
 
 def _is_group128(fmt) -> bool:
-    return fmt.is_quantized and fmt.granularity is Granularity.GROUP and fmt.group == GROUP
+    return fmt.is_quantized and fmt.granularity is Granularity.GROUP and fmt.group == SCALE_BLOCK
 
 
 def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype) -> torch.Tensor:
@@ -166,10 +169,10 @@ def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch
     """
     m, k = a.data.shape
     n = b.data.shape[0]
-    kblocks = _cdiv(k, GROUP)
+    kblocks = _cdiv(k, SCALE_BLOCK)
     m_pad, kb_pad = _round_up(m, CUBLAS_M_ALIGN), _round_up(kblocks, CUBLAS_KBLOCK_ALIGN)
-    n_pad = _round_up(n, GROUP) if b_scale_rows == GROUP else _round_up(n, 16)
-    k_pad = kb_pad * GROUP
+    n_pad = _round_up(n, SCALE_BLOCK) if b_scale_rows == SCALE_BLOCK else _round_up(n, 16)
+    k_pad = kb_pad * SCALE_BLOCK
     a_data = _pad_fp8(a.data, m_pad, k_pad).contiguous()
     b_data = _pad_fp8(b.data, n_pad, k_pad).contiguous()
     if (m_pad, kb_pad) == (m, kblocks) and a.scale.stride(0) == 1:
@@ -177,10 +180,10 @@ def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch
     else:
         a_scale = _padded_ones(kb_pad, m_pad, a.scale).t()
         a_scale[:m, :kblocks] = a.scale
-    if b_scale_rows == GROUP:
+    if b_scale_rows == SCALE_BLOCK:
         b_scale = b.scale
-        if b_scale.shape != (n_pad // GROUP, kb_pad) or not b_scale.is_contiguous():
-            b_scale = _padded_ones(n_pad // GROUP, kb_pad, b.scale)
+        if b_scale.shape != (n_pad // SCALE_BLOCK, kb_pad) or not b_scale.is_contiguous():
+            b_scale = _padded_ones(n_pad // SCALE_BLOCK, kb_pad, b.scale)
             b_scale[: b.scale.shape[0], :kblocks] = b.scale
         scale_b = b_scale.t()
     else:
@@ -200,8 +203,8 @@ def _deep_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.d
     """DeepGEMM's NT kernel (1x128 activations x 128x128 weights, BF16 out)."""
     import deep_gemm
 
-    if b_scale_rows != GROUP or out_dtype != torch.bfloat16 or a.data.shape[1] % GROUP:
-        raise UnsupportedError("kernel deep_gemm takes 128x128 block weights, K a multiple of 128 and bf16 out")
+    if b_scale_rows != SCALE_BLOCK or out_dtype != torch.bfloat16 or a.data.shape[1] % SCALE_BLOCK:
+        raise OperandError("kernel deep_gemm takes 128x128 block weights, K a multiple of 128 and bf16 out")
     out = torch.empty((a.data.shape[0], b.data.shape[0]), dtype=out_dtype, device=a.data.device)
     deep_gemm.fp8_gemm_nt((a.data, a.scale.float()), (b.data, b.scale.float()), out)
     return out

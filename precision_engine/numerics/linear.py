@@ -34,7 +34,7 @@ from precision_engine.numerics.quantize import (
     quantize_tokens_transposed,
     requantize_tokens_transposed,
 )
-from precision_engine.policy.model import NumericsSpec
+from precision_engine.numerics.specs import NumericsSpec
 
 # torch.optim's fused kernels (AdamW(fused=True), behind HF's `adamw_torch_fused`) write the parameters without
 # bumping their version counter (torch 2.13), so a cache keyed on `_version` alone kept serving the weights of

@@ -51,35 +51,24 @@ the CPU needs ``TRITON_INTERPRET=1``).
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
-from precision_engine.errors import NonFiniteError
-from precision_engine.numerics.formats import AMAX_EPS, FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind
-
-FP8_TORCH_DTYPE = {DType.FLOAT8_E4M3: torch.float8_e4m3fn, DType.FLOAT8_E5M2: torch.float8_e5m2}
-# The unquantized dtypes a policy may compute in (`compute:`), as torch dtypes.
-COMPUTE_TORCH_DTYPE = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP32: torch.float32}
+from precision_engine.errors import NonFiniteError, OperandError
+from precision_engine.numerics.contract import (  # noqa: F401 (re-exported: the contract's public names)
+    COMPUTE_TORCH_DTYPE,
+    FP8_TORCH_DTYPE,
+    Quantized,
+    cast_to_fp8,
+    fp8_dtype,
+    scale_from_amax,
+)
+from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
+from precision_engine.numerics.specs import NonFinite
 
 BACKENDS = ("auto", "reference", "triton")
-
-
-@dataclass(frozen=True)
-class Quantized:
-    """An FP8 tensor with its dequant scales. ``tokens`` is the unpadded token count of a tokens-transposed
-    operand (its ``data`` is ``[C, M_pad]``); None for every other layout."""
-
-    data: torch.Tensor
-    scale: torch.Tensor
-    fmt: QuantFormat
-    tokens: int | None = None
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.data.shape
 
 
 # ----------------------------------------------------------------------------------------------- public API
@@ -104,7 +93,7 @@ def quantize_rows_1xG(x: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto
     """1xG groups along K (activations, grad outputs): data [M, K], scale [M, ceil(K/G)] M-major."""
     _check_fp8(fmt, Granularity.GROUP)
     if fmt.axis is not Axis.K:
-        raise ValueError(f"quantize_rows_1xG needs axis=k, got {fmt.axis.value}")
+        raise OperandError(f"quantize_rows_1xG needs axis=k, got {fmt.axis.value}")
     return _dispatch("rows", _as_2d(x), fmt, backend)
 
 
@@ -112,7 +101,7 @@ def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto")
     """RxC blocks (weights, 128x128): data [N, K], scale [ceil(N/R), ceil(K/C)] contiguous."""
     _check_fp8(fmt, Granularity.BLOCK)
     if w.dim() != 2:
-        raise ValueError(f"block quantization needs a 2-D weight, got shape {tuple(w.shape)}")
+        raise OperandError(f"block quantization needs a 2-D weight, got shape {tuple(w.shape)}")
     return _dispatch("blocks", w, fmt, backend)
 
 
@@ -120,7 +109,7 @@ def quantize_tokens_transposed(x: torch.Tensor, fmt: QuantFormat, *, backend: st
     """Gx1 groups along tokens (the wgrad operands): data = x^T as [C, M_pad], scale [C, M_pad/G] (1, C)."""
     _check_fp8(fmt, Granularity.GROUP)
     if fmt.axis is not Axis.TOKENS:
-        raise ValueError(f"quantize_tokens_transposed needs axis=tokens, got {fmt.axis.value}")
+        raise OperandError(f"quantize_tokens_transposed needs axis=tokens, got {fmt.axis.value}")
     return _dispatch("tokens_t", _as_2d(x), fmt, backend)
 
 
@@ -137,7 +126,7 @@ def quantize_rows_and_tokens_transposed(
     _check_fp8(rows_fmt, Granularity.GROUP)
     _check_fp8(tokens_fmt, Granularity.GROUP)
     if rows_fmt.axis is not Axis.K or tokens_fmt.axis is not Axis.TOKENS:
-        raise ValueError(
+        raise OperandError(
             f"need a 1xG (axis=k) and a Gx1 (axis=tokens) format, got {rows_fmt.describe()} and "
             f"{tokens_fmt.describe()}"
         )
@@ -159,12 +148,12 @@ def requantize_tokens_transposed(
     q's dtype and scale kind with groups of the same size along tokens.
     """
     if q.fmt.granularity is not Granularity.GROUP or q.fmt.axis is not Axis.K:
-        raise ValueError(f"requantize_tokens_transposed needs a 1xG operand, got {q.fmt.describe()}")
+        raise OperandError(f"requantize_tokens_transposed needs a 1xG operand, got {q.fmt.describe()}")
     if fmt is None:
         fmt = replace(q.fmt, axis=Axis.TOKENS)
     _check_fp8(fmt, Granularity.GROUP)
     if fmt.axis is not Axis.TOKENS:
-        raise ValueError(f"requantize_tokens_transposed needs axis=tokens, got {fmt.axis.value}")
+        raise OperandError(f"requantize_tokens_transposed needs axis=tokens, got {fmt.axis.value}")
     if _use_triton(q.data, backend):
         from precision_engine.numerics import triton_quant
 
@@ -192,8 +181,6 @@ def check_finite(t: Quantized | torch.Tensor, policy_mode, name: str) -> None:
 
     error: raise NonFiniteError; warn: warnings.warn; propagate: do nothing (no host sync either).
     """
-    from precision_engine.policy.model import NonFinite
-
     mode = NonFinite(policy_mode)
     if mode is NonFinite.PROPAGATE:
         return
@@ -206,46 +193,6 @@ def check_finite(t: Quantized | torch.Tensor, policy_mode, name: str) -> None:
     if mode is NonFinite.ERROR:
         raise NonFiniteError(message + " (policy numerics.nonfinite: error)")
     warnings.warn(message, RuntimeWarning, stacklevel=2)
-
-
-def fp8_dtype(fmt: QuantFormat) -> torch.dtype:
-    return FP8_TORCH_DTYPE[fmt.dtype]
-
-
-# ------------------------------------------------------------------------------------- the contract itself
-
-
-def scale_from_amax(amax: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
-    """Contract steps 2-3: fp32 dequant scale from an fp32 amax (NaN where amax is not finite).
-
-    fmax is a device tensor, not a Python number, on purpose: for a CPU-scalar divisor torch's CUDA division
-    computes ``a * (1 / b)``, which differs from IEEE ``a / b`` in the last bit now and then (seen on an H200:
-    the CUDA reference then disagreed with the CPU reference and with the kernels).
-    """
-    amax = amax.float()
-    fmax = amax.new_full((), FP8_MAX[fmt.dtype])  # a device-side fill: no host->device copy
-    scale = torch.clamp(amax, min=AMAX_EPS) / fmax
-    if fmt.scale is ScaleKind.POW2:
-        scale = _ceil_pow2(scale)
-    return torch.where(torch.isfinite(amax), scale, torch.full_like(scale, math.nan))
-
-
-def cast_to_fp8(x32: torch.Tensor, scale: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
-    """Contract step 4: fp8_rne(clamp(x32 / scale, +-fmax)); `scale` broadcasts against `x32`.
-
-    The scale is moved to x's device first: a CPU-scalar divisor would make torch's CUDA division a reciprocal
-    multiply (see scale_from_amax)."""
-    fmax = FP8_MAX[fmt.dtype]
-    scale = torch.as_tensor(scale, dtype=torch.float32, device=x32.device)
-    return torch.clamp(x32 / scale, -fmax, fmax).to(fp8_dtype(fmt))
-
-
-def _ceil_pow2(s: torch.Tensor) -> torch.Tensor:
-    """Smallest power of two >= s for positive normal fp32 s, on the bits (exact, unlike exp2(ceil(log2)))."""
-    bits = s.view(torch.int32)
-    exponent = bits & 0x7F800000
-    up = torch.where((bits & 0x007FFFFF) != 0, exponent + 0x00800000, exponent)
-    return up.view(torch.float32)
 
 
 # -------------------------------------------------------------------------------------------- reference
@@ -316,24 +263,24 @@ def _dispatch(kind: str, x: torch.Tensor, fmt: QuantFormat, backend: str) -> Qua
 
 def _check_input(x: torch.Tensor) -> None:
     if not x.is_floating_point() or x.dtype in FP8_TORCH_DTYPE.values():
-        raise ValueError(f"quantize needs a bf16/fp16/fp32 tensor, got {x.dtype}")
+        raise OperandError(f"quantize needs a bf16/fp16/fp32 tensor, got {x.dtype}")
 
 
 def _use_triton(x: torch.Tensor, backend: str) -> bool:
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        raise OperandError(f"backend must be one of {BACKENDS}, got {backend!r}")
     return backend == "triton" or (backend == "auto" and x.is_cuda)
 
 
 def _check_fp8(fmt: QuantFormat, granularity: Granularity | None = None) -> None:
     if not fmt.is_quantized:
-        raise ValueError(f"{fmt.describe()} is not an FP8 format")
+        raise OperandError(f"{fmt.describe()} is not an FP8 format")
     if granularity is not None and fmt.granularity is not granularity:
-        raise ValueError(f"expected {granularity.value} granularity, got {fmt.describe()}")
+        raise OperandError(f"expected {granularity.value} granularity, got {fmt.describe()}")
     if fmt.granularity is Granularity.GROUP and not (fmt.group and fmt.group > 0):
-        raise ValueError("group granularity needs a positive group size")
+        raise OperandError("group granularity needs a positive group size")
     if fmt.granularity is Granularity.BLOCK and not (fmt.block and min(fmt.block) > 0):
-        raise ValueError("block granularity needs a positive block shape")
+        raise OperandError("block granularity needs a positive block shape")
 
 
 def _as_2d(x: torch.Tensor) -> torch.Tensor:

@@ -29,9 +29,9 @@ import torch
 import triton
 import triton.language as tl
 
-from precision_engine.numerics.gemm import SMALL_M_MAX  # M at or below this uses the decode tiles
+from precision_engine.numerics.capabilities import SCALE_BLOCK, SMALL_M_MAX  # M <= SMALL_M_MAX: decode tiles
 
-BLOCK_K = 128  # one scale block per K step: the scale granularity of every operand we multiply
+BLOCK_K = SCALE_BLOCK  # one scale block per K step: the scale granularity of every operand we multiply
 
 
 @dataclass(frozen=True)

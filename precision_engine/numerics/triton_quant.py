@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from precision_engine.numerics.formats import FP8_MAX, DType, QuantFormat, ScaleKind
-from precision_engine.numerics.quantize import Quantized, fp8_dtype, scale_from_amax
+from precision_engine.numerics.contract import Quantized, fp8_dtype, scale_from_amax
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 

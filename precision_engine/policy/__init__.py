@@ -20,6 +20,8 @@ message, hint), `load_policy` raises PolicyError with all errors. Torch-free: `p
 only this package, PyYAML and (when checking) jsonschema.
 """
 
+# Numerics settings live in numerics.specs (the kernels take them); policies build them, so they are here too.
+from precision_engine.numerics.specs import Calibrate, KVCacheSpec, KVScale, NonFinite, NumericsSpec
 from precision_engine.policy.diagnostics import Diagnostic
 from precision_engine.policy.extends import shipped_path, shipped_policies
 from precision_engine.policy.loader import CheckResult, check_policy, load_policy, resolve_source, validate_files
@@ -28,8 +30,13 @@ from precision_engine.policy.model import Policy, Rule
 from precision_engine.policy.schema import load_schema, schema_text
 
 __all__ = [
+    "Calibrate",
     "CheckResult",
     "Diagnostic",
+    "KVCacheSpec",
+    "KVScale",
+    "NonFinite",
+    "NumericsSpec",
     "Policy",
     "Rule",
     "check_policy",

@@ -12,6 +12,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 from precision_engine.numerics.formats import DType, Kernel, LinearSpec, QuantFormat
+# Defined in numerics (the kernels take them) and re-exported here, where the policy object uses them.
+from precision_engine.numerics.specs import Calibrate, KVCacheSpec, KVScale, NonFinite, NumericsSpec
 
 PHASES = ("train", "rollout")
 
@@ -45,29 +47,6 @@ class Rule:
     location: SourceLocation | None = field(default=None, compare=False)
 
 
-class KVScale(str, Enum):
-    PER_TENSOR = "per_tensor"
-    PER_HEAD = "per_head"
-
-
-class Calibrate(str, Enum):
-    NEVER = "never"  # scales stay 1.0 (SGLang's default without a scale file)
-    ONCE = "once"  # calibrate before the first rollout only
-    EVERY_WEIGHT_UPDATE = "every_weight_update"  # FP8-RL: scales follow the weights
-
-
-@dataclass(frozen=True)
-class KVCacheSpec:
-    dtype: DType = DType.BF16
-    scale: KVScale = KVScale.PER_TENSOR
-    calibrate: Calibrate = Calibrate.NEVER
-    calibration_sequences: int = 64
-
-    @property
-    def is_fp8(self) -> bool:
-        return self.dtype.is_fp8
-
-
 class ISLevel(str, Enum):
     TOKEN = "token"
     SEQUENCE = "sequence"
@@ -89,18 +68,6 @@ class ImportanceSampling:
 @dataclass(frozen=True)
 class CorrectionSpec:
     importance_sampling: ImportanceSampling | None = None  # None: off
-
-
-class NonFinite(str, Enum):
-    ERROR = "error"  # raise on NaN/Inf in a quantized operand (costs a host sync)
-    WARN = "warn"
-    PROPAGATE = "propagate"  # let NaN flow to the output; never silently saturate
-
-
-@dataclass(frozen=True)
-class NumericsSpec:
-    nonfinite: NonFinite = NonFinite.PROPAGATE
-    batch_invariant: bool = True  # a row's result never depends on how many rows share the GEMM
 
 
 @dataclass(frozen=True)
@@ -127,3 +94,9 @@ class Policy:
 
     def rules_for(self, phase: str) -> tuple[Rule, ...]:
         return self.rule_sets[self.phases[phase]]
+
+
+__all__ = [
+    "PHASES", "Calibrate", "CorrectionSpec", "ISLevel", "ISMode", "ImportanceSampling", "KVCacheSpec", "KVScale",
+    "NonFinite", "NumericsSpec", "Policy", "Rule", "SourceLocation",
+]

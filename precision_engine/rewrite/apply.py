@@ -29,7 +29,7 @@ from precision_engine.errors import ModelError, UnsupportedError, UsageError
 from precision_engine.models.inventory import ModuleKind
 from precision_engine.numerics.formats import DType, LinearSpec
 from precision_engine.numerics.linear import Fp8Linear
-from precision_engine.policy.model import NumericsSpec
+from precision_engine.numerics.specs import NumericsSpec
 from precision_engine.rewrite.experts import Fp8Experts, is_fused_experts
 
 ROLLOUT = "rollout"  # the only phase FP8 experts may run in (forward only)

@@ -28,7 +28,7 @@ from precision_engine.numerics.quantize import (
     quantize_blocks,
     quantize_rows_1xG,
 )
-from precision_engine.policy.model import NumericsSpec
+from precision_engine.numerics.specs import NumericsSpec
 
 EXPERT_PARAMS = ("gate_up_proj", "down_proj")
 

@@ -28,9 +28,9 @@ from torch import nn
 
 from precision_engine.compile.plan import compile_plan
 from precision_engine.models.loader import build_model, load_inventory
-from precision_engine.numerics.kv_cache import KVCacheCalibrator, cache_kwargs, returned_cache
 from precision_engine.policy.model import Policy
 from precision_engine.rewrite import apply
+from precision_engine.rewrite.kv_cache import KVCacheCalibrator, cache_kwargs, returned_cache
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from precision_engine.integrations.hf_export import (
 )
 from precision_engine.models import build_model, load_inventory
 from precision_engine.numerics.exchange import to_block_fp8
-from precision_engine.numerics.kv_cache import KVScales, read_sglang_kv_scales
+from precision_engine.integrations.sglang_kv_scales import read_sglang_kv_scales
+from precision_engine.numerics.kv_cache import KVScales
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.policy import load_policy
 from precision_engine.policy.model import Rule

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from precision_engine.errors import ModelError
+from precision_engine.errors import OperandError
 from precision_engine.numerics.exchange import BLOCK_FP8, from_block_fp8, to_block_fp8
 from precision_engine.numerics.quantize import quantize_blocks
 
@@ -60,9 +60,27 @@ def test_zero_block_round_trips_to_zero():
     assert torch.all(torch.isfinite(scale_inv)) and torch.equal(from_block_fp8(weight, scale_inv, torch.float32), w)
 
 
-def test_mismatched_checkpoint_tensors_are_a_model_error():
+def test_mismatched_checkpoint_tensors_are_an_operand_error():
     weight, scale_inv = to_block_fp8(torch.randn(256, 256))
-    with pytest.raises(ModelError, match="expected \\(2, 2\\)"):
+    with pytest.raises(OperandError, match="expected \\(2, 2\\)"):
         from_block_fp8(weight, scale_inv[:1])
-    with pytest.raises(ModelError, match="float8_e4m3fn"):
+    with pytest.raises(OperandError, match="float8_e4m3fn"):
         from_block_fp8(weight.float(), scale_inv)
+
+
+def test_the_same_bad_operand_raises_the_same_type_everywhere():
+    """An FP8 tensor where a high-precision one belongs, and a malformed weight: OperandError from the
+    quantizers, the GEMMs and the exchange format alike (a ValueError too, for callers that catch that)."""
+    from precision_engine.numerics.formats import PRESET_FORMATS
+    from precision_engine.numerics.gemm import fp8_gemm
+    from precision_engine.numerics.quantize import quantize_rows_1xG
+
+    weight, scale_inv = to_block_fp8(torch.randn(256, 256))
+    x = quantize_rows_1xG(torch.randn(4, 256), PRESET_FORMATS["fp8_group_act"])
+    wq = quantize_blocks(torch.randn(256, 256), BLOCK_FP8)
+    for bad in (lambda: quantize_blocks(weight, BLOCK_FP8),
+                lambda: fp8_gemm(x, type(wq)(wq.data, wq.scale[:1], wq.fmt)),
+                lambda: from_block_fp8(weight, scale_inv[:1])):
+        with pytest.raises(OperandError) as raised:
+            bad()
+        assert isinstance(raised.value, ValueError)

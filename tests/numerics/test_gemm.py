@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from precision_engine.errors import UnsupportedError
+from precision_engine.errors import OperandError, UnsupportedError
 from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
 from precision_engine.numerics.gemm import fp8_gemm, reference_gemm, transpose_operand
 from precision_engine.numerics.quantize import (
@@ -168,12 +168,12 @@ def test_triton_byte_transpose():
 
 def test_refuses_unsupported_layouts():
     xq, wq = _operands(4, 128, 256)
-    with pytest.raises(UnsupportedError, match="K differs"):
+    with pytest.raises(OperandError, match="K differs"):
         fp8_gemm(xq, quantize_blocks(torch.randn(128, 384), WEIGHT))
     per_tensor = quantize_rows_1xG(torch.randn(4, 256), ACT)
-    with pytest.raises(UnsupportedError, match="operand a must be 1x128"):
+    with pytest.raises(OperandError, match="operand a must be 1x128"):
         fp8_gemm(Quantized(per_tensor.data, per_tensor.scale[:, :1], ACT), wq)
-    with pytest.raises(UnsupportedError, match="operand b must be"):
+    with pytest.raises(OperandError, match="operand b must be"):
         fp8_gemm(xq, Quantized(wq.data, wq.scale, PRESET_FORMATS["fp8_tensor"]))
-    with pytest.raises(UnsupportedError, match="needs a CUDA device"):
+    with pytest.raises(UnsupportedError, match="kernel cublas needs a CUDA GPU of compute capability 9.0"):
         fp8_gemm(xq, wq, kernel=Kernel.CUBLAS)

@@ -1,0 +1,230 @@
+"""What each FP8 GEMM kernel can run, in one table, and the one function that picks a kernel.
+
+Every place that needs to know consults this module, so what `precision validate --model` and `plan` accept
+is what `check`, `export` and training run:
+
+- `linear_problems(spec, ...)`: why a planned FP8 module cannot run (policy checks against a model, and
+  `Fp8Linear` / `Fp8Experts` on construction, raise or report exactly these);
+- `forward_batch_invariant(kernel, batch_invariant)`: whether a module's forward gives a row the same bits at
+  any M (`Plan.identical`, and the policy check that `numerics.batch_invariant` is not contradicted);
+- `resolve_kernel(...)`: which kernel a GEMM call runs on a given device (`gemm.fp8_gemm`).
+
+A new kernel is one row in `KERNELS` (and a branch in `gemm.fp8_gemm` that calls it). Torch-free, because
+`precision validate` imports it: the device a kernel runs on is described by `DeviceInfo`, built by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from precision_engine.errors import UnsupportedError
+from precision_engine.numerics.formats import Axis, DType, Granularity, Kernel, LinearSpec, QuantFormat
+
+# The one scale granularity the FP8 GEMMs take along K: activations and grad outputs in 1x128 groups, weights
+# in 128x128 blocks, the wgrad operands in 128x1 groups along tokens (the GEMMs walk K one scale block a step).
+SCALE_BLOCK = 128
+WEIGHT_BLOCK = (SCALE_BLOCK, SCALE_BLOCK)
+# Decode sizes: at or below this many rows AUTO takes Triton's small-M tiles, where cuBLAS is slower than BF16.
+SMALL_M_MAX = 64
+# torch._scaled_mm takes blockwise (1x128, 128x128) scales from this compute capability and these versions on
+# (Hopper; torch 2.9 with CUDA 12.9 shipped the cuBLASLt block-scaling modes it calls).
+CUBLAS_MIN_CAPABILITY = (9, 0)
+CUBLAS_MIN_TORCH = (2, 9)
+CUBLAS_MIN_CUDA = (12, 9)
+
+
+class Gemm(str, Enum):
+    """The three GEMMs of a linear layer."""
+
+    FPROP = "fprop"  # y = x @ W^T (rollout and training forward)
+    DGRAD = "dgrad"  # dx = dy @ W
+    WGRAD = "wgrad"  # dW = dy^T @ x, both operands grouped along tokens
+
+
+FP8 = frozenset({DType.FLOAT8_E4M3, DType.FLOAT8_E5M2})
+ALL_GEMMS = frozenset(Gemm)
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """What one kernel runs. `batch_invariant`: a row's result never depends on M (fixed tiles, K order and
+    split); `auto`: AUTO may pick it; `requires`: said when a device cannot run it."""
+
+    kernel: Kernel
+    devices: frozenset[str]
+    dtypes: frozenset[DType]
+    gemms: frozenset[Gemm]
+    batch_invariant: bool
+    auto: bool
+    requires: str
+    bf16_out_only: bool = False
+
+
+KERNELS: dict[Kernel, KernelRow] = {
+    row.kernel: row
+    for row in (
+        # Exact: each 128-wide K block's FP8 dot product is exact in float64 (see gemm.reference_gemm).
+        KernelRow(Kernel.REFERENCE, frozenset({"cpu", "cuda"}), FP8, ALL_GEMMS, batch_invariant=True, auto=True,
+                  requires="any device"),
+        # Fixed K order and a split-K fixed by (N, K). On the CPU only in Triton's interpreter (tests).
+        KernelRow(Kernel.TRITON, frozenset({"cuda"}), FP8, ALL_GEMMS, batch_invariant=True, auto=True,
+                  requires="a CUDA device (or TRITON_INTERPRET=1)"),
+        # cuBLAS picks its algorithm by M, so the same row can round differently at another batch size.
+        KernelRow(Kernel.CUBLAS, frozenset({"cuda"}), frozenset({DType.FLOAT8_E4M3}), ALL_GEMMS,
+                  batch_invariant=False, auto=True,
+                  requires=f"a CUDA GPU of compute capability {CUBLAS_MIN_CAPABILITY[0]}.{CUBLAS_MIN_CAPABILITY[1]}+ "
+                  f"(Hopper), torch >= {'.'.join(map(str, CUBLAS_MIN_TORCH))} and CUDA >= "
+                  f"{'.'.join(map(str, CUBLAS_MIN_CUDA))} (blockwise torch._scaled_mm)"),
+        # Written against DeepGEMM's documented fp8_gemm_nt but not yet run on hardware here: opt-in only.
+        KernelRow(Kernel.DEEP_GEMM, frozenset({"cuda"}), frozenset({DType.FLOAT8_E4M3}),
+                  frozenset({Gemm.FPROP, Gemm.DGRAD}), batch_invariant=False, auto=False,
+                  requires="the deep_gemm package and a CUDA device", bf16_out_only=True),
+    )
+}
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The facts about a device that decide which kernels run on it (built by the caller, who has torch)."""
+
+    type: str  # "cpu", "cuda", ...
+    capability: tuple[int, int] | None = None  # CUDA compute capability
+    interpreter: bool = False  # TRITON_INTERPRET=1: Triton kernels run on the CPU
+    cublas_blockwise: bool = False  # torch and CUDA are new enough for blockwise torch._scaled_mm
+    deep_gemm: bool = False  # the deep_gemm package imports
+
+    def runs(self, kernel: Kernel) -> bool:
+        if kernel is Kernel.TRITON and self.interpreter:
+            return True
+        if self.type not in KERNELS[kernel].devices:
+            return False
+        if kernel is Kernel.CUBLAS:
+            return self.cublas_blockwise and (self.capability or (0, 0)) >= CUBLAS_MIN_CAPABILITY
+        if kernel is Kernel.DEEP_GEMM:
+            return self.deep_gemm
+        return True
+
+
+def resolve_kernel(
+    requested: Kernel,
+    *,
+    device: DeviceInfo,
+    m: int,
+    gemm: Gemm = Gemm.FPROP,
+    batch_invariant: bool = True,
+    dtypes: frozenset[DType] = frozenset({DType.FLOAT8_E4M3}),
+) -> Kernel:
+    """The kernel a GEMM of `m` rows runs: `requested` if the device can run it (else UnsupportedError with
+    the reason), or AUTO's pick.
+
+    AUTO: off CUDA the exact reference. On CUDA the forward takes Triton when `batch_invariant` (rollout and
+    trainer logprobs must agree bitwise) or at decode sizes (m <= SMALL_M_MAX); otherwise cuBLAS where the GPU
+    has blockwise scaling. Backward GEMMs (dgrad, wgrad) run only in training, where no two calls compare a
+    row's bits at different M, so batch invariance buys nothing there and AUTO takes cuBLAS when it can.
+    """
+    if requested is not Kernel.AUTO:
+        row = KERNELS[requested]
+        if not device.runs(requested):
+            raise UnsupportedError(f"kernel {requested.value} needs {row.requires}; use kernel: auto")
+        if gemm not in row.gemms or not dtypes <= row.dtypes:
+            raise UnsupportedError(f"kernel {requested.value} does not run the {gemm.value} GEMM on "
+                                    f"{'/'.join(sorted(d.value for d in dtypes))} operands; use kernel: auto")
+        return requested
+    if device.type != "cuda":  # Triton's interpreter runs only what is asked of it by name (tests)
+        return Kernel.REFERENCE
+    wants_invariance = gemm is Gemm.FPROP and (batch_invariant or m <= SMALL_M_MAX)
+    if not wants_invariance and device.runs(Kernel.CUBLAS) and dtypes <= KERNELS[Kernel.CUBLAS].dtypes:
+        return Kernel.CUBLAS
+    return Kernel.TRITON
+
+
+def forward_batch_invariant(kernel: Kernel | None, batch_invariant: bool) -> bool:
+    """Whether a module's forward gives a row the same bits at any M on every device.
+
+    `kernel` None: a module the plan keeps unquantized; its ops are batch-invariant when the policy asks for it
+    (`numerics.batch_invariant`). AUTO keeps the policy's promise by picking an invariant kernel; an explicit
+    kernel is as invariant as its row says.
+    """
+    if kernel is None or kernel is Kernel.AUTO:
+        return batch_invariant
+    return KERNELS[kernel].batch_invariant
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a planned FP8 module cannot run: the operand (or "kernel", "module") and a message with a hint."""
+
+    operand: str
+    message: str
+    hint: str = ""
+
+
+_ROLE_LAYOUT = {
+    # operand -> (granularity, axis, what the GEMMs take, the YAML that gives it)
+    "input": (Axis.K, "1x128 groups along K", "granularity: group, group: 128"),
+    "grad_output": (Axis.K, "1x128 groups along K", "granularity: group, group: 128"),
+    "wgrad_operands": (Axis.TOKENS, "128x1 groups along tokens", "granularity: group, group: 128, axis: tokens"),
+}
+
+
+def linear_problems(spec: LinearSpec, *, backward: bool, experts: bool = False) -> list[Problem]:
+    """Everything that keeps the FP8 GEMMs from running `spec` (empty: it runs).
+
+    `backward`: the phase trains, so grad_output / wgrad_operands run too. `experts`: a fused MoE experts
+    module (forward only: there is no grouped FP8 backward yet).
+    """
+    found: list[Problem] = []
+    if not spec.forward_is_fp8:
+        return [Problem("input", f"the FP8 GEMMs need FP8 weight and input formats, got weight "
+                        f"{spec.weight.describe()} and input {spec.input.describe()}",
+                        "quantize both (W8A8) or neither")]
+    if experts and backward:
+        found.append(Problem("module", "FP8 fused MoE experts run in the rollout phase only (no grouped FP8 "
+                             "backward yet)", "a `compute: bf16` rule for the experts in the training rule set"))
+    weight = spec.weight
+    if weight.granularity is not Granularity.BLOCK or weight.block != WEIGHT_BLOCK:
+        found.append(Problem("weight", f"the FP8 GEMMs take weights in {WEIGHT_BLOCK[0]}x{WEIGHT_BLOCK[1]} blocks, "
+                             f"got {weight.describe()}", "use `granularity: block, block: [128, 128]`"))
+    operands = [("input", spec.input)]
+    if backward:
+        operands += [("grad_output", spec.grad_output), ("wgrad_operands", spec.wgrad_operands)]
+    for role, fmt in operands:
+        if fmt is not None and fmt.is_quantized:
+            found.extend(_group_problems(role, fmt))
+    if spec.compute.is_fp8:
+        found.append(Problem("compute", f"compute dtype must be bf16, fp16 or fp32, got {spec.compute.value}"))
+    found.extend(_kernel_problems(spec, backward))
+    return found
+
+
+def _group_problems(role: str, fmt: QuantFormat) -> list[Problem]:
+    axis, want, yaml = _ROLE_LAYOUT[role]
+    if fmt.granularity is Granularity.GROUP and fmt.group == SCALE_BLOCK and fmt.axis is axis:
+        return []
+    return [Problem(role, f"the FP8 GEMMs take {role} in {want}, got {fmt.describe()}", f"use `{yaml}`")]
+
+
+def _kernel_problems(spec: LinearSpec, backward: bool) -> list[Problem]:
+    if spec.kernel is Kernel.AUTO:
+        return []
+    row = KERNELS[spec.kernel]
+    found = []
+    gemms = {Gemm.FPROP}
+    if backward and spec.grad_output is not None and spec.grad_output.is_quantized:
+        gemms.add(Gemm.DGRAD)
+    if backward and spec.wgrad_operands is not None and spec.wgrad_operands.is_quantized:
+        gemms.add(Gemm.WGRAD)
+    missing = sorted(g.value for g in gemms - row.gemms)
+    if missing:
+        found.append(Problem("kernel", f"kernel {row.kernel.value} does not run the {'/'.join(missing)} GEMM",
+                             "use kernel: auto"))
+    dtypes = {f.dtype for f in (spec.weight, spec.input, spec.grad_output, spec.wgrad_operands)
+              if f is not None and f.is_quantized}
+    if not dtypes <= row.dtypes:
+        found.append(Problem("kernel", f"kernel {row.kernel.value} takes "
+                             f"{'/'.join(sorted(d.value for d in row.dtypes))} operands only", "use kernel: auto"))
+    if row.bf16_out_only and spec.compute is not DType.BF16:
+        found.append(Problem("kernel", f"kernel {row.kernel.value} writes bf16 only, compute is "
+                             f"{spec.compute.value}", "use kernel: auto or compute: bf16"))
+    return found

@@ -1,0 +1,70 @@
+"""The numerics contract's tensor types and its two element-wise steps, shared by the reference quantizers
+(`quantize`) and their Triton twins (`triton_quant`) so that neither imports the other at module level.
+
+The contract itself (steps 1-5, scale layouts) is stated in `numerics.quantize`; steps 2-4 are here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from precision_engine.numerics.formats import AMAX_EPS, FP8_MAX, DType, QuantFormat, ScaleKind
+
+FP8_TORCH_DTYPE = {DType.FLOAT8_E4M3: torch.float8_e4m3fn, DType.FLOAT8_E5M2: torch.float8_e5m2}
+# The unquantized dtypes a policy may compute in (`compute:`), as torch dtypes.
+COMPUTE_TORCH_DTYPE = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP32: torch.float32}
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """An FP8 tensor with its dequant scales. ``tokens`` is the unpadded token count of a tokens-transposed
+    operand (its ``data`` is ``[C, M_pad]``); None for every other layout."""
+
+    data: torch.Tensor
+    scale: torch.Tensor
+    fmt: QuantFormat
+    tokens: int | None = None
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.data.shape
+
+
+def fp8_dtype(fmt: QuantFormat) -> torch.dtype:
+    return FP8_TORCH_DTYPE[fmt.dtype]
+
+
+def scale_from_amax(amax: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
+    """Contract steps 2-3: fp32 dequant scale from an fp32 amax (NaN where amax is not finite).
+
+    fmax is a device tensor, not a Python number, on purpose: for a CPU-scalar divisor torch's CUDA division
+    computes ``a * (1 / b)``, which differs from IEEE ``a / b`` in the last bit now and then (seen on an H200:
+    the CUDA reference then disagreed with the CPU reference and with the kernels).
+    """
+    amax = amax.float()
+    fmax = amax.new_full((), FP8_MAX[fmt.dtype])  # a device-side fill: no host->device copy
+    scale = torch.clamp(amax, min=AMAX_EPS) / fmax
+    if fmt.scale is ScaleKind.POW2:
+        scale = _ceil_pow2(scale)
+    return torch.where(torch.isfinite(amax), scale, torch.full_like(scale, math.nan))
+
+
+def cast_to_fp8(x32: torch.Tensor, scale: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
+    """Contract step 4: fp8_rne(clamp(x32 / scale, +-fmax)); `scale` broadcasts against `x32`.
+
+    The scale is moved to x's device first: a CPU-scalar divisor would make torch's CUDA division a reciprocal
+    multiply (see scale_from_amax)."""
+    fmax = FP8_MAX[fmt.dtype]
+    scale = torch.as_tensor(scale, dtype=torch.float32, device=x32.device)
+    return torch.clamp(x32 / scale, -fmax, fmax).to(fp8_dtype(fmt))
+
+
+def _ceil_pow2(s: torch.Tensor) -> torch.Tensor:
+    """Smallest power of two >= s for positive normal fp32 s, on the bits (exact, unlike exp2(ceil(log2)))."""
+    bits = s.view(torch.int32)
+    exponent = bits & 0x7F800000
+    up = torch.where((bits & 0x007FFFFF) != 0, exponent + 0x00800000, exponent)
+    return up.view(torch.float32)

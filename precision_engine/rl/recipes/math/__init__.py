@@ -35,7 +35,7 @@ from precision_engine.rl.recipes.math.problems import (
     format_prompt,
     resolve_mix,
 )
-from precision_engine.rl.recipes.math.reward import extract_answer, normalize_answer, reward, reward_backend
+from precision_engine.rl.recipes.math.answers import extract_answer, normalize_answer, reward, reward_backend
 from precision_engine.rl.recipes.math.tokenizer import CharTokenizer, HFTokenizer, load_tokenizer
 
 __all__ = [

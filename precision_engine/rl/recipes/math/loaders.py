@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 
 from precision_engine.errors import DataError, UnsupportedError
 from precision_engine.rl.recipes.math.problems import Problem
-from precision_engine.rl.recipes.math.reward import extract_answer, normalize_answer
+from precision_engine.rl.recipes.math.answers import extract_answer, normalize_answer
 
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 DATA_SOURCE = "precision-engine/math"

@@ -5,9 +5,9 @@ number after the last `####` (GSM8K), or the recipe's own short form, a number a
 completion ("19", " 19.", "19\\nQuestion: ..."). There is deliberately no "last number anywhere" fallback (verl's
 flexible mode): a small policy can learn to spray digits to hit it.
 
-The reward is 1.0 when the normalised answers are equal. When `math_verify` is importable it is also asked, so
-that equivalent non-integer forms (1/2 and 0.5, \\frac{1}{2}) count; any failure inside it falls back to the exact
-comparison. `reward_backend()` says which one is in use.
+The reward is 1.0 when the normalised answers are equal. When `math_verify` is importable it is also asked
+about pairs that are not both plain numbers, so that equivalent forms (1/2 and 0.5, \\frac{1}{2}) count; any
+failure inside it counts as a wrong answer. `reward_backend()` says which one is in use.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ def reward(completion_text: str, answer: str) -> float:
     if predicted == gold:
         return 1.0
     math_verify = _math_verify()
-    if math_verify is None:
-        return 0.0
+    if math_verify is None or (_PLAIN_NUMBER.fullmatch(gold) and _PLAIN_NUMBER.fullmatch(predicted)):
+        return 0.0  # two canonical numbers that differ are different: no need for sympy's milliseconds
     # math_verify's timeouts are SIGALRM-based and raise off the main thread, so they are off there.
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
     try:

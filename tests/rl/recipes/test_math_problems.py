@@ -73,14 +73,16 @@ def test_mix_is_configurable_and_validated():
     assert only_add.mix == {"add": 1.0} and {p.kind for p in only_add.train} == {"add"}
     with pytest.raises(UsageError, match="unknown kind 'ad'.*did you mean 'add'"):
         MathRecipe(mix={"ad": 1})
-    with pytest.raises(UsageError, match="weight of 'sub'"):
+    with pytest.raises(UsageError, match="weight of 'sub' must be a finite number >= 0"):
         MathRecipe(mix={"sub": -1})
+    with pytest.raises(UsageError, match="weight of 'add' must be a finite number"):
+        MathRecipe(mix={"add": float("inf")})
     with pytest.raises(UsageError, match="at least one kind"):
         MathRecipe(mix={"sub": 0})
 
 
 def test_a_mix_that_runs_out_of_distinct_problems_says_so():
-    # 1-2 digit x 1 digit multiplication has 1,000 distinct prompts (fewer distinct answers-by-prompt).
+    # 1-2 digit x 1 digit multiplication has 1,000 distinct prompts.
     with pytest.raises(UsageError, match="cannot draw 2000 heldout problems"):
         MathRecipe(train_size=0, heldout_size=2_000, mix={"mul": 1})
 

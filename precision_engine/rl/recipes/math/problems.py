@@ -13,6 +13,7 @@ as common as long ones.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -110,8 +111,8 @@ def resolve_mix(mix: Mapping[str, float] | None) -> dict[str, float]:
             hint = did_you_mean(kind, KINDS)
             raise UsageError(f"math recipe mix: unknown kind {kind!r}; expected one of {', '.join(KINDS)}"
                              + (f" ({hint})" if hint else ""))
-        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not weight >= 0:
-            raise UsageError(f"math recipe mix: weight of {kind!r} must be a number >= 0, got {weight!r}")
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 <= weight < math.inf:
+            raise UsageError(f"math recipe mix: weight of {kind!r} must be a finite number >= 0, got {weight!r}")
     total = float(sum(mix.values()))
     if total <= 0:
         raise UsageError("math recipe mix: at least one kind needs a weight > 0")

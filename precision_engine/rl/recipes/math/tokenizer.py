@@ -13,7 +13,6 @@ it decodes to U+FFFD, so it can never complete a correct answer by being dropped
 from __future__ import annotations
 
 import json
-import string
 from pathlib import Path
 
 from precision_engine.errors import DataError, ModelError

@@ -1,0 +1,620 @@
+"""Batch-invariant Triton kernels for CUDA tensors: `linear`, `rms_norm`, `attention`, `log_softmax`.
+
+`numerics/invariant.py` dispatches here for CUDA tensors (signatures as in CONTRACTS.md). Each op gives a row
+the same bits whatever else shares the call, because no choice that changes arithmetic depends on the number
+of rows, their order or padding:
+
+- `linear` (x @ W^T, bf16/fp16 in, fp32 accumulate): ONE tile shape and warp count for every M, so each output
+  element runs the same tensor-core instructions. K is walked in BLOCK_K steps in increasing order, grouped into
+  segments of `segment_kb(N, K)` steps, a function of the weight shape only: each segment is accumulated from
+  zero and the segment sums are added in increasing order from zero, then the bias, then one rounding. Decode
+  sizes run one program per (tile, segment) with the in-order sum done by each tile's last program (split-K,
+  so a weight is streamed by enough programs); large M runs all segments in one program (optionally a
+  persistent one). Both do the same additions in the same order, so the launch shape is performance only.
+- `attention`: ONE kernel for decode (a few queries against the position-indexed cache) and the full causal
+  forward. A program owns BLOCK_M rows of (query, head of a GQA group) of one (sequence, kv head) and walks KV
+  blocks of KV_BLOCK slots from slot 0 upwards with an fp32 online softmax. A row's state only changes through
+  its own scores; a block that is fully masked for a row (the tile's other rows needed it) leaves m, l and
+  the accumulator exactly as they were (alpha = 1, p = 0), so a query gets the same bits in both modes.
+- `rms_norm`, `log_softmax`: one program per row, a fixed block size and warp count per row length.
+
+Each kernel has a pure-torch twin here (`*_twin`) that spells out the same arithmetic in torch ops; the tests
+check kernel against twin and both against float64 (tests/numerics/test_triton_invariant.py, in Triton's CPU
+interpreter; full sizes in tests/numerics/gpu/test_triton_invariant_gpu.py).
+
+Backward passes are not batch-invariant and need not be (only forward logprobs are compared): linear's dgrad
+and wgrad are torch matmuls (cuBLAS); rms_norm and attention recompute their forward in plain fp32 torch from
+the saved inputs and differentiate that (attention one kv-head group at a time, so the [Tq, S] scores of only
+G heads are alive at once).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from precision_engine.errors import UnsupportedError
+from precision_engine.numerics.triton_gemm import _sm_count, _tile_counters
+
+LOG2E = 1.4426950408889634
+
+
+# ---------------------------------------------------------------------------------------------------- linear
+
+@dataclass(frozen=True)
+class LinearConfig:
+    """The launch of `linear`. block_* and num_warps fix the instructions, so they are one value for every M
+    (changing them may change bits, never invariance); num_stages, group_m and persistent are scheduling."""
+
+    block_m: int = 64
+    block_n: int = 128
+    block_k: int = 64
+    num_warps: int = 4  # one warpgroup: wgmma m64 on the H200 for every M (the FP8 kernel's 64x128 choice)
+    num_stages: int = 4
+    group_m: int = 8
+    persistent: bool = False  # large M: one program per SM looping over tiles
+
+
+LINEAR = LinearConfig()
+BLOCK_K = LINEAR.block_k
+SMALL_M_MAX = 64  # at or below: split-K launch (decode); above, one program walks all segments of a tile
+# Segments: the smallest power of two giving >= _SPLIT_PROGRAMS programs of block_n-wide weight tiles while
+# every segment keeps >= _MIN_SEGMENT_KB K steps (512 K elements: a large-M program pays one accumulator
+# restart per segment). A function of (N, K) only.
+_SPLIT_PROGRAMS = 256
+_MIN_SEGMENT_KB = 8
+
+
+def segment_kb(n: int, k: int) -> int:
+    """K steps (of BLOCK_K) per segment for x[M, K] @ W[N, K]^T: depends on (N, K) only, never on M."""
+    num_kb = triton.cdiv(k, BLOCK_K)
+    tiles = triton.cdiv(n, LINEAR.block_n)
+    segments = 1
+    while tiles * segments < _SPLIT_PROGRAMS and num_kb // (2 * segments) >= _MIN_SEGMENT_KB:
+        segments *= 2
+    return triton.cdiv(num_kb, segments)
+
+
+@triton.jit
+def _tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grouped tile order so that neighbouring programs share operand tiles in L2; numerics-neutral."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * num_pid_n
+    first_m = (tile // per_group) * GROUP_M
+    rows = min(num_pid_m - first_m, GROUP_M)
+    return (first_m + (tile % per_group) % rows) * BLOCK_M, ((tile % per_group) // rows) * BLOCK_N
+
+
+@triton.jit
+def _mma_operand(x, INTERPRET: tl.constexpr):
+    """Triton's CPU interpreter multiplies bf16 tiles as raw uint16 (triton 3.9): there, and only there, the
+    tile goes to the dot in fp32, which holds every bf16 product exactly, as the tensor cores do."""
+    if INTERPRET:
+        return x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _round(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
+    """fp32 -> dtype, round to nearest even (the GPU's cvt.rn). The interpreter's fp32 -> bf16 cast truncates
+    or mis-rounds (triton 3.9), so there the rounding is done on the bits, as torch does it."""
+    if dtype == tl.float32:
+        return x
+    elif INTERPRET and dtype == tl.bfloat16:
+        u = x.to(tl.uint32, bitcast=True)
+        r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        r = tl.where(x != x, 0x7FC0, r)
+        return r.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        return x.to(dtype)
+
+
+@triton.jit
+def _segment_sum(x_src, w_src, off_m, off_n, kb_lo, kb_hi, M, N, K, stride_xm, stride_wn,
+                 TMA: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """sum over K steps kb_lo..kb_hi-1, in increasing order, of x_tile @ w_tile^T, from a zero fp32 tile."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    for kb in range(kb_lo, kb_hi):
+        if TMA:  # out-of-range rows, columns and K are zero-filled by the copy engine
+            a = x_src.load([off_m, kb * BLOCK_K])
+            b = w_src.load([off_n, kb * BLOCK_K])
+        else:
+            ks = kb * BLOCK_K + offs_k
+            a = tl.load(x_src + offs_m[:, None].to(tl.int64) * stride_xm + ks[None, :],
+                        mask=(offs_m[:, None] < M) & (ks[None, :] < K), other=0.0)
+            b = tl.load(w_src + offs_n[:, None].to(tl.int64) * stride_wn + ks[None, :],
+                        mask=(offs_n[:, None] < N) & (ks[None, :] < K), other=0.0)
+        acc = tl.dot(_mma_operand(a, INTERPRET), _mma_operand(b, INTERPRET).T, acc)
+    return acc
+
+
+@triton.jit
+def _store_tile(c_ptr, bias_ptr, total, off_m, off_n, M, N, HAS_BIAS: tl.constexpr, INTERPRET: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    if HAS_BIAS:
+        total += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(c_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :], _round(total, c_ptr.dtype.element_ty, INTERPRET),
+             mask=mask)
+
+
+@triton.jit
+def _whole_tile(x_src, w_src, c_ptr, bias_ptr, tile, M, N, K, SEG_KB, stride_xm, stride_wn,
+                HAS_BIAS: tl.constexpr, TMA: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """One output tile, all segments in one program: ((0 + seg_0) + seg_1) + ..., the split launch's sums."""
+    off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    num_kb = tl.cdiv(K, BLOCK_K)
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kb_lo in range(0, num_kb, SEG_KB):
+        total += _segment_sum(x_src, w_src, off_m, off_n, kb_lo, min(kb_lo + SEG_KB, num_kb), M, N, K,
+                              stride_xm, stride_wn, TMA, INTERPRET, BLOCK_M, BLOCK_N, BLOCK_K)
+    _store_tile(c_ptr, bias_ptr, total, off_m, off_n, M, N, HAS_BIAS, INTERPRET, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _linear_kernel(x_src, w_src, c_ptr, ws_ptr, count_ptr, bias_ptr, M, N, K, SEG_KB, stride_xm, stride_wn,
+                   HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, PERSISTENT: tl.constexpr, TMA: tl.constexpr,
+                   INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """c[M, N] (contiguous) = x @ w^T (+ bias): total = ((0 + seg_0) + seg_1) + ..., + bias, rounded once."""
+    if SPLIT:
+        # One segment per program; its fp32 sum goes to ws[segment] (laid out like c) and the tile's last
+        # program to arrive adds the segments in increasing order.
+        tile = tl.program_id(0)
+        seg = tl.program_id(1)
+        num_kb = tl.cdiv(K, BLOCK_K)
+        off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _segment_sum(x_src, w_src, off_m, off_n, seg * SEG_KB, min(seg * SEG_KB + SEG_KB, num_kb), M, N, K,
+                           stride_xm, stride_wn, TMA, INTERPRET, BLOCK_M, BLOCK_N, BLOCK_K)
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        ws_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+        tl.store(ws_ptr + seg.to(tl.int64) * M * N + ws_offs, acc, mask=mask)
+        segments = tl.num_programs(1)
+        tl.debug_barrier()  # every thread's partial is written before the release below
+        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == segments - 1:
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(0, segments):
+                total += tl.load(ws_ptr + s * M * N + ws_offs, mask=mask, other=0.0, cache_modifier=".cg")
+            _store_tile(c_ptr, bias_ptr, total, off_m, off_n, M, N, HAS_BIAS, INTERPRET, BLOCK_M, BLOCK_N)
+            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next launch
+    else:
+        if PERSISTENT:
+            num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+            for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+                _whole_tile(x_src, w_src, c_ptr, bias_ptr, tile, M, N, K, SEG_KB, stride_xm, stride_wn,
+                            HAS_BIAS, TMA, INTERPRET, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+        else:
+            _whole_tile(x_src, w_src, c_ptr, bias_ptr, tl.program_id(0), M, N, K, SEG_KB, stride_xm, stride_wn,
+                        HAS_BIAS, TMA, INTERPRET, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _tma_ok(x: torch.Tensor) -> bool:
+    """The copy engine needs a contiguous last dim and 16-byte aligned rows and base."""
+    return x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
+
+
+def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                   split: bool | None = None, config: LinearConfig = LINEAR) -> torch.Tensor:
+    """x[M, K] @ weight[N, K]^T (+ bias) -> [M, N] in x.dtype, no autograd. `split` (default: by M and the
+    SM count) and config's scheduling fields choose the launch only; the bits are those of any other launch."""
+    m, k = x.shape
+    n = weight.shape[0]
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    weight = weight if weight.stride(1) == 1 else weight.contiguous()
+    c = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return c
+    if k == 0:
+        return c.zero_() if bias is None else c.copy_(bias.expand(m, n))
+    seg = segment_kb(n, k)
+    segments = triton.cdiv(triton.cdiv(k, config.block_k), seg)
+    tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+    sms = _sm_count(x.device.index or 0) if x.is_cuda else 4
+    if split is None:
+        split = m <= SMALL_M_MAX or tiles < sms
+    split = split and segments > 1
+    tma = _tma_ok(x) and _tma_ok(weight)
+    if tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        x_src = TensorDescriptor.from_tensor(x, [config.block_m, config.block_k])
+        w_src = TensorDescriptor.from_tensor(weight, [config.block_n, config.block_k])
+    else:
+        x_src, w_src = x, weight
+    ws = torch.empty((segments, m, n), dtype=torch.float32, device=x.device) if split else c
+    counters = _tile_counters(x.device, tiles) if split else c
+    persistent = config.persistent and not split
+    grid = (tiles, segments) if split else (min(tiles, sms) if persistent else tiles, 1)
+    _linear_kernel[grid](
+        x_src, w_src, c, ws, counters, bias if bias is not None else c, m, n, k, seg, x.stride(0), weight.stride(0),
+        HAS_BIAS=bias is not None, SPLIT=split, PERSISTENT=persistent, TMA=tma, INTERPRET=_interpreting(),
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return c
+
+
+def linear_twin(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The kernel's arithmetic in torch: fp32 K steps chained within a segment, segments summed in order."""
+    n, k = weight.shape
+    x2, w = x.reshape(-1, k).float(), weight.float()
+    seg = segment_kb(n, k) * BLOCK_K
+    total = torch.zeros(x2.shape[0], n, dtype=torch.float32, device=x.device)
+    for lo in range(0, k, seg):
+        acc = torch.zeros_like(total)
+        for kb in range(lo, min(lo + seg, k), BLOCK_K):
+            acc = acc + x2[:, kb:kb + BLOCK_K] @ w[:, kb:kb + BLOCK_K].T
+        total = total + acc
+    if bias is not None:
+        total = total + bias.float()
+    return total.to(x.dtype).reshape(*x.shape[:-1], n)
+
+
+class _Linear(torch.autograd.Function):
+    """Forward: the batch-invariant kernel. Backward: torch matmuls (cuBLAS; not batch-invariant, need not be)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return linear_forward(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad = grad.to(x.dtype)
+        gx = grad @ weight if ctx.needs_input_grad[0] else None
+        gw = grad.t() @ x if ctx.needs_input_grad[1] else None
+        gb = grad.float().sum(0).to(weight.dtype) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return gx, gw, gb
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x[..., K] @ weight[N, K]^T (+ bias) -> [..., N] in x.dtype, fp32 accumulation, batch-invariant rows."""
+    if x.dtype not in (torch.bfloat16, torch.float16) or weight.dtype != x.dtype:
+        raise UnsupportedError(f"triton linear takes bf16 or fp16 x and weight of one dtype, got {x.dtype} and "
+                               f"{weight.dtype}")
+    if x.shape[-1] != weight.shape[1] or (bias is not None and bias.shape != (weight.shape[0],)):
+        raise ValueError(f"linear: x {tuple(x.shape)}, weight {tuple(weight.shape)}, "
+                         f"bias {None if bias is None else tuple(bias.shape)} do not fit")
+    x2 = x.reshape(-1, x.shape[-1])
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    out = _Linear.apply(x2, weight, bias) if needs_grad else linear_forward(x2, weight, bias)
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+# -------------------------------------------------------------------------------------------------- rms_norm
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, BLOCK_H: tl.constexpr,
+                     INTERPRET: tl.constexpr):
+    """HF Llama: h = (x32 * rsqrt(mean(x32^2) + eps)).to(x.dtype); out = weight * h (torch's promotion)."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_H)
+    mask = offs < H
+    x_in = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
+    x = x_in.to(tl.float32)
+    inv = tl.rsqrt(tl.sum(x * x, axis=0) / H + eps)
+    h = _round(x * inv, x_in.dtype, INTERPRET).to(tl.float32)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(o_ptr + row * stride_o + offs, _round(w * h, o_ptr.dtype.element_ty, INTERPRET), mask=mask)
+
+
+def _rms_norm_launch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    h = x.shape[-1]
+    x2 = x.reshape(-1, h)
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    out = torch.empty(x2.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
+    if x2.shape[0] and h:
+        block = triton.next_power_of_2(h)
+        _rms_norm_kernel[(x2.shape[0],)](x2, weight.contiguous(), out, h, x2.stride(0), out.stride(0), eps,
+                                         BLOCK_H=block, INTERPRET=_interpreting(), num_warps=8 if block >= 4096 else 4)
+    return out.reshape(x.shape)
+
+
+def rms_norm_twin(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF LlamaRMSNorm.forward in torch ops (also the differentiable recomputation of the backward)."""
+    x32 = x.float()
+    h = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+class _RmsNorm(torch.autograd.Function):
+    """Forward: the per-row kernel. Backward: autograd through `rms_norm_twin`, recomputed (not bitwise)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+        return _rms_norm_launch(x, weight, eps)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        with torch.enable_grad():
+            xd, wd = x.detach().requires_grad_(), weight.detach().requires_grad_()
+            gx, gw = torch.autograd.grad(rms_norm_twin(xd, wd, ctx.eps), (xd, wd), grad)
+        return gx, gw, None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim with HF Llama semantics; one program per row."""
+    if weight.shape != (x.shape[-1],):
+        raise ValueError(f"rms_norm: weight {tuple(weight.shape)} does not fit x {tuple(x.shape)}")
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _RmsNorm.apply(x, weight, eps)
+    return _rms_norm_launch(x, weight, eps)
+
+
+# ----------------------------------------------------------------------------------------------- log_softmax
+
+LOG_SOFTMAX_BLOCK = 4096  # vocabulary chunk per step; with 8 warps, fixes the per-row reduction order
+
+
+@triton.jit
+def _log_softmax_kernel(x_ptr, o_ptr, V, stride_x, stride_o, temperature, BLOCK: tl.constexpr):
+    """Per row: y = x32 / temperature (correctly rounded); out = (y - max) - log(sum exp(y - max)).
+
+    The max and the sum are kept per lane over the chunks (an online softmax per lane), then reduced once."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_x
+    o_row = o_ptr + row * stride_o
+    t = tl.zeros((BLOCK,), dtype=tl.float32) + temperature
+    m_vec = tl.full((BLOCK,), float("-inf"), dtype=tl.float32)
+    s_vec = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        y = tl.math.div_rn(tl.load(x_row + offs, mask=offs < V, other=float("-inf")).to(tl.float32), t)
+        m_new = tl.maximum(m_vec, y)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s_vec = s_vec * tl.exp(m_vec - m_use) + tl.exp(y - m_use)
+        m_vec = m_new
+    m = tl.max(m_vec, axis=0)
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    log_s = tl.log(tl.sum(s_vec * tl.exp(m_vec - m_use), axis=0))
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        y = tl.math.div_rn(tl.load(x_row + offs, mask=offs < V, other=0.0).to(tl.float32), t)
+        tl.store(o_row + offs, (y - m) - log_s, mask=offs < V)
+
+
+def log_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log_softmax(logits.float() / temperature) over the last dim -> fp32; one program per row.
+
+    No autograd: the trainer's loss differentiates through its own torch ops (invariant.py's contract)."""
+    if not temperature > 0:
+        raise ValueError(f"log_softmax: temperature must be > 0, got {temperature}")
+    v = logits.shape[-1]
+    x2 = logits.reshape(-1, v)
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    out = torch.empty(x2.shape, dtype=torch.float32, device=logits.device)
+    if x2.shape[0] and v:
+        _log_softmax_kernel[(x2.shape[0],)](x2, out, v, x2.stride(0), out.stride(0), float(temperature),
+                                            BLOCK=LOG_SOFTMAX_BLOCK, num_warps=8)
+    return out.reshape(logits.shape)
+
+
+def log_softmax_twin(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """The kernel's arithmetic in torch: per-lane online max/sum over chunks of LOG_SOFTMAX_BLOCK, then one
+    reduction (no -inf-only-row special case beyond the kernel's)."""
+    y = logits.float().reshape(-1, logits.shape[-1]) / temperature
+    rows, v = y.shape
+    pad = (-v) % LOG_SOFTMAX_BLOCK
+    chunks = torch.nn.functional.pad(y, (0, pad), value=float("-inf")).view(rows, -1, LOG_SOFTMAX_BLOCK)
+    m_vec = torch.full((rows, LOG_SOFTMAX_BLOCK), float("-inf"), device=y.device)
+    s_vec = torch.zeros(rows, LOG_SOFTMAX_BLOCK, device=y.device)
+    for c in range(chunks.shape[1]):
+        m_new = torch.maximum(m_vec, chunks[:, c])
+        m_use = torch.where(m_new == float("-inf"), 0.0, m_new)
+        s_vec = s_vec * torch.exp(m_vec - m_use) + torch.exp(chunks[:, c] - m_use)
+        m_vec = m_new
+    m = m_vec.amax(-1, keepdim=True)
+    m_use = torch.where(m == float("-inf"), 0.0, m)
+    log_s = torch.log((s_vec * torch.exp(m_vec - m_use)).sum(-1, keepdim=True))
+    return ((y - m) - log_s).reshape(logits.shape)
+
+
+# ------------------------------------------------------------------------------------------------- attention
+
+ATTN_BLOCK_M = 64  # rows (query, head of the GQA group) per program, in decode and in the full forward alike
+KV_BLOCK = 64  # KV slots per online-softmax step, walked from slot 0 upwards
+ATTN_WARPS = 4
+ATTN_STAGES = 3
+
+
+@triton.jit(do_not_specialize=["Tq", "S"])
+def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq, S, Hkv,
+                      stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_ks,
+                      stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_ot, stride_pb, stride_pt,
+                      G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      INTERPRET: tl.constexpr):
+    # Heaviest causal tiles first (numerics-neutral); row r of a (sequence, kv head) is query r // G, head r % G.
+    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    b = tl.program_id(1) // Hkv
+    hk = tl.program_id(1) % Hkv
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    t = rows // G
+    hq = hk * G + rows % G
+    row_ok = t < Tq
+    offs_d = tl.arange(0, D)
+    q_offs = b.to(tl.int64) * stride_qb + hq.to(tl.int64) * stride_qh + t.to(tl.int64) * stride_qt
+    q = tl.load(q_ptr + q_offs[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    pos = tl.load(pos_ptr + b * stride_pb + t * stride_pt, mask=row_ok, other=-1)
+    kv_len = tl.minimum(tl.load(len_ptr + b), S)
+    hi = tl.minimum(tl.max(pos, axis=0) + 1, kv_len)  # slots any row of the tile may see
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
+
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)
+    for start in range(0, hi, BLOCK_N):
+        slots = start + tl.arange(0, BLOCK_N)
+        slot_ok = slots < kv_len  # slots past kv_len may hold anything (NaN): never loaded
+        k = tl.load(k_base + slots[:, None].to(tl.int64) * stride_ks + offs_d[None, :], mask=slot_ok[:, None],
+                    other=0.0)
+        s = tl.dot(_mma_operand(q, INTERPRET), _mma_operand(k, INTERPRET).T) * qk_scale  # log2 units
+        seen = (slots[None, :] <= pos[:, None]) & slot_ok[None, :]
+        s = tl.where(seen, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet: p = 0, no NaN
+        alpha = tl.where(m_new == m_i, 1.0, tl.exp2(m_i - m_use))  # exactly 1 when the block adds nothing
+        p = tl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_base + slots[:, None].to(tl.int64) * stride_vs + offs_d[None, :], mask=slot_ok[:, None],
+                    other=0.0)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(_mma_operand(_round(p, v.dtype, INTERPRET), INTERPRET), _mma_operand(v, INTERPRET), acc)
+        m_i = m_new
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a padding query (nothing seen) gives zeros
+    o_offs = b.to(tl.int64) * stride_ob + hq.to(tl.int64) * stride_oh + t.to(tl.int64) * stride_ot
+    tl.store(o_ptr + o_offs[:, None] + offs_d[None, :], _round(out, o_ptr.dtype.element_ty, INTERPRET), mask=row_ok[:, None])
+
+
+def _check_attention(q, k, v, q_pos, kv_len):
+    if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not fit "
+                         "[B, Hq, Tq, D] and [B, Hkv, S, D]")
+    b, hq, tq, d = q.shape
+    if hq % k.shape[1]:
+        raise ValueError(f"attention: {hq} query heads are not a multiple of {k.shape[1]} kv heads")
+    if q_pos.shape != (b, tq) or kv_len.shape != (b,):
+        raise ValueError(f"attention: q_pos {tuple(q_pos.shape)} must be [B, Tq] = {(b, tq)}, kv_len "
+                         f"{tuple(kv_len.shape)} must be [{b}]")
+    if d < 16 or d & (d - 1) or q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype \
+            or v.dtype != q.dtype:
+        raise UnsupportedError(f"triton attention takes a power-of-two head dim >= 16 and one bf16/fp16 dtype, "
+                               f"got D={d}, {q.dtype}/{k.dtype}/{v.dtype}")
+
+
+def attention_forward(q, k, v, q_pos, kv_len, *, scale: float) -> torch.Tensor:
+    """The kernel launch, no autograd (shapes as in `attention`)."""
+    b, hq, tq, d = q.shape
+    hkv, s = k.shape[1], k.shape[2]
+    g = hq // hkv
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    q_pos = q_pos.to(device=q.device, dtype=torch.int64)
+    kv_len = kv_len.to(device=q.device, dtype=torch.int64).contiguous()
+    out = torch.empty((b, hq, tq, d), dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    grid = (triton.cdiv(g * tq, ATTN_BLOCK_M), b * hkv)
+    _attention_kernel[grid](
+        q, k, v, out, q_pos, kv_len, scale * LOG2E, tq, s, hkv,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
+        q_pos.stride(0), q_pos.stride(1),
+        G=g, D=d, BLOCK_M=ATTN_BLOCK_M, BLOCK_N=KV_BLOCK, INTERPRET=_interpreting(), num_warps=ATTN_WARPS, num_stages=ATTN_STAGES,
+    )
+    return out
+
+
+def _seen(q_pos, kv_len, s):
+    """[B, 1, Tq, S] bool: query i of sequence b sees slot j iff j <= q_pos[b, i] and j < kv_len[b]."""
+    slots = torch.arange(s, device=q_pos.device)
+    return ((slots <= q_pos[:, :, None]) & (slots < kv_len[:, None, None]))[:, None]
+
+
+def _cached_slots(k, v, kv_len, g):
+    """k, v with slots >= kv_len zeroed (a preallocated cache may hold NaN there) and kv heads repeated g times."""
+    filled = (torch.arange(k.shape[2], device=k.device) < kv_len[:, None])[:, None, :, None]
+    return (torch.where(filled, t, 0).repeat_interleave(g, 1) for t in (k, v))
+
+
+def attention_twin(q, k, v, q_pos, kv_len, *, scale: float) -> torch.Tensor:
+    """The kernel's arithmetic in torch: KV blocks of KV_BLOCK in increasing order, fp32 online softmax in log2
+    units, p rounded to v's dtype before the P @ V product, every block of the cache visited (the extra
+    blocks change nothing, which is the property the kernel relies on)."""
+    b, hq, tq, d = q.shape
+    s = k.shape[2]
+    kf, vf = (t.float() for t in _cached_slots(k, v, kv_len, hq // k.shape[1]))
+    seen = _seen(q_pos, kv_len, s)
+    qf = q.float()
+    m_i = torch.full((b, hq, tq, 1), float("-inf"), device=q.device)
+    l_i = torch.zeros(b, hq, tq, 1, device=q.device)
+    acc = torch.zeros(b, hq, tq, d, device=q.device)
+    for lo in range(0, s, KV_BLOCK):
+        blk = slice(lo, lo + KV_BLOCK)
+        ok = seen[..., blk]
+        sc = torch.where(ok, (qf @ kf[:, :, blk].transpose(-1, -2)) * (scale * LOG2E), float("-inf"))
+        m_new = torch.maximum(m_i, sc.amax(-1, keepdim=True))
+        m_use = torch.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = torch.where(m_new == m_i, 1.0, torch.exp2(m_i - m_use))
+        p = torch.exp2(sc - m_use)
+        l_i = l_i * alpha + p.sum(-1, keepdim=True)
+        acc = acc * alpha + p.to(v.dtype).float() @ vf[:, :, blk]
+        m_i = m_new
+    return (acc / torch.where(l_i == 0, 1.0, l_i)).to(q.dtype)
+
+
+def attention_reference(q, k, v, q_pos, kv_len, *, scale: float) -> torch.Tensor:
+    """Plain masked softmax attention in max(q.dtype, fp32), differentiable; zeros for a query that sees nothing.
+    The float64 reference of the tests, and (one kv-head group at a time) the backward's recomputation."""
+    acc_dtype = torch.promote_types(q.dtype, torch.float32)
+    kf, vf = (t.to(acc_dtype) for t in _cached_slots(k, v, kv_len, q.shape[1] // k.shape[1]))
+    sc = (q.to(acc_dtype) @ kf.transpose(-1, -2)) * scale
+    sc = sc.masked_fill(~_seen(q_pos, kv_len, k.shape[2]), float("-inf"))
+    m = sc.detach().amax(-1, keepdim=True)
+    p = torch.exp(sc - torch.where(torch.isfinite(m), m, 0.0))
+    l = p.sum(-1, keepdim=True)
+    return (p @ vf) / torch.where(l == 0, 1.0, l)
+
+
+class _Attention(torch.autograd.Function):
+    """Forward: the batch-invariant kernel. Backward (not bitwise): recompute `attention_reference` in fp32 from
+    the saved q, k, v for one kv head (its G query heads) at a time and differentiate it with autograd."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, q_pos, kv_len, scale):
+        ctx.save_for_backward(q, k, v, q_pos, kv_len)
+        ctx.scale = scale
+        return attention_forward(q, k, v, q_pos, kv_len, scale=scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, q_pos, kv_len = ctx.saved_tensors
+        g = q.shape[1] // k.shape[1]
+        gq, gk, gv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        for h in range(k.shape[1]):
+            heads = slice(h * g, (h + 1) * g)
+            with torch.enable_grad():
+                qh, kh, vh = (t.detach().requires_grad_() for t in (q[:, heads], k[:, h:h + 1], v[:, h:h + 1]))
+                out = attention_reference(qh, kh, vh, q_pos, kv_len, scale=ctx.scale)
+                dq, dk, dv = torch.autograd.grad(out, (qh, kh, vh), grad[:, heads].to(out.dtype))
+            gq[:, heads], gk[:, h:h + 1], gv[:, h:h + 1] = dq, dk, dv
+        return gq, gk, gv, None, None, None
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, kv_len: torch.Tensor, *,
+              scale: float) -> torch.Tensor:
+    """Causal attention of q[B, Hq, Tq, D] over a position-indexed cache k, v [B, Hkv, S, D] (CONTRACTS.md):
+    query i of sequence b sees slots j <= q_pos[b, i], j < kv_len[b]; q_pos < 0 marks padding (zeros out)."""
+    _check_attention(q, k, v, q_pos, kv_len)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _Attention.apply(q, k, v, q_pos, kv_len, scale)
+    return attention_forward(q, k, v, q_pos, kv_len, scale=scale)
+
+
+__all__ = ["KV_BLOCK", "LINEAR", "LinearConfig", "attention", "attention_reference", "attention_twin", "linear",
+           "linear_forward", "linear_twin", "log_softmax", "log_softmax_twin", "rms_norm", "rms_norm_twin",
+           "segment_kb"]

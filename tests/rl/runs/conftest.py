@@ -7,7 +7,7 @@ import pytest
 from precision_engine.rl.runs import RunDir
 
 
-def synthetic_rows(steps: int, *, gain: float, kl: float, eval_every: int = 5, corrected: bool = True) -> list[dict]:
+def _synthetic_rows(steps: int, *, gain: float, kl: float, eval_every: int = 5, corrected: bool = True) -> list[dict]:
     rows = []
     for step in range(1, steps + 1):
         row = {
@@ -24,6 +24,12 @@ def synthetic_rows(steps: int, *, gain: float, kl: float, eval_every: int = 5, c
             row["heldout/accuracy"] = 0.3 + gain * step / steps
         rows.append(row)
     return rows
+
+
+@pytest.fixture
+def synthetic_rows():
+    """synthetic_rows(steps, gain=, kl=) -> metric rows whose accuracy and reward rise by `gain`."""
+    return _synthetic_rows
 
 
 @pytest.fixture

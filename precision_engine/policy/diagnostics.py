@@ -1,15 +1,41 @@
 """Diagnostics: one problem found in a policy, with where it is and what to do about it.
 
 Every check in the loader appends Diagnostics instead of raising, so a user sees all problems in one pass.
+Policies come from people we do not know, so no text from one reaches a message unbounded: values are shown
+through `shown` (a clipped repr), and every field of a Diagnostic is clipped once more as it is made.
 """
 
 from __future__ import annotations
 
 import difflib
+import reprlib
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Iterable, Literal
 
 Severity = Literal["error", "warning"]
+
+MAX_FIELD = 1000  # characters in one message, hint, key path or file name: a screenful, never a file's worth
+MAX_SUGGESTABLE = 64  # names longer than this are never compared: difflib is quadratic in their length
+MAX_CHOICES = 64  # ... and a hint compares against at most this many names
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 60
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = 6
+_REPR.maxlevel = 3
+
+
+def shown(value: object) -> str:
+    """A repr of `value` for a message, at most ~60 characters per string however large `value` is."""
+    return _REPR.repr(value)
+
+
+def clip(text: str, limit: int = MAX_FIELD) -> str:
+    """`text` with its middle cut out when longer than `limit`, keeping the start and the end."""
+    if len(text) <= limit:
+        return text
+    keep = (limit - 5) // 2
+    return f"{text[:keep]} ... {text[-keep:]}"
 
 
 @dataclass(frozen=True)
@@ -23,6 +49,12 @@ class Diagnostic:
     column: int | None = None  # 1-based
     key_path: str = ""
     hint: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("message", "file", "key_path", "hint"):
+            value = getattr(self, name)
+            if isinstance(value, str) and len(value) > MAX_FIELD:
+                object.__setattr__(self, name, clip(value))
 
     @property
     def is_error(self) -> bool:
@@ -62,9 +94,14 @@ _SYNONYMS = {
 
 def did_you_mean(word: object, choices: Iterable[str]) -> str:
     """A hint naming the closest valid choice, or '' when nothing is close."""
-    choices = list(choices)
-    if not isinstance(word, str):
+    if not isinstance(word, str) or len(word) > MAX_SUGGESTABLE:
         return ""
+    suggestable = tuple(c for c in choices if isinstance(c, str) and len(c) <= MAX_SUGGESTABLE)
+    return _closest(word, suggestable[:MAX_CHOICES])
+
+
+@lru_cache(maxsize=1024)  # an alias repeats one unknown name thousands of times: compare it once
+def _closest(word: str, choices: tuple[str, ...]) -> str:
     synonym = _SYNONYMS.get(word)
     if synonym in choices:
         return f"did you mean '{synonym}'?"
@@ -81,5 +118,6 @@ def format_path(path: Iterable[object]) -> str:
         if isinstance(part, int):
             text += f"[{part}]"
         else:
-            text += f".{part}" if text else str(part)
+            part = clip(str(part), MAX_SUGGESTABLE)
+            text += f".{part}" if text else part
     return text

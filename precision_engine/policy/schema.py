@@ -12,7 +12,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from precision_engine.policy.diagnostics import Diagnostic, did_you_mean
+from precision_engine.policy.diagnostics import Diagnostic, did_you_mean, shown
 from precision_engine.policy.yaml_source import SourceMap
 
 _JSON_TYPES = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
@@ -68,22 +68,22 @@ def _translate(error, source_map: SourceMap) -> list[Diagnostic]:
     kind, expected, value = error.validator, error.validator_value, error.instance
     if kind == "additionalProperties" and isinstance(value, dict):
         known = list(error.schema.get("properties", {}))
-        return [source_map.diagnostic(path + (key,), f"unknown key '{key}'; expected one of: {', '.join(known)}",
-                                      hint=did_you_mean(key, known), key=True)
+        return [source_map.diagnostic(path + (key,), f"unknown key {shown(key)}; expected one of: "
+                                      f"{', '.join(known)}", hint=did_you_mean(key, known), key=True)
                 for key in value if key not in known]
     if kind == "required" and isinstance(value, dict):
         return [source_map.diagnostic(path, f"missing required key '{key}'") for key in expected
                 if key not in value]
     if kind == "enum":
         choices = [str(c) for c in expected]
-        return [source_map.diagnostic(path, f"unknown value {value!r}; expected one of: {', '.join(choices)}",
+        return [source_map.diagnostic(path, f"unknown value {shown(value)}; expected one of: {', '.join(choices)}",
                                       hint=did_you_mean(value, choices))]
     if kind == "const":
-        return [source_map.diagnostic(path, f"expected {expected!r}, got {value!r}")]
+        return [source_map.diagnostic(path, f"expected {expected!r}, got {shown(value)}")]
     if kind == "type":
         wanted = [expected] if isinstance(expected, str) else list(expected)
         words = " or ".join(_a(_TYPE_WORDS.get(w, w)) for w in wanted)
-        return [source_map.diagnostic(path, f"expected {words}, got {_a(_type_name(value))} ({value!r})")]
+        return [source_map.diagnostic(path, f"expected {words}, got {_a(_type_name(value))} ({shown(value)})")]
     if kind in ("minItems", "minLength") and expected == 1:
         return [source_map.diagnostic(path, "must not be empty")]
     if kind == "minItems":
@@ -92,10 +92,10 @@ def _translate(error, source_map: SourceMap) -> list[Diagnostic]:
         return [source_map.diagnostic(path, f"expected at most {expected} items, got {len(value)}")]
     if kind in ("minimum", "exclusiveMinimum"):
         op = ">=" if kind == "minimum" else ">"
-        return [source_map.diagnostic(path, f"expected a value {op} {expected}, got {value!r}")]
+        return [source_map.diagnostic(path, f"expected a value {op} {expected}, got {shown(value)}")]
     if kind == "pattern":
-        message = f"{value!r} is not a valid name ({_NAME_RULES.get(expected, expected)})"
+        message = f"{shown(value)} is not a valid name ({_NAME_RULES.get(expected, expected)})"
         if "propertyNames" in error.schema_path:  # jsonschema reports the object's path: point at the key
             return [source_map.diagnostic(path + (value,), message, key=True)]
         return [source_map.diagnostic(path, message)]
-    return [source_map.diagnostic(path, error.message)]
+    return [source_map.diagnostic(path, error.message)]  # rare kinds; Diagnostic clips the quoted value

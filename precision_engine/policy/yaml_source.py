@@ -2,10 +2,13 @@
 
 We go through `yaml.compose` with the SafeLoader and build the data ourselves instead of calling a
 constructor: no Python object is ever constructed from a tag, every node's line and column is kept for
-diagnostics, and alias expansion is counted so a "billion laughs" file stops at `MAX_NODES` instead of eating
-memory. Nesting is capped at `MAX_DEPTH` before composing (PyYAML's composer recurses once per level), and
-files are capped at `MAX_BYTES` before reading. Merge keys (`<<`) are rejected: `extends:` is the one
-composition mechanism, and it is located. Duplicate keys, which PyYAML silently collapses, are errors.
+diagnostics, and alias expansion is counted, in nodes and in characters (keys included), so a "billion
+laughs" file, or one long string aliased thousands of times, stops at `MAX_NODES` or `MAX_CHARS` instead of
+eating memory downstream. Nesting is capped at `MAX_DEPTH` before composing (PyYAML's composer recurses once
+per level), and reading stops at `MAX_BYTES` whatever the file system says its size is. Numbers stay plain:
+integers beyond 64 bits and tagged scalars that do not parse (`!!int abc`) are located errors. Merge keys
+(`<<`) are rejected: `extends:` is the one composition mechanism, and it is located. Duplicate keys, which
+PyYAML silently collapses, are errors.
 """
 
 from __future__ import annotations
@@ -14,13 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import os
+import stat
+
 import yaml
 
-from precision_engine.policy.diagnostics import Diagnostic, format_path
+from precision_engine.policy.diagnostics import Diagnostic, format_path, shown
 
 MAX_BYTES = 1 << 20  # a policy is a few KiB; anything near this is a mistake or an attack
 MAX_NODES = 20_000  # counted after alias expansion
+MAX_CHARS = MAX_BYTES  # characters of keys and scalars, counted after alias expansion
 MAX_DEPTH = 32
+MAX_INT = 2**63 - 1  # a policy's integers are sizes and counts; larger ones overflow floats and int64 alike
+_MAX_INT_TEXT = 64  # longer integer literals are refused unparsed (Python's int() is quadratic, then refuses)
 
 KeyPath = tuple  # a key path: ('rules', 'unified', 0, 'match')
 
@@ -58,6 +67,15 @@ class SourceMap:
         """Locations after merging `other`'s document over ours: where both define a path, other's wins."""
         return SourceMap({**self.values, **other.values}, {**self.keys, **other.keys})
 
+    def without(self, *prefixes: KeyPath) -> "SourceMap":
+        """A copy with nothing at or under any of `prefixes` (values a merge dropped)."""
+
+        def kept(path: KeyPath) -> bool:
+            return not any(path[:len(p)] == p for p in prefixes)
+
+        return SourceMap({p: l for p, l in self.values.items() if kept(p)},
+                         {p: l for p, l in self.keys.items() if kept(p)})
+
     def replace_subtree(self, prefix: KeyPath, loc: Loc) -> None:
         """Everything at or under `prefix` now comes from `loc` (a `--set` flag)."""
         n = len(prefix)
@@ -74,15 +92,24 @@ class SourceMap:
 
 
 def read_policy_text(path: Path) -> tuple[str | None, list[Diagnostic]]:
-    """The file's text, or a diagnostic when it cannot be read, is too large or is not UTF-8."""
+    """The file's text, or a diagnostic when it is not a regular file, is too large, or is not UTF-8.
+
+    st_size is not trusted (procfs reports 0 for endless files): reading stops after MAX_BYTES + 1 bytes, and
+    the file is opened non-blocking and checked to be regular first, so a FIFO or device never hangs us.
+    """
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            return None, [Diagnostic("error", f"file is {size} bytes; policies are limited to {MAX_BYTES} bytes",
-                                     str(path))]
-        return path.read_bytes().decode("utf-8"), []
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None, [Diagnostic("error", "not a regular file", str(path))]
+            data = file.read(MAX_BYTES + 1)
     except OSError as err:
         return None, [Diagnostic("error", f"cannot read: {err.strerror or err}", str(path))]
+    if len(data) > MAX_BYTES:
+        return None, [Diagnostic("error", f"file is larger than {MAX_BYTES} bytes; policies are limited to "
+                                 f"{MAX_BYTES} bytes", str(path))]
+    try:
+        return data.decode("utf-8"), []
     except UnicodeDecodeError as err:
         return None, [Diagnostic("error", f"not UTF-8 text ({err.reason} at byte {err.start})", str(path))]
 
@@ -155,6 +182,7 @@ class _Builder:
         self.loader = loader
         self.file = file
         self.nodes = 0
+        self.chars = 0
         self.source_map = SourceMap()
         self.diagnostics: list[Diagnostic] = []
 
@@ -166,11 +194,19 @@ class _Builder:
         self.diagnostics.append(Diagnostic("error", message, loc.file, loc.line, loc.column, format_path(path),
                                            hint))
 
-    def build(self, node: yaml.Node, path: KeyPath, depth: int, at: Loc | None = None) -> Any:
-        """Plain data for `node`; `at` overrides where the value is said to be (see `mapping`)."""
+    def count(self, node: yaml.Node) -> None:
+        """Charge one node (and a scalar's text) to the expansion budget; every alias use pays again."""
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise _TooLarge(f"more than {MAX_NODES} YAML nodes after expanding aliases (alias bomb?)", node)
+        if isinstance(node, yaml.ScalarNode):
+            self.chars += len(node.value)
+            if self.chars > MAX_CHARS:
+                raise _TooLarge(f"more than {MAX_CHARS} characters after expanding aliases (alias bomb?)", node)
+
+    def build(self, node: yaml.Node, path: KeyPath, depth: int, at: Loc | None = None) -> Any:
+        """Plain data for `node`; `at` overrides where the value is said to be (see `mapping`)."""
+        self.count(node)
         if depth > MAX_DEPTH:
             raise _TooLarge(f"nesting deeper than {MAX_DEPTH} levels (recursive alias?)", node)
         self.source_map.values.setdefault(path, at or self.loc(node))
@@ -178,10 +214,10 @@ class _Builder:
             return self.scalar(node, path)
         if isinstance(node, yaml.SequenceNode):
             if node.tag != _TAG + "seq":
-                self.error(node, path, f"unsupported YAML tag '{node.tag}' on a list")
+                self.error(node, path, f"unsupported YAML tag {shown(node.tag)} on a list")
             return [self.build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
         if node.tag != _TAG + "map":
-            self.error(node, path, f"unsupported YAML tag '{node.tag}' on a mapping")
+            self.error(node, path, f"unsupported YAML tag {shown(node.tag)} on a mapping")
         result: dict[str, Any] = {}
         first_seen: dict[str, yaml.Node] = {}
         for key_node, value_node in node.value:
@@ -189,14 +225,19 @@ class _Builder:
                 self.error(key_node, path, "YAML merge keys (<<) are not supported",
                            "use `extends:` to reuse a policy, or an alias (*name) for a whole value")
                 continue
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _TAG + "str":
-                self.error(key_node, path, f"mapping keys must be strings, got {key_node.value!r}",
+            if not isinstance(key_node, yaml.ScalarNode):  # never built: an alias bomb may hide in it
+                kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+                self.error(key_node, path, f"mapping keys must be strings, got a {kind}")
+                continue
+            self.count(key_node)
+            if key_node.tag != _TAG + "str":
+                self.error(key_node, path, f"mapping keys must be strings, got {shown(key_node.value)}",
                            "quote the key")
                 continue
             key = key_node.value
             if key in first_seen:
                 self.error(key_node, path + (key,),
-                           f"duplicate key '{key}' (first defined at line {first_seen[key].start_mark.line + 1})")
+                           f"duplicate key {shown(key)} (first defined at line {first_seen[key].start_mark.line + 1})")
                 continue
             first_seen[key] = key_node
             key_loc = self.loc(key_node)
@@ -212,12 +253,21 @@ class _Builder:
             return node.value
         if kind == "null":
             return None
-        if kind == "bool":
-            return self.loader.construct_yaml_bool(node)
-        if kind == "int":
-            return self.loader.construct_yaml_int(node)
-        if kind == "float":
-            return self.loader.construct_yaml_float(node)
-        self.error(node, path, f"unsupported YAML tag '{node.tag}'", "policies hold plain strings, numbers, "
-                   "booleans, lists and mappings")
-        return None
+        if kind not in ("bool", "int", "float"):
+            self.error(node, path, f"unsupported YAML tag {shown(node.tag)}", "policies hold plain strings, "
+                       "numbers, booleans, lists and mappings")
+            return None
+        if kind == "int" and len(node.value) > _MAX_INT_TEXT:
+            self.error(node, path, f"integer of {len(node.value)} characters is out of range (at most {MAX_INT})")
+            return None
+        construct = getattr(self.loader, f"construct_yaml_{kind}")
+        try:  # only explicit tags reach here unresolved (`!!int abc`); PyYAML then raises whatever it hits
+            value = construct(node)
+        except (ValueError, KeyError, IndexError):
+            self.error(node, path, f"{shown(node.value)} is not a valid !!{kind}",
+                       "remove the tag, or write a value of its type")
+            return None
+        if kind == "int" and abs(value) > MAX_INT:
+            self.error(node, path, f"integer {shown(value)} is out of range (at most {MAX_INT})")
+            return None
+        return value

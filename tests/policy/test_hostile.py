@@ -1,0 +1,108 @@
+"""Crafted policies from issue 8 that crashed, exhausted memory or hung the loader: each is now refused in
+located, bounded lines. Every test states the bound it holds (time, memory, message length)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from precision_engine.policy.diagnostics import MAX_FIELD
+
+VALID = """\
+version: 1
+rules:
+  all:
+    - match: ["*"]
+      compute: bf16
+phases: {train: all, rollout: all}
+"""
+
+# Checks one policy in a child process whose address space may grow by at most the test's budget beyond what
+# its imports took, and prints the diagnostics as JSON: a blow-up fails there, never on the test machine.
+_CHILD = """
+import json, resource, sys
+import jsonschema, re2
+from precision_engine.policy import check_policy
+used = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) << 10
+limit = used + (int(sys.argv[2]) << 20)
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+result = check_policy(sys.argv[1])
+print(json.dumps({"valid": result.policy is not None, "diagnostics": [d.to_dict() for d in result.diagnostics]}))
+"""
+
+
+def errors_of(path, seconds: float = 5.0, megabytes: int = 128) -> list[dict]:
+    """The errors `path` gets, checked within `seconds` and `megabytes` more address space than the imports
+    take; every diagnostic is one line, located in `path` and of bounded length."""
+    start = time.perf_counter()
+    child = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(megabytes)], capture_output=True,
+                           text=True, timeout=seconds + 5, cwd=path.parent)
+    elapsed = time.perf_counter() - start
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert elapsed < seconds, f"took {elapsed:.1f} s"
+    result = json.loads(child.stdout)
+    errors = [d for d in result["diagnostics"] if d["severity"] == "error"]
+    assert not result["valid"] and errors
+    for diagnostic in result["diagnostics"]:
+        assert diagnostic["file"].endswith(path.name) and diagnostic["line"], diagnostic
+        assert all("\n" not in str(v) and len(str(v)) <= MAX_FIELD for v in diagnostic.values()), diagnostic
+    return errors
+
+
+# --- Memory: expanded bytes are bounded, not only nodes; no unbounded text in a message ---------------------
+
+def _nested_aliases(levels: int) -> str:
+    """[&l0 [x x10], &l1 [*l0 x10], ...]: 10**levels scalars once expanded, a few hundred bytes written."""
+    items = ["&l0 [" + ", ".join(["x"] * 10) + "]"]
+    items += [f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    return "[" + ", ".join(items) + "]"
+
+
+def test_alias_bomb_as_a_mapping_key_is_refused_unexpanded(tmp_policy):
+    """Was 2 GB and 47 s: the key node was never counted and its repr went into the message."""
+    path = tmp_policy("key_bomb.yaml", f"version: 1\n? {_nested_aliases(9)}\n: 1\n")
+    assert len(path.read_bytes()) < 600
+    (error,) = errors_of(path, seconds=2, megabytes=16)
+    assert (error["line"], error["message"]) == (2, "mapping keys must be strings, got a list")
+
+
+def test_long_string_aliased_many_times_stops_at_the_character_cap(tmp_policy):
+    """Was out of memory: 10,000 aliases of a 900 KB string are 20 nodes' worth under the node cap."""
+    text = f"description: &s {'a' * 900_000}\nx: [{', '.join(['*s'] * 10_000)}]\n"
+    (error,) = errors_of(tmp_policy("long_string.yaml", VALID + text), seconds=20, megabytes=64)
+    assert error["message"].startswith("more than 1048576 characters after expanding aliases")
+
+
+def test_alias_bomb_of_keys_counts_the_keys(tmp_policy):
+    """Keys are text too: a mapping of long keys aliased many times hits the character cap."""
+    text = f"formats:\n  f: &m\n    ? {'k' * 50_000}\n    : 1\nx: [{', '.join(['*m'] * 40)}]\n"
+    (error,) = errors_of(tmp_policy("key_chars.yaml", VALID + text), megabytes=32)
+    assert "characters after expanding aliases" in error["message"]
+
+
+def test_invalid_regex_aliased_is_compiled_once_and_shown_clipped(tmp_policy):
+    """Was 156 s: a long invalid regex aliased 40 times was compiled (and printed) once per alias."""
+    regex = "re:" + "a{1,2}" * 4_000 + "("
+    text = VALID.replace('match: ["*"]', f'match: [&r "{regex}", {", ".join(["*r"] * 39)}]')
+    errors = errors_of(tmp_policy("regex_aliases.yaml", text), seconds=2)
+    assert len(errors) == 40 and all("invalid regex" in e["message"] and len(e["message"]) < 300 for e in errors)
+
+
+def test_long_unknown_format_name_never_reaches_difflib_or_a_message_whole(tmp_policy):
+    """Was 680 MB: a 200 KB unknown format name referenced 4,000 times, each compared by difflib."""
+    name = "w" * 200_000
+    few = VALID.replace("compute: bf16", f"linear: {{weight: &n {name}, input: *n}}")
+    errors = errors_of(tmp_policy("long_format_name.yaml", few), seconds=5)
+    assert errors and all(len(e["message"]) <= MAX_FIELD and not e["hint"].startswith("did you mean") for e in errors)
+    many = few.replace("input: *n}", "input: *n}\n      x: [" + ", ".join(["*n"] * 4_000) + "]")
+    (error,) = errors_of(tmp_policy("many_format_names.yaml", many), seconds=5)
+    assert "characters after expanding aliases" in error["message"]
+
+
+def test_long_values_are_clipped_in_every_message(tmp_policy):
+    """Schema messages quote the value they reject: a 500 KB value is quoted in a few dozen characters."""
+    text = VALID + f"kernel: {'k' * 500_000}\nnumerics: {{nonfinite: [{'n' * 100_000}]}}\n? {'u' * 100_000}\n: 1\n"
+    errors = errors_of(tmp_policy("long_values.yaml", text))
+    assert len(errors) == 3 and all(len(e["message"]) < 600 for e in errors)

@@ -95,8 +95,10 @@ def _mma_operand(x, INTERPRET: tl.constexpr):
     """Triton's CPU interpreter multiplies bf16 tiles as raw uint16 (triton 3.9): there, and only there, the
     tile goes to the dot in fp32, which holds every bf16 product exactly, as the tensor cores do."""
     if INTERPRET:
-        return x.to(tl.float32)
-    return x
+        y = x.to(tl.float32)
+    else:
+        y = x
+    return y
 
 
 @triton.jit
@@ -104,19 +106,23 @@ def _round(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
     """fp32 -> dtype, round to nearest even (the GPU's cvt.rn). The interpreter's fp32 -> bf16 cast truncates
     or mis-rounds (triton 3.9), so there the rounding is done on the bits, as torch does it."""
     if dtype == tl.float32:
-        return x
-    elif INTERPRET and dtype == tl.bfloat16:
-        u = x.to(tl.uint32, bitcast=True)
-        r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-        r = tl.where(x != x, 0x7FC0, r)
-        return r.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        y = x
+    elif INTERPRET:
+        if dtype == tl.bfloat16:
+            u = x.to(tl.uint32, bitcast=True)
+            bits = tl.where(x != x, 0x7FC0, (u + 0x7FFF + ((u >> 16) & 1)) >> 16)
+            y = bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        else:
+            y = x.to(dtype)
     else:
-        return x.to(dtype)
+        y = x.to(dtype)
+    return y
 
 
 @triton.jit
 def _segment_sum(x_src, w_src, off_m, off_n, kb_lo, kb_hi, M, N, K, stride_xm, stride_wn,
-                 TMA: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                 TMA: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
     """sum over K steps kb_lo..kb_hi-1, in increasing order, of x_tile @ w_tile^T, from a zero fp32 tile."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     offs_m = off_m + tl.arange(0, BLOCK_M)
@@ -144,8 +150,8 @@ def _store_tile(c_ptr, bias_ptr, total, off_m, off_n, M, N, HAS_BIAS: tl.constex
     if HAS_BIAS:
         total += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    tl.store(c_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :], _round(total, c_ptr.dtype.element_ty, INTERPRET),
-             mask=mask)
+    out = _round(total, c_ptr.dtype.element_ty, INTERPRET)
+    tl.store(c_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :], out, mask=mask)
 
 
 @triton.jit
@@ -165,7 +171,8 @@ def _whole_tile(x_src, w_src, c_ptr, bias_ptr, tile, M, N, K, SEG_KB, stride_xm,
 @triton.jit(do_not_specialize=["M"])
 def _linear_kernel(x_src, w_src, c_ptr, ws_ptr, count_ptr, bias_ptr, M, N, K, SEG_KB, stride_xm, stride_wn,
                    HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, PERSISTENT: tl.constexpr, TMA: tl.constexpr,
-                   INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                   INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   GROUP_M: tl.constexpr):
     """c[M, N] (contiguous) = x @ w^T (+ bias): total = ((0 + seg_0) + seg_1) + ..., + bias, rounded once."""
     if SPLIT:
         # One segment per program; its fp32 sum goes to ws[segment] (laid out like c) and the tile's last
@@ -442,7 +449,7 @@ ATTN_WARPS = 4
 ATTN_STAGES = 3
 
 
-@triton.jit(do_not_specialize=["Tq", "S"])
+@triton.jit(do_not_specialize=["Tq", "S", "stride_pb", "stride_pt"])
 def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq, S, Hkv,
                       stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_ks,
                       stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_ot, stride_pb, stride_pt,
@@ -488,7 +495,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq
         m_i = m_new
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a padding query (nothing seen) gives zeros
     o_offs = b.to(tl.int64) * stride_ob + hq.to(tl.int64) * stride_oh + t.to(tl.int64) * stride_ot
-    tl.store(o_ptr + o_offs[:, None] + offs_d[None, :], _round(out, o_ptr.dtype.element_ty, INTERPRET), mask=row_ok[:, None])
+    out = _round(out, o_ptr.dtype.element_ty, INTERPRET)
+    tl.store(o_ptr + o_offs[:, None] + offs_d[None, :], out, mask=row_ok[:, None])
 
 
 def _check_attention(q, k, v, q_pos, kv_len):
@@ -524,7 +532,8 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float) -> torch.Tensor:
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
         q_pos.stride(0), q_pos.stride(1),
-        G=g, D=d, BLOCK_M=ATTN_BLOCK_M, BLOCK_N=KV_BLOCK, INTERPRET=_interpreting(), num_warps=ATTN_WARPS, num_stages=ATTN_STAGES,
+        G=g, D=d, BLOCK_M=ATTN_BLOCK_M, BLOCK_N=KV_BLOCK, INTERPRET=_interpreting(),
+        num_warps=ATTN_WARPS, num_stages=ATTN_STAGES,
     )
     return out
 

@@ -12,13 +12,14 @@ is a problem inside the policy (exit 1).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from precision_engine.errors import PolicyError, UsageError
 from precision_engine.policy.build import build_policy
-from precision_engine.policy.diagnostics import Diagnostic, did_you_mean
+from precision_engine.policy.diagnostics import Diagnostic, clip, did_you_mean
 from precision_engine.policy.extends import display_name, load_document, shipped_path, shipped_policies
 from precision_engine.policy.overrides import apply_overrides, parse_override
 from precision_engine.policy.model import Policy
@@ -48,19 +49,35 @@ class CheckResult:
 
 def resolve_source(source: str | Path) -> Path:
     """A policy file path, or the shipped policy of that name; UsageError when neither exists."""
-    path = Path(source)
-    if path.is_file():
+    path = _find(source)
+    if path is not None:
         return path
-    text = str(source)
+    shipped = shipped_policies()
+    hint = did_you_mean(Path(str(source)).stem, shipped)
+    raise UsageError(f"policy file not found: {clip(str(source), 300)} (shipped policies: {', '.join(shipped)})"
+                     + (f" ({hint})" if hint else ""))
+
+
+def _find(source: str | Path) -> Path | None:
+    """The file `source` names, None when nothing of that name exists, UsageError when it cannot be a policy
+    (a directory, a device, a name the file system refuses)."""
+    path, text = Path(source), str(source)
+    try:
+        mode = path.stat().st_mode if text.strip() else None  # Path("") is the working directory
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except OSError as err:  # ENAMETOOLONG (a name over 255 bytes), EACCES, ELOOP, ...
+        raise UsageError(f"cannot open policy {clip(text, 300)}: {err.strerror or err}") from None
+    if mode is not None and stat.S_ISREG(mode):
+        return path
     if "/" not in text and not text.endswith((".yaml", ".yml")) and shipped_path(text):
         return shipped_path(text)  # even when a directory of that name (a run's outputs?) is here
-    if path.is_dir() and text.strip():  # Path("") is the working directory; "" is reported as not found
+    if mode is not None and stat.S_ISDIR(mode):
         raise UsageError(f"{text} is a directory, not a policy file (to check every policy in it: "
                          f"precision validate {os.path.join(text, '*.yaml')})")
-    shipped = shipped_policies()
-    hint = did_you_mean(path.stem, shipped)
-    raise UsageError(f"policy file not found: {text} (shipped policies: {', '.join(shipped)})"
-                     + (f" ({hint})" if hint else ""))
+    if mode is not None:
+        raise UsageError(f"{text} is not a regular file (a device, FIFO or socket); policies are files")
+    return None
 
 
 def check_policy(source: str | Path, overrides: Sequence[str] = ()) -> CheckResult:
@@ -100,15 +117,8 @@ def validate_files(sources: Iterable[str | Path], overrides: Sequence[str] = ())
     sources = list(sources)
     for text in overrides:
         parse_override(text)
-    missing = []
-    for source in sources:
-        try:
-            resolve_source(source)
-        except UsageError:
-            if Path(source).is_dir():  # its own message, not one of the missing files
-                raise
-            missing.append(str(source))
+    missing = [str(source) for source in sources if _find(source) is None]
     if missing:
-        raise UsageError(f"policy file not found: {', '.join(missing)} "
+        raise UsageError(f"policy file not found: {clip(', '.join(missing), 300)} "
                          f"(shipped policies: {', '.join(shipped_policies())})")
     return [check_policy(source, overrides) for source in sources]

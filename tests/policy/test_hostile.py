@@ -8,6 +8,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+from typer.testing import CliRunner
+
+from precision_engine.cli.app import app
 from precision_engine.policy.diagnostics import MAX_FIELD
 
 VALID = """\
@@ -106,3 +110,48 @@ def test_long_values_are_clipped_in_every_message(tmp_policy):
     text = VALID + f"kernel: {'k' * 500_000}\nnumerics: {{nonfinite: [{'n' * 100_000}]}}\n? {'u' * 100_000}\n: 1\n"
     errors = errors_of(tmp_policy("long_values.yaml", text))
     assert len(errors) == 3 and all(len(e["message"]) < 600 for e in errors)
+
+
+# --- Tracebacks: numbers and names that crashed the loader are located one-line errors -----------------------
+
+runner = CliRunner()
+
+_THRESHOLD = "correction: {importance_sampling: {threshold: %s}}\n"
+NUMBERS = {
+    "int_400_digits": VALID + _THRESHOLD % ("9" * 400),  # was OverflowError in math.isfinite
+    "int_5000_digits": VALID + _THRESHOLD % ("9" * 5000),  # was ValueError: Python's int-string limit
+    "int_beyond_64_bits": VALID + _THRESHOLD % str(2**64),
+    "tagged_int": VALID.replace("version: 1", "version: !!int abc"),  # was ValueError
+    "tagged_float": VALID.replace("version: 1", "version: !!float abc"),  # was ValueError
+    "tagged_bool": VALID.replace("version: 1", "version: !!bool maybe"),  # was KeyError
+    "tagged_empty_int": VALID.replace("version: 1", "version: !!int ''"),  # was IndexError
+    "long_extends_name": VALID + f"extends: {'a' * 300}\n",  # was OSError: file name too long
+}
+
+
+def _one_located_line_per_error(output: str, file: str) -> None:
+    assert "Traceback" not in output
+    lines = [line for line in output.splitlines() if "error:" in line]
+    assert lines and all(line.startswith(f"{file}:") for line in lines), output
+
+
+@pytest.mark.parametrize("name", NUMBERS)
+def test_bad_numbers_and_names_are_located_errors(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / f"{name}.yaml").write_text(NUMBERS[name])
+    (error,) = errors_of(tmp_path / f"{name}.yaml", seconds=5)
+    assert error["line"] == NUMBERS[name].count("\n") or error["key_path"] == "version", error
+    validate = runner.invoke(app, ["validate", f"{name}.yaml"])
+    assert validate.exit_code == 1
+    _one_located_line_per_error(validate.output, f"{name}.yaml")
+    diff = runner.invoke(app, ["diff", f"{name}.yaml", "bf16_baseline"])
+    assert diff.exit_code == 2  # trouble, not "different"
+    _one_located_line_per_error(diff.output, f"{name}.yaml")
+
+
+@pytest.mark.parametrize("verb", [["validate"], ["diff", "bf16_baseline"]])
+def test_policy_argument_too_long_for_the_file_system_is_a_usage_error(verb):
+    result = runner.invoke(app, [verb[0], "p" * 300 + ".yaml", *verb[1:]])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: cannot open policy ppp") and "File name too long" in result.output
+    assert len(result.output.splitlines()) == 1

@@ -182,33 +182,7 @@ def load_checkpoint(
     GPU run keeps the CPU streams exact). Each name in `generators` must have been saved.
     """
     path = Path(path)
-    state = verify_checkpoint(path)
-    tensors = _load_tensors(path / MODEL_FILE)
-    expected = model.state_dict()
-    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{path / MODEL_FILE} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
-        )
-    rng = _load_tensors(path / RNG_FILE)
-    absent = sorted(name for name in generators or {} if f"generator.{name}" not in rng)
-    if absent:
-        saved = state["generators"]
-        raise CheckpointError(f"{path / RNG_FILE} has no state for generator(s) {absent} (saved: {saved})")
-    optimizer_state = None
-    if optimizer is not None:
-        if not (path / OPTIMIZER_FILE).is_file():
-            raise CheckpointError(f"{path / OPTIMIZER_FILE} is missing: the checkpoint has no optimizer state")
-        try:
-            optimizer_state = torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
-        except Exception as err:  # torch raises UnpicklingError or RuntimeError with its own wording
-            raise CheckpointError(f"{path / OPTIMIZER_FILE} could not be read safely ({err})") from None
-    # Everything is read and checked: only now change the caller's objects.
-    model.load_state_dict(tensors, strict=True)
-    if optimizer_state is not None:
-        optimizer.load_state_dict(optimizer_state)
-    _restore_rng(rng, state["rng"], generators or {})
-    return Checkpoint(state["step"], path, state["data_state"], state["trainer_state"])
+    return _restore(path, verify_checkpoint(path), model, optimizer, generators or {})
 
 
 def load_latest_checkpoint(
@@ -228,18 +202,51 @@ def load_latest_checkpoint(
     skipped: list[Path] = []
     for path in reversed(list_checkpoints(run_dir)):
         try:
-            verify_checkpoint(path)
+            state = verify_checkpoint(path)
         except CheckpointError as err:
             if not fallback:
                 raise CheckpointError(f"{err} (hint: resume with fallback to use the previous checkpoint)") from None
             warnings.warn(f"{err}; falling back to an older checkpoint", stacklevel=2)
             skipped.append(_set_aside(path))
             continue
-        checkpoint = load_checkpoint(path, model=model, optimizer=optimizer, generators=generators)
+        checkpoint = _restore(path, state, model, optimizer, generators or {})
         return replace(checkpoint, skipped=tuple(skipped))
     if skipped:
         raise CheckpointError(f"no intact checkpoint in {checkpoints_dir(run_dir)} (set aside: {skipped})")
     return None
+
+
+def _restore(path: Path, state: Mapping[str, Any], model, optimizer, generators: Mapping) -> Checkpoint:
+    tensors = _load_tensors(path / MODEL_FILE)
+    expected = model.state_dict()
+    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path / MODEL_FILE} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    reshaped = [f"{k} {tuple(tensors[k].shape)}, model {tuple(v.shape)}" for k, v in expected.items()
+                if v.shape != tensors[k].shape]
+    if reshaped:
+        raise CheckpointError(f"{path / MODEL_FILE} does not fit the model: shapes differ: {reshaped[:5]}")
+    rng = _load_tensors(path / RNG_FILE)
+    absent = sorted(name for name in generators if f"generator.{name}" not in rng)
+    if absent:
+        saved = state["generators"]
+        raise CheckpointError(f"{path / RNG_FILE} has no state for generator(s) {absent} (saved: {saved})")
+    optimizer_state = None
+    if optimizer is not None:
+        if not (path / OPTIMIZER_FILE).is_file():
+            raise CheckpointError(f"{path / OPTIMIZER_FILE} is missing: the checkpoint has no optimizer state")
+        try:
+            optimizer_state = torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises UnpicklingError or RuntimeError with its own wording
+            raise CheckpointError(f"{path / OPTIMIZER_FILE} could not be read safely ({err})") from None
+    # Everything is read and checked: only now change the caller's objects.
+    model.load_state_dict(tensors, strict=True)
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+    _restore_rng(rng, state["rng"], generators)
+    return Checkpoint(state["step"], path, state["data_state"], state["trainer_state"])
 
 
 def _own_tensors(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -254,7 +261,7 @@ def _own_tensors(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 
 def _torch_rng_states(generators: Mapping[str, torch.Generator]) -> dict[str, torch.Tensor]:
     states = {"torch.cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
+    if torch.cuda.is_initialized():  # never used: its streams are still where the run's manual_seed put them
         for index, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
             states[f"torch.cuda.{index}"] = cuda_state
     for name, generator in generators.items():

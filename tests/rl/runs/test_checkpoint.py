@@ -145,6 +145,12 @@ def test_missing_generator_and_mismatched_model_are_clear(tmp_path):
         load_checkpoint(path, model=model, generators={"eval": torch.Generator()})
     with pytest.raises(CheckpointError, match="does not fit the model: missing"):
         load_checkpoint(path, model=torch.nn.Linear(2, 2))
+    wider = Tied()
+    wider.mid = torch.nn.Linear(6, 6)
+    wider.mid.bias = torch.nn.Parameter(torch.zeros(7))
+    with pytest.raises(CheckpointError, match=r"shapes differ: \['mid.bias \(6,\), model \(7,\)'\]"):
+        load_checkpoint(path, model=wider)
+    assert torch.equal(wider.mid.bias, torch.zeros(7))
     with pytest.raises(CheckpointError, match="optimizer.pt is missing"):
         load_checkpoint(path, model=model, optimizer=optimizer)
 

@@ -132,7 +132,8 @@ def policy_loss(
 
     `logprobs` (B, T) carry the gradient; `old_logprobs` are the trainer's logprobs before the update (the
     correction's train_logprobs); `advantages` are (B,) per sequence or (B, T); `ref_logprobs` are needed when
-    `config.kl_coef` is set (config defaults to GRPOLossConfig()). With a `correction`, its mask replaces `response_mask` everywhere.
+    `config.kl_coef` is set (`config` defaults to GRPOLossConfig()). With a `correction`, its mask replaces
+    `response_mask` everywhere.
     """
     config = GRPOLossConfig() if config is None else config
     mask = response_mask if correction is None else correction.mask

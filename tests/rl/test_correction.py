@@ -16,6 +16,7 @@ TOKEN_TIS = ImportanceSampling(level=ISLevel.TOKEN, mode=ISMode.TRUNCATE, thresh
 TOKEN_MIS = ImportanceSampling(level=ISLevel.TOKEN, mode=ISMode.MASK, threshold=2.0, lower_threshold=0.5)
 SEQ_TIS = ImportanceSampling(level=ISLevel.SEQUENCE, mode=ISMode.TRUNCATE, threshold=2.0)
 SEQ_MIS = ImportanceSampling(level=ISLevel.SEQUENCE, mode=ISMode.MASK, threshold=2.0, lower_threshold=0.5)
+ALL, IDS = [TOKEN_TIS, TOKEN_MIS, SEQ_TIS, SEQ_MIS], ["tok-tis", "tok-mis", "seq-tis", "seq-mis"]
 
 
 def from_log_ratios(log_ratios, mask):
@@ -112,7 +113,7 @@ def test_shape_mismatch_is_refused():
         compute_correction(TOKEN_TIS, torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 4, dtype=torch.bool))
 
 
-@pytest.mark.parametrize("spec", [TOKEN_TIS, TOKEN_MIS, SEQ_TIS, SEQ_MIS], ids=["tok-tis", "tok-mis", "seq-tis", "seq-mis"])
+@pytest.mark.parametrize("spec", ALL, ids=IDS)
 def test_random_properties(spec):
     gen = torch.Generator().manual_seed(1)
     train = (-torch.rand(16, 24, generator=gen) * 5).requires_grad_()
@@ -140,7 +141,7 @@ def test_random_properties(spec):
         assert surely_in.any() and surely_out.any()
 
 
-@pytest.mark.parametrize("spec", [TOKEN_TIS, TOKEN_MIS, SEQ_TIS, SEQ_MIS], ids=["tok-tis", "tok-mis", "seq-tis", "seq-mis"])
+@pytest.mark.parametrize("spec", ALL, ids=IDS)
 def test_rows_do_not_depend_on_the_batch(spec):
     """A row's weights and mask are the same bits whether it is corrected alone or in a batch of 16."""
     gen = torch.Generator().manual_seed(2)

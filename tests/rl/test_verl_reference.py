@@ -31,6 +31,10 @@ SPECS = [
 ]
 
 
+def spec_id(spec: ImportanceSampling) -> str:
+    return f"{spec.level.value}-{spec.mode.value}-{spec.threshold}-{spec.lower_threshold}"
+
+
 def batch(seed: int, *, scale: float, mask_dtype=torch.bool, batch_size: int = 12, length: int = 9):
     """Fresh logprobs with padding, one empty row and a few log ratios beyond +-20."""
     gen = torch.Generator().manual_seed(seed)
@@ -43,16 +47,16 @@ def batch(seed: int, *, scale: float, mask_dtype=torch.bool, batch_size: int = 1
     return train, rollout, mask
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.level.value}-{s.mode.value}-{s.threshold}-{s.lower_threshold}")
+@pytest.mark.parametrize("spec", SPECS, ids=spec_id)
 @pytest.mark.parametrize("scale", [0.05, 0.6])
 @pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32])
 def test_correction_and_metrics_equal_verl(spec, scale, mask_dtype):
     train, rollout, mask = batch(7, scale=scale, mask_dtype=mask_dtype)
     keys = {key.removeprefix(PREFIX): value for key, value in verl_rollout_correction(spec).items()}
+    settings = {key: keys[key] for key in ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize",
+                                           "rollout_rs", "rollout_rs_threshold")}
     proto, verl_mask, verl_metrics = rollout_corr_helper.compute_rollout_correction_and_rejection_mask(
-        old_log_prob=train, rollout_log_prob=rollout, response_mask=mask, rollout_is=keys["rollout_is"],
-        rollout_is_threshold=keys["rollout_is_threshold"], rollout_is_batch_normalize=keys["rollout_is_batch_normalize"],
-        rollout_rs=keys["rollout_rs"], rollout_rs_threshold=keys["rollout_rs_threshold"])
+        old_log_prob=train, rollout_log_prob=rollout, response_mask=mask, **settings)
     ours = compute_correction(spec, train, rollout, mask)
     assert torch.equal(ours.weights, proto.batch["rollout_is_weights"])
     assert ours.mask.dtype == verl_mask.dtype and torch.equal(ours.mask, verl_mask)

@@ -1,0 +1,290 @@
+"""Batch-invariant Triton kernels (numerics/triton_invariant.py) in Triton's CPU interpreter, tiny shapes.
+
+What is measured:
+- each kernel against float64 (tolerances below) and against its pure-torch twin;
+- bitwise row invariance: M = 1, 3, 16, 67 prefixes, shuffled rows and padded calls give a row the same bits;
+  linear's split-K and one-program launches give the same bits; attention gives a query the same bits in
+  decode (one or two queries against a position-indexed cache holding NaN past kv_len) and in a causal
+  forward, including chunked prefill whose tiles meet blocks fully masked for some rows, and padding queries.
+
+Tolerances: bf16 outputs carry 2^-9 relative rounding per element, so norm-relative error < 4e-3 against
+float64 (linear, rms_norm, attention, whose P @ V also rounds p to bf16 as flash attention does); fp32
+log-softmax < 1e-5 absolute. In the interpreter the twins of linear and rms_norm match the kernels exactly;
+attention's twin is within the same bf16 tolerance (a few elements differ by the interpreter's dot order).
+The whole file takes ~20 s on one core.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from precision_engine.numerics import triton_invariant as TI  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ROWS = (1, 3, 16, 67)
+
+
+def _rel(out, ref):
+    out, ref = out.double().cpu(), ref.double().cpu()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def _bits(t):
+    return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
+
+
+def _same_bits(a, b):
+    return torch.equal(_bits(a.contiguous()), _bits(b.contiguous()))
+
+
+def _randn(*shape, seed, scale=1.0, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(dtype).to(DEVICE)
+
+
+def test_runs_in_the_interpreter_without_a_gpu():
+    if DEVICE == "cpu":
+        assert os.environ.get("TRITON_INTERPRET") == "1" and TI._interpreting()
+
+
+# ---------------------------------------------------------------------------------------------------- linear
+
+def test_segments_depend_on_n_and_k_only():
+    """8B shapes split K into >= 512-wide segments; a weight too short to split keeps one segment."""
+    for n, k in [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]:
+        assert TI.segment_kb(n, k) * TI.BLOCK_K >= 512 and TI.segment_kb(n, k) <= TI.segment_kb(n, k * 2)
+    assert TI.segment_kb(128256, 4096) * TI.BLOCK_K == 4096  # the lm_head has programs enough: one segment
+    assert TI.segment_kb(64, 256) * TI.BLOCK_K == 256
+
+
+@pytest.mark.parametrize("m,n,k,bias", [(67, 64, 1024, True), (5, 200, 320, False), (16, 130, 72, True)])
+def test_linear_matches_float64_and_twin(m, n, k, bias):
+    x = _randn(m, k, seed=m)
+    w = _randn(n, k, seed=n, scale=0.05)
+    b = _randn(n, seed=k) if bias else None
+    out = TI.linear(x, w, b)
+    ref = x.double() @ w.double().T + (b.double() if bias else 0)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert _rel(out, ref) < 4e-3
+    assert _same_bits(out, TI.linear_twin(x, w, b)) or _rel(out, TI.linear_twin(x, w, b)) < 4e-3
+
+
+def test_linear_rows_bitwise_batch_invariant():
+    """Prefixes, a shuffle, padding rows and leading dims: one set of bits per row (2 K segments here)."""
+    x = _randn(67, 1024, seed=1)
+    w = _randn(64, 1024, seed=2, scale=0.05)
+    b = _randn(64, seed=3)
+    assert TI.segment_kb(64, 1024) * TI.BLOCK_K < 1024
+    full = TI.linear(x, w, b)
+    for m in ROWS:
+        assert _same_bits(TI.linear(x[:m], w, b), full[:m]), m
+    perm = torch.randperm(67, generator=torch.Generator().manual_seed(0))
+    assert _same_bits(TI.linear(x[perm], w, b), full[perm])
+    padded = torch.cat([x[:5], _randn(40, 1024, seed=9) * 100])
+    assert _same_bits(TI.linear(padded, w, b)[:5], full[:5])
+    assert _same_bits(TI.linear(x[:6].reshape(2, 3, 1024), w, b).reshape(6, 64), full[:6])
+
+
+def test_linear_launches_give_the_same_bits():
+    """Split-K with the in-kernel segment sum, one program per tile, persistent, plain loads: one set of bits."""
+    from dataclasses import replace
+
+    x = _randn(70, 1024, seed=4)
+    w = _randn(200, 1024, seed=5, scale=0.05)
+    ref = TI.linear_forward(x, w, split=False)
+    assert _same_bits(TI.linear_forward(x, w, split=True), ref)
+    assert _same_bits(TI.linear_forward(x, w, split=False, config=replace(TI.LINEAR, persistent=True)), ref)
+    original = TI._tma_ok
+    try:
+        TI._tma_ok = lambda t: False
+        assert _same_bits(TI.linear_forward(x, w, split=True), ref)
+    finally:
+        TI._tma_ok = original
+
+
+def test_linear_backward_matches_float64():
+    x = _randn(9, 96, seed=6).requires_grad_()
+    w = _randn(40, 96, seed=7, scale=0.1).requires_grad_()
+    b = _randn(40, seed=8).requires_grad_()
+    gy = _randn(9, 40, seed=9)
+    TI.linear(x, w, b).backward(gy)
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    (xd @ wd.T + bd).backward(gy.double())
+    for got, ref in ((x.grad, xd.grad), (w.grad, wd.grad), (b.grad, bd.grad)):
+        assert _rel(got, ref) < 4e-3
+
+
+def test_linear_refuses_fp32():
+    from precision_engine.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="bf16 or fp16"):
+        TI.linear(torch.randn(2, 16), torch.randn(4, 16))
+
+
+# -------------------------------------------------------------------------------------------------- rms_norm
+
+def _rms64(x, w, eps):
+    x64 = x.double()
+    return w.double() * (x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps))
+
+
+@pytest.mark.parametrize("h,wdtype", [(320, torch.bfloat16), (128, torch.float32)])
+def test_rms_norm_matches_float64_and_twin(h, wdtype):
+    x = _randn(67, h, seed=h, scale=3.0)
+    w = _randn(h, seed=1, dtype=wdtype)
+    out = TI.rms_norm(x, w, 1e-6)
+    assert out.dtype == torch.promote_types(x.dtype, wdtype)
+    assert _rel(out, _rms64(x, w, 1e-6)) < 4e-3
+    assert _same_bits(out, TI.rms_norm_twin(x, w, 1e-6))
+
+
+def test_rms_norm_rows_bitwise_batch_invariant():
+    x = _randn(67, 256, seed=2)
+    w = _randn(256, seed=3)
+    full = TI.rms_norm(x, w, 1e-5)
+    for m in ROWS:
+        assert _same_bits(TI.rms_norm(x[:m], w, 1e-5), full[:m]), m
+    perm = torch.randperm(67, generator=torch.Generator().manual_seed(1))
+    assert _same_bits(TI.rms_norm(x[perm].reshape(67, 1, 256), w, 1e-5).reshape(67, 256), full[perm])
+
+
+def test_rms_norm_backward_matches_float64():
+    x = _randn(7, 64, seed=4).requires_grad_()
+    w = _randn(64, seed=5).requires_grad_()
+    gy = _randn(7, 64, seed=6)
+    TI.rms_norm(x, w, 1e-6).backward(gy)
+    xd, wd = (t.detach().double().requires_grad_() for t in (x, w))
+    _rms64(xd, wd, 1e-6).backward(gy.double())
+    assert _rel(x.grad, xd.grad) < 1e-2 and _rel(w.grad, wd.grad) < 1e-2
+
+
+# ----------------------------------------------------------------------------------------------- log_softmax
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_log_softmax_matches_float64_and_twin(temperature):
+    """V = 5000 spans two 4096-wide chunks; -inf logits (masked vocabulary) give -inf, never NaN."""
+    logits = _randn(13, 5000, seed=7, scale=4.0)
+    logits[:, 4500:4600] = float("-inf")
+    out = TI.log_softmax(logits, temperature)
+    ref = torch.log_softmax(logits.double() / temperature, -1)
+    assert out.dtype == torch.float32
+    assert torch.equal(torch.isinf(out), torch.isinf(ref)) and not torch.isnan(out).any()
+    finite = torch.isfinite(ref)
+    assert (out.double() - ref)[finite].abs().max().item() < 1e-5
+    assert (out - TI.log_softmax_twin(logits, temperature))[finite].abs().max().item() < 1e-5
+
+
+def test_log_softmax_rows_bitwise_batch_invariant():
+    logits = _randn(67, 4100, seed=8, scale=3.0, dtype=torch.float32)
+    full = TI.log_softmax(logits, 0.9)
+    for m in ROWS:
+        assert _same_bits(TI.log_softmax(logits[:m], 0.9), full[:m]), m
+    perm = torch.randperm(67, generator=torch.Generator().manual_seed(2))
+    assert _same_bits(TI.log_softmax(logits[perm], 0.9), full[perm])
+
+
+def test_log_softmax_divides_by_the_temperature_exactly():
+    """logits.float() / temperature is correctly rounded: a one-hot-free row keeps torch's division bits."""
+    logits = _randn(2, 300, seed=9, dtype=torch.float32)
+    y = logits / 0.3
+    out = TI.log_softmax(logits, 0.3)
+    assert torch.allclose(out, torch.log_softmax(y, -1), atol=2e-6, rtol=0)
+    with pytest.raises(ValueError, match="temperature"):
+        TI.log_softmax(logits, 0.0)
+
+
+# ------------------------------------------------------------------------------------------------- attention
+
+def _cache(b, hkv, s, d, filled, seed):
+    """A position-indexed cache: slots >= filled[b] hold NaN, as uninitialised preallocated memory may."""
+    k, v = _randn(b, hkv, s, d, seed=seed), _randn(b, hkv, s, d, seed=seed + 1)
+    for i, n in enumerate(filled):
+        k[i, :, n:] = float("nan")
+        v[i, :, n:] = float("nan")
+    return k, v
+
+
+def _causal(q, k, v, lengths, offset=0):
+    """Full causal forward of queries at positions offset..offset+Tq-1 against a cache of `lengths` slots."""
+    b, _, tq, d = q.shape
+    q_pos = (torch.arange(tq) + offset).repeat(b, 1).to(DEVICE)
+    kv_len = torch.tensor(lengths, device=DEVICE)
+    return TI.attention(q, k, v, q_pos, kv_len, scale=d ** -0.5), q_pos, kv_len
+
+
+@pytest.mark.parametrize("hq,hkv,d", [(4, 2, 32), (2, 2, 16)])
+def test_attention_matches_float64_and_twin(hq, hkv, d):
+    q = _randn(2, hq, 80, d, seed=10)
+    k, v = _cache(2, hkv, 140, d, [100, 120], seed=11)
+    q_pos = torch.stack([torch.arange(80) + 20, torch.arange(80) + 40]).to(DEVICE)
+    q_pos[0, -3:] = -1  # padding queries
+    kv_len = torch.tensor([100, 120], device=DEVICE)
+    out = TI.attention(q, k, v, q_pos, kv_len, scale=d ** -0.5)
+    ref = TI.attention_reference(q.double(), k.double(), v.double(), q_pos, kv_len, scale=d ** -0.5)
+    assert out.shape == q.shape and torch.isfinite(out).all()
+    assert torch.equal(out[0, :, -3:], torch.zeros_like(out[0, :, -3:]))
+    assert _rel(out, ref) < 4e-3
+    assert _rel(TI.attention_twin(q, k, v, q_pos, kv_len, scale=d ** -0.5), ref) < 4e-3
+
+
+@pytest.mark.parametrize("offset", [0, 40])
+def test_attention_decode_equals_causal_forward_bitwise(offset):
+    """Each query's row of the causal forward (offset 40: a chunked prefill whose tiles meet KV blocks fully
+    masked for their early rows) equals that query decoded alone, or as one of two, against the cache."""
+    b, hq, hkv, d, t = 2, 4, 2, 32, 90
+    q = _randn(b, hq, t, d, seed=12)
+    k, v = _cache(b, hkv, 160, d, [offset + t] * b, seed=13)
+    full, q_pos, _ = _causal(q, k, v, [offset + t] * b, offset)
+    for i in (0, 1, 37, 63, 64, 89):
+        one = TI.attention(q[:, :, i:i + 1], k, v, q_pos[:, i:i + 1], q_pos[:, i] + 1, scale=d ** -0.5)
+        assert _same_bits(one, full[:, :, i:i + 1]), i
+    two = TI.attention(q[:, :, 50:52], k, v, q_pos[:, 50:52], q_pos[:, 51] + 1, scale=d ** -0.5)
+    assert _same_bits(two, full[:, :, 50:52])
+
+
+def test_attention_batch_invariant_bitwise():
+    """A sequence's rows do not depend on the other sequences in the batch, their order, or their lengths."""
+    b, hq, hkv, d, t = 3, 4, 1, 32, 70
+    q = _randn(b, hq, t, d, seed=14)
+    lengths = [70, 50, 66]
+    k, v = _cache(b, hkv, 96, d, lengths, seed=15)
+    q_pos = torch.arange(t).repeat(b, 1).to(DEVICE)
+    for i, n in enumerate(lengths):
+        q_pos[i, n:] = -1  # right padding of the ragged batch
+    kv_len = torch.tensor(lengths, device=DEVICE)
+    full = TI.attention(q, k, v, q_pos, kv_len, scale=d ** -0.5)
+    for i in range(b):
+        one = TI.attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], q_pos[i:i + 1], kv_len[i:i + 1], scale=d ** -0.5)
+        assert _same_bits(one, full[i:i + 1]), i
+    perm = torch.tensor([2, 0, 1])
+    assert _same_bits(TI.attention(q[perm], k[perm], v[perm], q_pos[perm], kv_len[perm], scale=d ** -0.5),
+                      full[perm])
+
+
+def test_attention_backward_matches_float64():
+    b, hq, hkv, d, t = 2, 4, 2, 16, 20
+    q = _randn(b, hq, t, d, seed=16).requires_grad_()
+    k = _randn(b, hkv, t, d, seed=17).requires_grad_()
+    v = _randn(b, hkv, t, d, seed=18).requires_grad_()
+    q_pos = torch.arange(t).repeat(b, 1).to(DEVICE)
+    q_pos[1, 15:] = -1
+    kv_len = torch.tensor([t, 15], device=DEVICE)
+    gy = _randn(b, hq, t, d, seed=19)
+    TI.attention(q, k, v, q_pos, kv_len, scale=0.25).backward(gy)
+    qd, kd, vd = (x.detach().double().requires_grad_() for x in (q, k, v))
+    TI.attention_reference(qd, kd, vd, q_pos, kv_len, scale=0.25).backward(gy.double())
+    for got, ref in ((q.grad, qd.grad), (k.grad, kd.grad), (v.grad, vd.grad)):
+        assert torch.isfinite(got).all() and _rel(got, ref) < 1e-2
+
+
+def test_attention_refuses_odd_head_dims():
+    from precision_engine.errors import UnsupportedError
+
+    q = torch.zeros(1, 1, 1, 24, dtype=torch.bfloat16)
+    with pytest.raises(UnsupportedError, match="head dim"):
+        TI.attention(q, q, q, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), scale=1.0)

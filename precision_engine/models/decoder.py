@@ -1,0 +1,463 @@
+"""A Llama-family dense decoder in plain PyTorch (Llama, Qwen2, Qwen3), with HF's module names and state_dict.
+
+Why our own and not transformers' modelling code: true on-policy RL needs every op on the path to give a row the
+same bits in a decode step and in the trainer's full-sequence forward. With `batch_invariant` on, every op goes
+through `numerics.invariant` (GEMMs of the linears the plan keeps in BF16, lm_head included; RMSNorm; SiLU;
+attention; the FP8 linears are batch-invariant already); off, the fast torch ops run (F.linear, SDPA, F.silu).
+Submodule names equal HF's (`model.layers.{i}.self_attn.q_proj`, ..., `lm_head`), so compiled plans and
+`rewrite.apply` work unchanged and HF safetensors load as they are.
+
+Two entry points share every op:
+- `forward(input_ids, attention_mask)`: teacher forcing over a padded batch, any padding side;
+- `forward_cached(input_ids, positions, kv_len, cache, ...)`: what the engine calls for prefill and decode.
+Internally both are position-indexed (the contract of `invariant.attention`): the key of position p sits in slot
+p. `forward` moves each row's tokens to the left (a gather), runs, and moves the logits back.
+
+FP8 KV: with `kv_scales` set, the full forward rounds k and v through FP8 with those scales exactly as the FP8
+cache stores them (`quantize_kv` then `dequantize_kv`, straight-through for gradients), so the trainer sees the
+keys the rollout attended to (jetrl_unified_kv). `kv_amax` records the per-layer amax that calibration needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from precision_engine.errors import ModelError, UnsupportedError, UsageError
+from precision_engine.numerics import invariant
+from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
+from precision_engine.numerics.linear import Fp8Linear
+from precision_engine.policy import KVScale
+
+SUPPORTED_TYPES = ("llama", "qwen2", "qwen3")
+_MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+           "fp32": torch.float32, "float32": torch.float32}
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """The fields of an HF config.json that shape this decoder (`from_hf` validates and refuses the rest)."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    qkv_bias: bool
+    o_bias: bool
+    mlp_bias: bool
+    qk_norm: bool
+    tie_word_embeddings: bool
+    initializer_range: float
+    hf: Mapping  # the config.json it came from (RoPE parameters are read from it through transformers)
+
+    @classmethod
+    def from_hf(cls, config: Mapping) -> DecoderConfig:
+        model_type = config.get("model_type")
+        if any(config.get(key) for key in _MOE_KEYS) or "moe" in str(model_type):
+            raise UnsupportedError(
+                f"model_type {model_type!r} is a mixture of experts; the built-in decoder is dense only "
+                f"({', '.join(SUPPORTED_TYPES)}); use the transformers loader for MoE models"
+            )
+        if model_type not in SUPPORTED_TYPES:
+            raise UnsupportedError(f"the built-in decoder runs {', '.join(SUPPORTED_TYPES)}, not {model_type!r}")
+        if config.get("hidden_act", "silu") != "silu":
+            raise UnsupportedError(f"hidden_act {config['hidden_act']!r}: the built-in decoder runs SwiGLU (silu)")
+        if config.get("use_sliding_window"):
+            raise UnsupportedError("sliding-window attention is not supported by the built-in decoder")
+        heads = config["num_attention_heads"]
+        head_dim = config.get("head_dim") or config["hidden_size"] // heads
+        kv_heads = config.get("num_key_value_heads") or heads
+        if heads % kv_heads:
+            raise ModelError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+        attention_bias = bool(config.get("attention_bias", False))
+        return cls(
+            model_type=model_type,
+            vocab_size=config["vocab_size"],
+            hidden_size=config["hidden_size"],
+            intermediate_size=config["intermediate_size"],
+            num_layers=config["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+            qkv_bias=True if model_type == "qwen2" else attention_bias,
+            o_bias=False if model_type == "qwen2" else attention_bias,
+            mlp_bias=bool(config.get("mlp_bias", False)),
+            qk_norm=model_type == "qwen3",
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+            initializer_range=float(config.get("initializer_range", 0.02)),
+            hf=dict(config),
+        )
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+
+class Attention(nn.Module):
+    def __init__(self, c: DecoderConfig) -> None:
+        super().__init__()
+        self.q_proj = nn.Linear(c.hidden_size, c.num_heads * c.head_dim, bias=c.qkv_bias)
+        self.k_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.qkv_bias)
+        self.v_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.qkv_bias)
+        self.o_proj = nn.Linear(c.num_heads * c.head_dim, c.hidden_size, bias=c.o_bias)
+        if c.qk_norm:
+            self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps)
+            self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps)
+
+
+class MLP(nn.Module):
+    def __init__(self, c: DecoderConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: DecoderConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(c)
+        self.mlp = MLP(c)
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, c: DecoderConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_layers))
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+
+# attend(layer index, q [B, Hq, T, D], k, v [B, Hkv, T, D]) -> [B, Hq, T, D]
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Decoder(nn.Module):
+    """The causal LM. `compute_dtype` is the activations' dtype (weights are cast to it at use, as autocast
+    would, so FP32 master weights can compute in BF16); it defaults to the parameters' dtype."""
+
+    def __init__(
+        self,
+        config: DecoderConfig | Mapping,
+        *,
+        batch_invariant: bool = True,
+        compute_dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config if isinstance(config, DecoderConfig) else DecoderConfig.from_hf(config)
+        c = self.config
+        self.model = DecoderModel(c)
+        self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        if c.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.batch_invariant = batch_invariant
+        self.compute_dtype = compute_dtype
+        self.kv_scales: KVScales | None = None  # FP8 rounding of k/v in `forward` (see module docstring)
+        self.scaling = c.head_dim**-0.5
+        self._inv_freq, self._rope_scale = _rope_parameters(c)
+        self._rope: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    # ------------------------------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_config(
+        cls, config: Mapping | str, *, seed: int = 0, dtype: torch.dtype | str = torch.bfloat16,
+        device: torch.device | str = "cpu", batch_invariant: bool = True,
+    ) -> Decoder:
+        """Random weights from `seed` (HF's init: normal(0, initializer_range), norms 1), reproducibly and
+        without touching the global RNG. `config` is a config dict or a model spec for `resolve_config`."""
+        if isinstance(config, str):
+            from precision_engine.models.loader import resolve_config
+
+            config = resolve_config(config)
+        model = cls(config, batch_invariant=batch_invariant)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    param.fill_(1.0)
+                elif name.endswith("bias"):
+                    param.zero_()
+                else:
+                    param.copy_(torch.randn(param.shape, generator=generator) * model.config.initializer_range)
+        return model.to(device=device, dtype=_torch_dtype(dtype)).eval()
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, *, dtype: torch.dtype | str = torch.bfloat16, device: torch.device | str = "cpu",
+        batch_invariant: bool = True,
+    ) -> Decoder:
+        """An HF model directory: its config.json and every *.safetensors file in it (sharded or not)."""
+        from safetensors.torch import load_file
+
+        from precision_engine.models.loader import resolve_config
+
+        path = Path(path)
+        model = cls(resolve_config(str(path)), batch_invariant=batch_invariant).to(dtype=_torch_dtype(dtype))
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            raise ModelError(f"{path}: no *.safetensors weights next to config.json")
+        state = {}
+        for file in files:
+            state.update(load_file(str(file)))
+        state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}
+        if model.config.tie_word_embeddings:
+            state.setdefault("lm_head.weight", state.get("model.embed_tokens.weight"))
+        expected = set(model.state_dict())
+        missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+        if missing or unexpected:
+            raise ModelError(f"{path}: weights do not fit the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        model.load_state_dict(state)
+        return model.to(device=device).eval()
+
+    # ------------------------------------------------------------------------------------------ forwards
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Teacher forcing: logits [B, L, V] in the compute dtype; rows of padding positions are 0.
+
+        `attention_mask` [B, L] marks each row's tokens, one contiguous run (left, right or no padding).
+        """
+        return self._full(input_ids, attention_mask)[0]
+
+    def forward_cached(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_len: torch.Tensor,
+        cache,
+        *,
+        read_len: int,
+        logits_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One prefill or decode step against `cache` (rl.kv_cache.KVCache or anything with its write/read).
+
+        input_ids, positions [B, T]: token t of row b has position positions[b, t]; its k/v are written to that
+        slot. kv_len [B]: slots a row may attend to (j < kv_len, and j <= the query's position). read_len: a
+        bound on kv_len (a Python int, so no host sync), the cache slots attention reads. logits_index [B]:
+        return the logits of that token of each row only ([B, V]); otherwise [B, T, V].
+        """
+        ops = _Ops(self.batch_invariant)
+
+        def attend(i: int, q, k, v):
+            cache.write(i, k, v, positions)
+            k_all, v_all, k_scale, v_scale = cache.read(i, read_len)
+            return ops.attention(q, k_all, v_all, positions, kv_len, self.scaling, k_scale, v_scale)
+
+        hidden = self._hidden(input_ids, positions, attend, ops)
+        if logits_index is not None:
+            hidden = hidden[torch.arange(hidden.shape[0], device=hidden.device), logits_index]
+        return self._logits(hidden, ops)
+
+    @torch.no_grad()
+    def kv_amax(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per layer and KV head, max |k| and max |v| over the real tokens (post-RoPE k, as the cache stores):
+        fp32 [layers, kv_heads] each, for `KVScales.from_amax`."""
+        record: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._full(input_ids, attention_mask, record=record)
+        return torch.stack([k for k, _ in record]).cpu(), torch.stack([v for _, v in record]).cpu()
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _full(self, input_ids, attention_mask, *, record=None):
+        b, length = input_ids.shape
+        device = input_ids.device
+        mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        lengths = mask.sum(1)
+        start = torch.where(lengths > 0, mask.int().argmax(1), 0)
+        cols = torch.arange(length, device=device)
+        if not torch.equal(mask, (cols >= start[:, None]) & (cols < (start + lengths)[:, None])):
+            raise UsageError("attention_mask must mark one contiguous run of tokens per row (left or right padding)")
+        shifted = bool((start > 0).any())
+        ids = input_ids.gather(1, (cols + start[:, None]).clamp(max=length - 1)) if shifted else input_ids
+        valid = cols < lengths[:, None]
+        q_pos = torch.where(valid, cols, -1)
+        ops = _Ops(self.batch_invariant)
+        scales = self.kv_scales
+
+        def attend(i: int, q, k, v):
+            if record is not None:
+                record.append((_masked_amax(k, valid), _masked_amax(v, valid)))
+            if scales is not None:
+                k, v = _RoundKV.apply(k, scales.k[i]), _RoundKV.apply(v, scales.v[i])
+            return ops.attention(q, k, v, q_pos, lengths, self.scaling, None, None)
+
+        logits = self._logits(self._hidden(ids, q_pos, attend, ops), ops)
+        if shifted:
+            back = (cols - start[:, None]).clamp(min=0)
+            logits = logits.gather(1, back[:, :, None].expand(b, length, logits.shape[-1]))
+        return torch.where(mask[:, :, None], logits, 0).to(logits.dtype), lengths
+
+    def _hidden(self, input_ids, positions, attend: Attend, ops: _Ops) -> torch.Tensor:
+        """Embeddings through every layer: [B, T, H] before the final norm."""
+        c = self.config
+        x = self.model.embed_tokens(input_ids).to(self._dtype())
+        cos, sin = self._cos_sin(positions.clamp(min=0), x.dtype)
+        b, t, _ = x.shape
+        for i, layer in enumerate(self.model.layers):
+            attn = layer.self_attn
+            h = ops.norm(layer.input_layernorm, x)
+            q = ops.linear(attn.q_proj, h).view(b, t, c.num_heads, c.head_dim)
+            k = ops.linear(attn.k_proj, h).view(b, t, c.num_kv_heads, c.head_dim)
+            v = ops.linear(attn.v_proj, h).view(b, t, c.num_kv_heads, c.head_dim)
+            if c.qk_norm:
+                q, k = ops.norm(attn.q_norm, q), ops.norm(attn.k_norm, k)
+            q = _rotate(q.transpose(1, 2), cos, sin)
+            k = _rotate(k.transpose(1, 2), cos, sin)
+            out = attend(i, q, k, v.transpose(1, 2)).transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim)
+            x = x + ops.linear(attn.o_proj, out)
+            h = ops.norm(layer.post_attention_layernorm, x)
+            mlp = layer.mlp
+            x = x + ops.linear(mlp.down_proj, ops.silu(ops.linear(mlp.gate_proj, h)) * ops.linear(mlp.up_proj, h))
+        return x
+
+    def _logits(self, hidden: torch.Tensor, ops: _Ops) -> torch.Tensor:
+        return ops.linear(self.lm_head, ops.norm(self.model.norm, hidden))
+
+    def _dtype(self) -> torch.dtype:
+        return self.compute_dtype or self.model.embed_tokens.weight.dtype
+
+    def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin [B, 1, T, D] from one fp32 table per device, grown on demand: each position's values are
+        computed once, so both phases read the same bits (HF's formula: cat(freqs, freqs), times the scale)."""
+        need = int(positions.max()) + 1 if positions.numel() else 1
+        device = positions.device
+        cos, sin = self._rope.get(device, (None, None))
+        have = 0 if cos is None else cos.shape[0]
+        if need > have:
+            size = max(need, 2 * have, 256)
+            freqs = torch.arange(have, size, device=device, dtype=torch.float32)[:, None] * self._inv_freq.to(device)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            new_cos, new_sin = emb.cos() * self._rope_scale, emb.sin() * self._rope_scale
+            cos = new_cos if cos is None else torch.cat((cos, new_cos))
+            sin = new_sin if sin is None else torch.cat((sin, new_sin))
+            self._rope[device] = (cos, sin)
+        return cos[positions].to(dtype)[:, None], sin[positions].to(dtype)[:, None]
+
+
+class _Ops:
+    """The ops of one forward: batch-invariant (numerics.invariant) or the fast torch ones."""
+
+    def __init__(self, batch_invariant: bool) -> None:
+        self.invariant = batch_invariant
+
+    def linear(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(module, Fp8Linear) or not isinstance(module, nn.Linear):
+            return module(x)  # FP8 linears are batch-invariant through their own GEMM
+        bias = None if module.bias is None else module.bias.to(x.dtype)
+        weight = module.weight.to(x.dtype)
+        return invariant.linear(x, weight, bias) if self.invariant else F.linear(x, weight, bias)
+
+    def norm(self, module: RMSNorm, x: torch.Tensor) -> torch.Tensor:
+        if self.invariant:
+            return invariant.rms_norm(x, module.weight, module.eps)
+        return module.weight.to(x.dtype) * F.rms_norm(x.float(), (x.shape[-1],), eps=module.eps).to(x.dtype)
+
+    def silu(self, x: torch.Tensor) -> torch.Tensor:
+        return invariant.silu(x) if self.invariant else F.silu(x)
+
+    def attention(self, q, k, v, q_pos, kv_len, scale, k_scale, v_scale) -> torch.Tensor:
+        if self.invariant:
+            return invariant.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale)
+        if k_scale is not None:
+            k, v = dequantize_kv(k, k_scale, q.dtype), dequantize_kv(v, v_scale, q.dtype)
+        slot = torch.arange(k.shape[2], device=q.device)
+        visible = (slot <= q_pos[:, :, None]) & (slot < kv_len[:, None, None])
+        visible = visible | ((q_pos[:, :, None] < 0) & (slot == 0))  # padding queries: any finite output
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible[:, None], scale=scale, enable_gqa=True)
+
+
+class _RoundKV(torch.autograd.Function):
+    """k -> dequantize_kv(quantize_kv(k)) (the FP8 cache's rounding), with a straight-through gradient."""
+
+    @staticmethod
+    def forward(ctx, states, scale):
+        return dequantize_kv(quantize_kv(states, scale), scale, states.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """HF's apply_rotary_pos_emb for one tensor: x * cos + rotate_half(x) * sin, in x.dtype."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _masked_amax(states: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """[B, H, T, D] -> [H] max |x| over valid tokens; padding is selected away (never 0 * inf)."""
+    magnitude = torch.where(valid[:, None, :, None], states.detach().float().abs(), 0.0)
+    return magnitude.amax(dim=(0, 2, 3))
+
+
+def _rope_parameters(c: DecoderConfig) -> tuple[torch.Tensor, float]:
+    """inv_freq and the cos/sin scale, from transformers' own RoPE initialisers (default, llama3, yarn, ...)."""
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    kwargs = {k: v for k, v in c.hf.items() if k not in ("model_type", "quantization_config")}
+    hf_config = AutoConfig.for_model(c.model_type, **kwargs)
+    rope = getattr(hf_config, "rope_parameters", None) or {"rope_type": "default", "rope_theta": 10000.0}
+    rope_type = rope.get("rope_type", "default")
+    if rope_type == "default":
+        dim = c.head_dim
+        inv_freq = 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        return inv_freq, 1.0
+    if rope_type not in ROPE_INIT_FUNCTIONS:
+        raise UnsupportedError(f"rope_type {rope_type!r} is not known to this transformers")
+    inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](hf_config, torch.device("cpu"))
+    if rope_type == "dynamic":
+        raise UnsupportedError("dynamic RoPE scaling changes with the sequence length; not supported")
+    return inv_freq.float(), float(scale)
+
+
+def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r}; use bf16, fp16 or fp32")
+    return _DTYPES[dtype]
+
+
+def load_decoder(
+    model_spec: str, *, device: torch.device | str = "cpu", dtype: torch.dtype | str = "bf16", seed: int = 0,
+    batch_invariant: bool = True,
+) -> Decoder:
+    """The pipeline's `loader`: an HF model directory with safetensors loads its weights; any other spec
+    (built-in name, config.json, a directory without weights) builds random weights from `seed`."""
+    path = Path(model_spec).expanduser()
+    if path.is_dir() and any(path.glob("*.safetensors")):
+        return Decoder.from_pretrained(path, dtype=dtype, device=device, batch_invariant=batch_invariant)
+    return Decoder.from_config(model_spec, seed=seed, dtype=dtype, device=device, batch_invariant=batch_invariant)
+
+
+@torch.no_grad()
+def calibrate_kv_scales(
+    model: Decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    *, mode: KVScale = KVScale.PER_TENSOR,
+) -> KVScales:
+    """FP8 KV scales (amax / 448) from one forward of `model` over real sequences, as SGLang's calibration."""
+    k_amax, v_amax = model.kv_amax(input_ids, attention_mask)
+    return KVScales.from_amax(k_amax, v_amax, mode)
+
+
+__all__ = ["Decoder", "DecoderConfig", "SUPPORTED_TYPES", "calibrate_kv_scales", "load_decoder"]

@@ -1,0 +1,98 @@
+"""`python -m sglang.launch_server` arguments that serve an export (`precision export`) with a policy's
+rollout numerics.
+
+The export carries the numerics SGLang reads at start: FP8 weights with `quantization_config` in config.json
+and, for a calibrated FP8 KV cache, `kv_cache_scales.json`. These arguments name them explicitly and check that
+the export was written for this policy, so a server never runs other numerics than the plan says (SGLang would
+silently serve a BF16 checkpoint in BF16, or an FP8 one under a BF16 policy).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from precision_engine.errors import UsageError
+from precision_engine.integrations.sglang.rollout import ROLLOUT, RolloutNumerics, check_rollout
+from precision_engine.policy.model import Calibrate, Policy
+
+KV_SCALES_FILE = "kv_cache_scales.json"  # what `export_checkpoint` writes beside config.json
+
+
+def server_args(policy: Policy, model_dir: str | Path, tp: int = 1) -> list[str]:
+    """The argv (after `python -m sglang.launch_server`) that serves `model_dir` with `policy`'s rollout."""
+    if tp < 1:
+        raise UsageError(f"--tp must be >= 1, got {tp}")
+    model_dir = Path(model_dir).expanduser()
+    config = _read_config(model_dir)
+    numerics = check_rollout(_plan(policy, model_dir))
+    _check_export(config, numerics, model_dir)
+    args = ["--model-path", str(model_dir), "--tp-size", str(tp), "--dtype", "bfloat16"]
+    if numerics.fp8_linears:
+        args += ["--quantization", "fp8"]  # what config.json says already; explicit, so a mismatch fails loudly
+    if numerics.kv_cache_dtype:
+        args += ["--kv-cache-dtype", numerics.kv_cache_dtype]
+        if policy.kv_cache.calibrate is not Calibrate.NEVER:
+            scales = model_dir / KV_SCALES_FILE
+            if not scales.is_file():
+                raise UsageError(f"{model_dir}: the policy calibrates its FP8 KV cache, but the export has no "
+                                 f"{KV_SCALES_FILE} (hint: export with KV calibration, or "
+                                 "--set kv_cache.calibrate=never for SGLang's unit scales)")
+            _check_scale_ranks(scales, tp)
+            args += ["--quantization-param-path", str(scales)]
+    if numerics.deterministic:
+        args += ["--enable-deterministic-inference"]
+    return args
+
+
+def launch_command(policy: Policy, model_dir: str | Path, tp: int = 1) -> list[str]:
+    """The whole command line: `python -m sglang.launch_server` + `server_args`."""
+    return ["python", "-m", "sglang.launch_server", *server_args(policy, model_dir, tp)]
+
+
+def _plan(policy: Policy, model_dir: Path):
+    from precision_engine.compile import compile_plan
+    from precision_engine.models.loader import load_inventory
+
+    return compile_plan(policy, load_inventory(str(model_dir)))
+
+
+def _read_config(model_dir: Path) -> dict:
+    path = model_dir / "config.json"
+    if not path.is_file():
+        raise UsageError(f"{model_dir}: no config.json (hint: pass a directory written by `precision export`)")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"{path}: not a readable config.json ({err})") from None
+
+
+def _check_export(config: dict, numerics: RolloutNumerics, model_dir: Path) -> None:
+    """The export's FP8 layers are the policy's: same quant method and block, same modules skipped."""
+    quant = config.get("quantization_config")
+    hint = "(hint: `precision export --policy <this policy>` writes the matching checkpoint)"
+    if not numerics.fp8_linears:
+        if quant:
+            raise UsageError(f"{model_dir}: the checkpoint is quantized ({quant.get('quant_method')}) but the "
+                             f"policy's {ROLLOUT} phase runs no FP8 linears {hint}")
+        return
+    if not quant or quant.get("quant_method") != "fp8" or list(quant.get("weight_block_size") or []) != [128, 128]:
+        raise UsageError(f"{model_dir}: the policy's {ROLLOUT} phase runs {len(numerics.fp8_linears)} FP8 linears, "
+                         f"but config.json has no 128x128 block-FP8 quantization_config {hint}")
+    fp8 = set(numerics.fp8_linears)
+    skipped = fp8.intersection(quant.get("ignored_layers") or ())
+    if skipped:
+        raise UsageError(f"{model_dir}: config.json skips {sorted(skipped)[0]} (and {len(skipped) - 1} more), "
+                         f"which the policy runs in FP8 {hint}")
+
+
+def _check_scale_ranks(path: Path, tp: int) -> None:
+    """SGLang looks up the scale file by TP rank: one written for fewer ranks fails at server start."""
+    try:
+        ranks = json.loads(path.read_text())["kv_cache"]["scaling_factor"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UsageError(f"{path}: not an SGLang KV scale file ({err})") from None
+    missing = [str(rank) for rank in range(tp) if str(rank) not in ranks]
+    if missing:
+        raise UsageError(f"{path}: has scales for {len(ranks)} TP rank(s), --tp {tp} needs rank {missing[0]} too "
+                         "(hint: export with the serving TP size)")

@@ -1,0 +1,163 @@
+"""`precision run --backend verl`: verl's own PPO trainer (`python -m verl.trainer.main_ppo`) with the
+overrides a policy implies (`translate`), the recipe's data and reward, and our engine plugin switched on.
+
+    launch = build_command(policy, "math", ["actor_rollout_ref.model.path=/models/Llama-3.1-8B"], dry_run=True)
+    print(launch.render())          # the exact command, every override and what the run does
+    run(build_command(..., dry_run=False))
+
+Override precedence: the recipe's defaults, then the user's overrides, then the policy's keys. A user override
+of a key the policy decides is refused (the policy is what the run claims to use): change the policy with
+`--set` instead. The one exception is `actor_rollout_ref.rollout.quantization=fp8`, the explicit opt-in to verl's
+own FP8 re-quantization.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from precision_engine.errors import UsageError
+from precision_engine.integrations.verl.runtime import POLICY_ENV, ROLLOUT_WEIGHTS_ENV
+from precision_engine.integrations.verl.translate import NATIVE_FP8, translate
+from precision_engine.policy.model import Policy
+
+RECIPES = ("math",)
+MODEL_PATH = "actor_rollout_ref.model.path"
+SAMPLES = "actor_rollout_ref.rollout.n"
+ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
+# Keys that are not in verl's config tree and so need Hydra's `+` (append) prefix.
+_APPENDED = ("actor_rollout_ref.rollout.engine_kwargs.sglang.", f"{ENV_VARS}.")
+
+
+@dataclass(frozen=True)
+class VerlLaunch:
+    argv: list[str]  # the command
+    overrides: dict[str, object]  # every override, resolved (recipe, user, policy), as verl reads it
+    env: dict[str, str]  # added to the environment (and forwarded to Ray actors)
+    notes: list[str]  # what the run does and what it does not make identical
+    files: dict[str, Path] = field(default_factory=dict)  # what `write_files` writes before the start
+    run_dir: Path = Path()
+
+    def render(self) -> str:
+        """The dry-run text: environment and command, one override per line, then the notes."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        lines = [f"{env} {shlex.join(self.argv[:3])} \\"]
+        lines += [f"    {shlex.quote(arg)} \\" for arg in self.argv[3:]]
+        lines[-1] = lines[-1].removesuffix(" \\")
+        return "\n".join(lines + [""] + [f"# {note}" for note in self.notes])
+
+
+def build_command(policy: Policy, recipe: str, overrides: list[str], *, dry_run: bool,
+                  run_dir: str | Path | None = None) -> VerlLaunch:
+    """The verl command for `policy` on `recipe`; with `dry_run=False` the policy file and data are written."""
+    if recipe not in RECIPES:
+        raise UsageError(f"unknown recipe {recipe!r} for the verl backend; available: {', '.join(RECIPES)}")
+    user = _parse(overrides)
+    if MODEL_PATH not in user:
+        raise UsageError(f"the verl backend needs the model: pass {MODEL_PATH}=<HF model directory>")
+    run_dir = Path(run_dir or Path("runs") / f"verl-{policy.name}").expanduser().resolve()
+    files = {"policy": run_dir / "policy.yaml", "train": run_dir / "data" / "train.parquet",
+             "test": run_dir / "data" / "test.parquet"}
+    native = user.pop(NATIVE_FP8, _Verbatim("null")).strip("'\"").lower() == "fp8"
+    merged = _recipe_defaults(files, run_dir) | user
+    samples = _int(merged[SAMPLES], SAMPLES)
+    translation = translate(policy, _plan(policy, user[MODEL_PATH].strip("'\"")), native_fp8=native,
+                            samples_per_prompt=samples)
+    clash = sorted(set(user) & set(translation.overrides))
+    if clash:
+        raise UsageError(f"{clash[0]} is decided by the policy ({policy.name} sets it to "
+                         f"{_value(translation.overrides[clash[0]])}); change the policy with --set instead")
+    env = {POLICY_ENV: str(files["policy"]), ROLLOUT_WEIGHTS_ENV: translation.rollout_weights}
+    resolved = merged | translation.overrides | {f"{ENV_VARS}.{k}": v for k, v in env.items()}
+    argv = [sys.executable, "-m", "verl.trainer.main_ppo", *(_override(k, v) for k, v in resolved.items())]
+    launch = VerlLaunch(argv, resolved, env, translation.notes, files, run_dir)
+    if not dry_run:
+        write_files(launch, policy)
+    return launch
+
+
+def write_files(launch: VerlLaunch, policy: Policy) -> None:
+    """The merged policy (what every worker loads) and the recipe's parquet splits."""
+    from precision_engine.rl.recipes.math import MathRecipe, write_verl_parquet
+
+    launch.run_dir.mkdir(parents=True, exist_ok=True)
+    launch.files["policy"].write_text(yaml.safe_dump(dict(policy.resolved), sort_keys=False))
+    recipe = MathRecipe(seed=0)
+    write_verl_parquet(recipe.train, launch.files["train"], "train")
+    write_verl_parquet(recipe.heldout, launch.files["test"], "test")
+
+
+def run(launch: VerlLaunch) -> int:
+    """Start verl's trainer in the foreground; returns its exit code."""
+    return subprocess.run(launch.argv, env=os.environ | launch.env, check=False).returncode
+
+
+def _recipe_defaults(files: dict[str, Path], run_dir: Path) -> dict[str, object]:
+    """GRPO on the math recipe's data with its reward; every one of these may be overridden by the user."""
+    return {
+        "algorithm.adv_estimator": "grpo",
+        "data.train_files": str(files["train"]),
+        "data.val_files": str(files["test"]),
+        "reward.custom_reward_function.path": "pkg://precision_engine.integrations.verl.reward",
+        "reward.custom_reward_function.name": "compute_score",
+        "actor_rollout_ref.rollout.name": "sglang",
+        SAMPLES: 8,
+        "trainer.logger": ["console"],
+        "trainer.default_local_dir": str(run_dir / "checkpoints"),
+    }
+
+
+def _plan(policy: Policy, model: str):
+    from precision_engine.compile import compile_plan
+    from precision_engine.models.loader import load_inventory
+
+    return compile_plan(policy, load_inventory(model))
+
+
+class _Verbatim(str):
+    """A user's override value, passed to Hydra exactly as typed (its grammar, not ours)."""
+
+
+def _parse(overrides: list[str]) -> dict[str, _Verbatim]:
+    parsed = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.lstrip("+~")
+        if not sep or not key:
+            raise UsageError(f"verl override {item!r} is not key=value (e.g. trainer.total_epochs=1)")
+        parsed[key] = _Verbatim(value)
+    return parsed
+
+
+def _int(value: object, key: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{key} must be an integer, got {value!r}") from None
+
+
+def _override(key: str, value: object) -> str:
+    prefix = "+" if key.startswith(_APPENDED) else ""
+    return f"{prefix}{key}={value if isinstance(value, _Verbatim) else _value(value)}"
+
+
+def _value(value: object) -> str:
+    """A Python value as Hydra's override grammar reads it back (floats with repr: the exact double)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ",".join(_value(v) for v in value) + "]"
+    text = str(value)
+    if text and all(c.isalnum() or c in "_-./:" for c in text) and text.lower() not in ("null", "true", "false"):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,7 +1,10 @@
 """`extends:` composition: load a policy file and its bases, merged into one document.
 
 A reference is a shipped policy name (`bf16_baseline`) or, when it contains `/` or ends in `.yaml`/`.yml`, a
-path relative to the referencing file. A list is merged left to right and the file itself goes on top.
+path relative to the referencing file. Policies come from people we do not know, so a path may only name a
+regular `.yaml`/`.yml` file in the referencing file's directory or below it: absolute paths, `..`, symlinks
+that lead out, devices and FIFOs are refused before anything is opened, and nothing else is ever read (so no
+error can quote a file that is not a policy). A list is merged left to right and the file itself goes on top.
 Merging is JSON Merge Patch (RFC 7386): mappings merge key by key, lists and scalars replace, and `null`
 removes an inherited key (`correction: null` switches an inherited correction off). Because lists replace,
 a child that redefines a rule set replaces the whole ordered list, never splices into it.
@@ -11,10 +14,12 @@ from __future__ import annotations
 
 import copy
 import os
-from pathlib import Path
+import re
+import stat
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
-from precision_engine.policy.diagnostics import Diagnostic, did_you_mean
+from precision_engine.policy.diagnostics import Diagnostic, did_you_mean, shown
 from precision_engine.policy.yaml_source import SourceMap, parse_yaml, read_policy_text
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "policies"
@@ -22,6 +27,8 @@ _SUFFIXES = (".yaml", ".yml")
 # Files one policy may pull in through `extends`, counted with repeats: a diamond of lists (`extends: [b, b, b]`
 # in every file) grows exponentially, and a long chain would exhaust Python's recursion limit.
 MAX_EXTENDS_FILES = 64
+_PATH_HINT = "extends takes a shipped policy name or a .yaml file beside this policy (or below it), e.g. " \
+    "./base.yaml; copy the base there"
 
 
 def shipped_policies() -> list[str]:
@@ -106,10 +113,12 @@ def _load(path: Path, chain: list[Path], diagnostics: list[Diagnostic], loaded: 
         return merge_patch({}, data), source_map
     merged: Any = {}
     merged_map = SourceMap()
+    via = " -> ".join(display_name(p) for p in chain)
     for key_path, ref in ref_paths:
-        target = _resolve(ref, path.parent)
+        target, problem, hint = _resolve(ref, path.parent)
         if target is None:
-            diagnostics.append(_missing(ref, key_path, path, chain, source_map))
+            diagnostics.append(source_map.diagnostic(key_path, f"extends target {shown(ref)} {problem} (via {via})",
+                                                     hint=hint))
             continue
         if target.resolve() in chain:
             loop = chain[chain.index(target.resolve()):] + [target.resolve()]
@@ -138,22 +147,33 @@ def _without_identity(base: dict) -> dict:
     return {key: value for key, value in base.items() if key not in IDENTITY_KEYS}
 
 
-def _resolve(ref: str, base_dir: Path) -> Path | None:
-    if _is_path_reference(ref):
-        target = Path(os.path.normpath(base_dir / ref))
-        return target if target.is_file() else None
-    return shipped_path(ref)
-
-
-def _missing(ref: str, key_path: tuple, path: Path, chain: list[Path], source_map: SourceMap) -> Diagnostic:
-    via = " -> ".join(display_name(p) for p in chain)
-    if _is_path_reference(ref):
-        target = Path(os.path.normpath(path.parent / ref))
-        problem = "is a directory, not a policy file" if target.is_dir() else "not found"
-        message = f"extends target '{ref}' {problem} (looked for {display_name(target)}; via {via})"
-        hint = ""
-    else:
+def _resolve(ref: str, base_dir: Path) -> tuple[Path | None, str, str]:
+    """(the file `ref` names, "", "") or (None, why it may not be read, a hint)."""
+    if not _is_path_reference(ref):
+        path = shipped_path(ref)
+        if path is not None:
+            return path, "", ""
         shipped = shipped_policies()
-        message = f"extends target '{ref}' is not a shipped policy (via {via}); shipped: {', '.join(shipped)}"
-        hint = did_you_mean(ref, shipped) or "a path must contain '/' or end in .yaml, e.g. ./base.yaml"
-    return source_map.diagnostic(key_path, message, hint=hint)
+        return None, f"is not a shipped policy; shipped: {', '.join(shipped)}", (
+            did_you_mean(ref, shipped) or "a path must contain '/' or end in .yaml, e.g. ./base.yaml")
+    if os.path.isabs(ref) or ref.startswith(("/", "\\", "~")) or PureWindowsPath(ref).drive:
+        return None, "is an absolute path", _PATH_HINT
+    if ".." in re.split(r"[/\\]", ref):
+        return None, "leaves the policy's directory (..)", _PATH_HINT
+    if not ref.endswith(_SUFFIXES):
+        return None, "is not a .yaml or .yml file", _PATH_HINT
+    target = Path(os.path.normpath(base_dir / ref))
+    try:
+        mode = target.stat().st_mode
+        inside = target.resolve().is_relative_to(base_dir.resolve())
+    except (FileNotFoundError, NotADirectoryError):
+        return None, f"not found (looked for {display_name(target)})", ""
+    except OSError as err:  # ENAMETOOLONG, EACCES, ELOOP, ...
+        return None, f"cannot be read ({err.strerror or err})", ""
+    if not inside:
+        return None, "is a link that leads out of the policy's directory", _PATH_HINT
+    if stat.S_ISDIR(mode):
+        return None, f"is a directory, not a policy file (looked for {display_name(target)})", ""
+    if not stat.S_ISREG(mode):
+        return None, "is not a regular file (a device, FIFO or socket)", _PATH_HINT
+    return target, "", ""

@@ -4,15 +4,19 @@ located, bounded lines. Every test states the bound it holds (time, memory, mess
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from precision_engine.cli.app import app
+from precision_engine.policy import check_policy
 from precision_engine.policy.diagnostics import MAX_FIELD
+from precision_engine.policy.yaml_source import MAX_BYTES, read_policy_text
 
 VALID = """\
 version: 1
@@ -155,3 +159,58 @@ def test_policy_argument_too_long_for_the_file_system_is_a_usage_error(verb):
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: cannot open policy ppp") and "File name too long" in result.output
     assert len(result.output.splitlines()) == 1
+
+
+# --- extends: shipped names and files beside the policy only; capped reads; nothing else quoted -------------
+
+@pytest.mark.parametrize("ref,problem", [
+    ("/etc/passwd", "is an absolute path"),
+    ("/proc/kmsg", "is an absolute path"),  # procfs says st_size 0, and reading it blocked
+    ("~/base.yaml", "is an absolute path"),
+    ("../outside.yaml", "leaves the policy's directory (..)"),
+    ("sub/../../outside.yaml", "leaves the policy's directory (..)"),
+    ("./link_out.yaml", "is a link that leads out of the policy's directory"),
+    ("./link_zero.yaml", "is a link that leads out of the policy's directory"),
+    ("./fifo.yaml", "is not a regular file"),
+    ("./notes.txt", "is not a .yaml or .yml file"),
+    (f"./{'a' * 300}.yaml", "cannot be read (File name too long)"),
+])
+def test_extends_outside_the_policy_directory_is_refused_unread(ref, problem, tmp_path):
+    (tmp_path / "outside.yaml").write_text("version: 1\nsecret: do-not-print\n")
+    policy_dir = tmp_path / "policies"
+    policy_dir.mkdir()
+    (policy_dir / "notes.txt").write_text("secret: do-not-print\n")
+    (policy_dir / "link_out.yaml").symlink_to(tmp_path / "outside.yaml")
+    (policy_dir / "link_zero.yaml").symlink_to("/dev/zero")
+    os.mkfifo(policy_dir / "fifo.yaml")  # opening it for reading would wait for a writer forever
+    path = policy_dir / "child.yaml"
+    path.write_text(VALID + f"extends: {json.dumps(ref)}\n")
+    (error,) = errors_of(path, seconds=5)
+    assert error["line"] == 7 and error["message"].startswith("extends target ") and problem in error["message"]
+    assert "do-not-print" not in json.dumps(error) and "root:" not in json.dumps(error)
+
+
+def test_extends_beside_and_below_the_policy_still_works(tmp_path):
+    (tmp_path / "bases").mkdir()
+    (tmp_path / "bases" / "common.yaml").write_text(VALID.replace("version: 1\n", "version: 1\nkernel: triton\n"))
+    (tmp_path / "mid.yaml").write_text("extends: bases/common.yaml\n")
+    (tmp_path / "top.yaml").write_text("name: top\nextends: [./mid.yaml, bf16_baseline]\nkernel: cublas\n")
+    result = check_policy(tmp_path / "top.yaml")
+    assert result.policy is not None and result.policy.kernel.value == "cublas", result.diagnostics
+
+
+@pytest.mark.skipif(not Path("/proc/self/pagemap").exists(), reason="needs Linux procfs")
+def test_reads_stop_at_the_byte_cap_whatever_st_size_says():
+    """/proc/self/pagemap reports st_size 0 and reads on for gigabytes: reading stops after MAX_BYTES + 1."""
+    assert Path("/proc/self/pagemap").stat().st_size == 0
+    start = time.perf_counter()
+    text, (problem,) = read_policy_text(Path("/proc/self/pagemap"))
+    assert text is None and f"larger than {MAX_BYTES} bytes" in problem.message
+    assert time.perf_counter() - start < 2
+
+
+def test_fifo_or_device_as_the_policy_argument_is_a_usage_error(tmp_path):
+    os.mkfifo(tmp_path / "fifo.yaml")
+    for source in (tmp_path / "fifo.yaml", "/dev/zero"):
+        result = runner.invoke(app, ["validate", str(source)])
+        assert result.exit_code == 2 and "is not a regular file" in result.output, result.output

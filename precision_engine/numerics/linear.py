@@ -9,26 +9,32 @@ Saved for backward: x in FP8 with its 1x128 scales (half the bytes of BF16), plu
 the spec leaves `wgrad_operands` unset. A spec whose `grad_output` / `wgrad_operands` is None runs that GEMM in
 the compute dtype against the master weight (straight-through, as torchao does): the rollout-only policies.
 
-The master weight stays in its own dtype (BF16 or FP32) and is quantized once per weight version (see
-`weight_cache_key`): rollout never re-quantizes, training re-quantizes once per optimizer step, and the bytes are
-those `to_block_fp8` exports.
+The master weight stays in its own dtype (BF16 or FP32) and is quantized once per weight version: rollout
+never re-quantizes, and the bytes are those `to_block_fp8` exports. The cache's owner says when the weight
+changed: `invalidate_weight_cache()` (or `rewrite.invalidate_weight_caches(model)` for a whole model) after
+every optimizer step. In-place writes through the Parameter and new storages are also noticed
+(`weight_cache_key`), but torch.optim's fused kernels (AdamW(fused=True)) write without bumping the version
+counter, and a process-wide optimizer hook would couple unrelated models, so the trainer's call is the rule.
+Under torch.compile the weight is quantized inside the graph on every call instead (no Python-side cache to
+break the graph), which needs no invalidation.
+
+`Fp8Linear` is an `nn.Linear` (FSDP wrap policies, PEFT and verl's loaders test `isinstance(m, nn.Linear)`), and
+its autograd function sees only tensors and the frozen (spec, numerics) pair, never the module.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from precision_engine.errors import UnsupportedError
-from precision_engine.numerics.formats import Axis, Granularity, LinearSpec, QuantFormat
+from precision_engine.errors import OperandError, UnsupportedError
+from precision_engine.numerics.capabilities import Gemm, linear_problems
+from precision_engine.numerics.contract import COMPUTE_TORCH_DTYPE, Quantized, fp8_dtype
+from precision_engine.numerics.formats import LinearSpec
 from precision_engine.numerics.gemm import fp8_gemm, transpose_operand
 from precision_engine.numerics.quantize import (
-    COMPUTE_TORCH_DTYPE,
-    Quantized,
     check_finite,
     dequantize,
-    fp8_dtype,
     quantize_blocks,
     quantize_rows_1xG,
     quantize_tokens_transposed,
@@ -36,28 +42,14 @@ from precision_engine.numerics.quantize import (
 )
 from precision_engine.numerics.specs import NumericsSpec
 
-# torch.optim's fused kernels (AdamW(fused=True), behind HF's `adamw_torch_fused`) write the parameters without
-# bumping their version counter (torch 2.13), so a cache keyed on `_version` alone kept serving the weights of
-# the step before. Every torch.optim step, of any optimizer, therefore also retires every cached Q(W).
-_optimizer_steps = 0
-
-
-def _count_optimizer_step(optimizer, args, kwargs) -> None:
-    global _optimizer_steps
-    _optimizer_steps += 1
-
-
-register_optimizer_step_post_hook(_count_optimizer_step)
-
 
 def weight_cache_key(weight: torch.Tensor) -> tuple:
-    """Changes whenever the weight may have: an in-place op (version counter), a new storage (FSDP-style
-    replacement), a torch.optim step. Writes through `weight.data` and optimizers outside torch.optim are
-    invisible to autograd and to this key: write through the Parameter under `torch.no_grad()` instead."""
-    return (weight._version, weight.data_ptr(), weight.device, weight.dtype, _optimizer_steps)
+    """Changes with an in-place op through autograd (version counter) or a new storage (FSDP-style
+    replacement). Writes it cannot see (fused optimizers, `weight.data`) need `invalidate_weight_cache()`."""
+    return (weight._version, weight.data_ptr(), weight.device, weight.dtype)
 
 
-class Fp8Linear(nn.Module):
+class Fp8Linear(nn.Linear):
     """nn.Linear whose GEMMs run in FP8 per a `LinearSpec`. Shares its Parameters with the Linear it wraps."""
 
     def __init__(
@@ -71,18 +63,14 @@ class Fp8Linear(nn.Module):
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__()
-        _check_spec(spec)
-        self.in_features = in_features
-        self.out_features = out_features
+        problems = linear_problems(spec, backward=True)
+        if problems:  # the same table `precision validate --model` reports from, so validate caught it first
+            raise UnsupportedError(f"Fp8Linear cannot run this spec: {problems[0].message} (hint: {problems[0].hint})")
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.spec = spec
         self.numerics = numerics or NumericsSpec()
-        self.weight = nn.Parameter(torch.empty((out_features, in_features), device=device, dtype=dtype))
-        self.bias = nn.Parameter(torch.empty(out_features, device=device, dtype=dtype)) if bias else None
         self._w_cache: tuple[tuple, Quantized] | None = None
         self._wt_cache: tuple[torch.Tensor, Quantized] | None = None
-        if self.weight.device.type != "meta":
-            nn.Linear.reset_parameters(self)
 
     @classmethod
     def from_linear(
@@ -104,8 +92,13 @@ class Fp8Linear(nn.Module):
         linear.bias = self.bias
         return linear
 
+    def invalidate_weight_cache(self) -> None:
+        """Forget Q(W): the next forward re-quantizes. Call after every optimizer step that wrote the weight."""
+        self._w_cache = None
+        self._wt_cache = None
+
     def quantized_weight(self) -> Quantized:
-        """Q(W) in 128x128 blocks, cached until the weight changes (`weight_cache_key`)."""
+        """Q(W) in 128x128 blocks, cached until invalidated or the weight visibly changes (`weight_cache_key`)."""
         w = self.weight
         key = weight_cache_key(w)
         if self._w_cache is None or self._w_cache[0] != key:
@@ -127,17 +120,18 @@ class Fp8Linear(nn.Module):
         pinned as Q(W) until the weight next changes.
         """
         fmt = self.spec.weight
-        expected_scale = tuple(-(-n // b) for n, b in zip(self.weight.shape, fmt.block or (0, 0)))
-        if fmt.granularity is not Granularity.BLOCK or weight_fp8.dtype != fp8_dtype(fmt):
-            raise UnsupportedError(f"load_quantized takes {fmt.describe()} weights only, got {weight_fp8.dtype}")
+        expected_scale = tuple(-(-n // b) for n, b in zip(self.weight.shape, fmt.block))
+        if weight_fp8.dtype != fp8_dtype(fmt):
+            raise OperandError(f"load_quantized takes {fmt.describe()} weights only, got {weight_fp8.dtype}")
         if tuple(weight_fp8.shape) != tuple(self.weight.shape) or tuple(weight_scale_inv.shape) != expected_scale:
-            raise UnsupportedError(
+            raise OperandError(
                 f"quantized weight {tuple(weight_fp8.shape)} with scales {tuple(weight_scale_inv.shape)} does not "
                 f"fit a {tuple(self.weight.shape)} weight in {fmt.describe()} blocks (scales {expected_scale})"
             )
         device = self.weight.device
         wq = Quantized(weight_fp8.to(device), weight_scale_inv.to(device, torch.float32).contiguous(), fmt)
         self.weight.copy_(dequantize(wq, self.weight.dtype))
+        self.invalidate_weight_cache()
         self._w_cache = (weight_cache_key(self.weight), wq)
 
     def _quantized_weight_t(self, wq: Quantized) -> Quantized:
@@ -148,24 +142,34 @@ class Fp8Linear(nn.Module):
         return self._wt_cache[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        wq = self.quantized_weight()
-        return _Fp8LinearFn.apply(x, self.weight, self.bias, wq.data, wq.scale, self)
+        config = (self.spec, self.numerics)
+        if torch.compiler.is_compiling():
+            wq = quantize_blocks(self.weight.detach(), self.spec.weight)
+            wt = transpose_operand(wq) if self._dgrad_in_fp8() else None
+        else:
+            wq = self.quantized_weight()
+            wt = self._quantized_weight_t(wq) if self._dgrad_in_fp8() else None
+        wt_data, wt_scale = (None, None) if wt is None else (wt.data, wt.scale)
+        return _Fp8LinearFn.apply(x, self.weight, self.bias, wq.data, wq.scale, wt_data, wt_scale, config)
+
+    def _dgrad_in_fp8(self) -> bool:
+        """Whether this forward's backward will run dgrad in FP8 (so it needs Q(W)^T): rollout never does."""
+        return self.spec.grad_output is not None and torch.is_grad_enabled()
 
     def extra_repr(self) -> str:
         s = self.spec
         fmts = [f"w={s.weight.describe()}", f"x={s.input.describe()}"]
         fmts.append(f"dy={s.grad_output.describe() if s.grad_output else s.compute.value}")
         fmts.append(f"wgrad={s.wgrad_operands.describe() if s.wgrad_operands else s.compute.value}")
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"bias={self.bias is not None}, {', '.join(fmts)}"
-        )
+        return f"{super().extra_repr()}, {', '.join(fmts)}"
 
 
 class _Fp8LinearFn(torch.autograd.Function):
+    """Tensors in, plus the frozen (LinearSpec, NumericsSpec) pair: no module state, so torch.compile traces it."""
+
     @staticmethod
-    def forward(ctx, x, weight, bias, w_data, w_scale, layer: Fp8Linear):
-        spec, numerics = layer.spec, layer.numerics
+    def forward(ctx, x, weight, bias, w_data, w_scale, wt_data, wt_scale, config):
+        spec, numerics = config
         compute = COMPUTE_TORCH_DTYPE[spec.compute]
         x2 = x.reshape(-1, x.shape[-1])
         xq = quantize_rows_1xG(x2, spec.input)
@@ -175,11 +179,11 @@ class _Fp8LinearFn(torch.autograd.Function):
         if bias is not None:
             y = y + bias.to(compute)
 
-        ctx.layer = layer
+        ctx.config = config
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
         ctx.has_bias = bias is not None
         x_hp = x2.to(compute) if spec.wgrad_operands is None else None
-        ctx.save_for_backward(xq.data, xq.scale, x_hp, weight, w_data, w_scale)
+        ctx.save_for_backward(xq.data, xq.scale, x_hp, weight, wt_data, wt_scale)
         # The GEMM computes in the policy's compute dtype; the output takes the input's dtype, as nn.Linear's
         # does, so an FP32 model without autocast keeps working (the upcast is exact).
         return y.reshape(*x.shape[:-1], y.shape[-1]).to(x.dtype)
@@ -190,15 +194,17 @@ class _Fp8LinearFn(torch.autograd.Function):
             grads = _Fp8LinearFn._grads(ctx, dy)
         if torch.is_grad_enabled():  # create_graph=True: refuse, do not drop, any use of their derivative
             grads = _NoDoubleBackward.apply(*(g if g is None else g.detach().requires_grad_() for g in grads))
-        return (*grads, None, None, None)
+        return (*grads, None, None, None, None, None)
 
     @staticmethod
     def _grads(ctx, dy):
-        """(dx, dW, db) per the Jet-RL dataflow; None for inputs that do not need a gradient."""
-        layer: Fp8Linear = ctx.layer
-        spec, numerics = layer.spec, layer.numerics
+        """(dx, dW, db) per the Jet-RL dataflow; None for inputs that do not need a gradient.
+
+        Backward GEMMs pass Gemm.DGRAD / WGRAD instead of the forward's batch invariance: they run only in
+        training, where nothing compares a row's bits across M (see capabilities.resolve_kernel)."""
+        spec, numerics = ctx.config
         compute = COMPUTE_TORCH_DTYPE[spec.compute]
-        x_data, x_scale, x_hp, weight, w_data, w_scale = ctx.saved_tensors
+        x_data, x_scale, x_hp, weight, wt_data, wt_scale = ctx.saved_tensors
         dy2 = dy.reshape(-1, dy.shape[-1]).to(compute)
         dx = dw = db = None
 
@@ -208,8 +214,8 @@ class _Fp8LinearFn(torch.autograd.Function):
             else:
                 dyq = quantize_rows_1xG(dy2, spec.grad_output)
                 check_finite(dyq, numerics.nonfinite, "grad_output")
-                wt = layer._quantized_weight_t(Quantized(w_data, w_scale, spec.weight))
-                dx = fp8_gemm(dyq, wt, out_dtype=compute, kernel=spec.kernel, batch_invariant=False)
+                wt = Quantized(wt_data, wt_scale, spec.weight)
+                dx = fp8_gemm(dyq, wt, out_dtype=compute, kernel=spec.kernel, gemm=Gemm.DGRAD)
             dx = dx.reshape(ctx.x_shape).to(ctx.x_dtype)
 
         if ctx.needs_input_grad[1]:
@@ -219,7 +225,7 @@ class _Fp8LinearFn(torch.autograd.Function):
                 xq = Quantized(x_data, x_scale, spec.input)
                 dyt = quantize_tokens_transposed(dy2, spec.wgrad_operands)
                 xt = requantize_tokens_transposed(xq, spec.wgrad_operands)
-                dw = fp8_gemm(dyt, xt, out_dtype=compute, kernel=spec.kernel, batch_invariant=False)
+                dw = fp8_gemm(dyt, xt, out_dtype=compute, kernel=spec.kernel, gemm=Gemm.WGRAD)
             dw = dw.to(weight.dtype)
 
         if ctx.has_bias and ctx.needs_input_grad[2]:
@@ -239,27 +245,3 @@ class _NoDoubleBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *_):
         raise UnsupportedError("Fp8Linear cannot differentiate twice (double backward through FP8 GEMMs)")
-
-
-def _check_spec(spec: LinearSpec) -> None:
-    """Refuse specs this layer cannot run, with the reason, before any tensor is touched."""
-    if not spec.forward_is_fp8:
-        raise UnsupportedError(
-            f"Fp8Linear needs FP8 weight and input formats, got weight {spec.weight.describe()} and input "
-            f"{spec.input.describe()}; keep such modules as nn.Linear"
-        )
-    if spec.weight.granularity is not Granularity.BLOCK or spec.weight.block != (128, 128):
-        raise UnsupportedError(f"Fp8Linear weights must be 128x128 blocks, got {spec.weight.describe()}")
-    _check_group(spec.input, Axis.K, "input")
-    if spec.grad_output is not None:
-        _check_group(spec.grad_output, Axis.K, "grad_output")
-    if spec.wgrad_operands is not None:
-        _check_group(spec.wgrad_operands, Axis.TOKENS, "wgrad_operands")
-    if spec.compute not in COMPUTE_TORCH_DTYPE:
-        raise UnsupportedError(f"compute dtype must be bf16, fp16 or fp32, got {spec.compute.value}")
-
-
-def _check_group(fmt: QuantFormat, axis: Axis, role: str) -> None:
-    if not (fmt.is_quantized and fmt.granularity is Granularity.GROUP and fmt.group == 128 and fmt.axis is axis):
-        want = "1x128 groups along K" if axis is Axis.K else "128x1 groups along tokens"
-        raise UnsupportedError(f"Fp8Linear {role} must be {want}, got {fmt.describe()}")

@@ -125,6 +125,16 @@ def apply(plan, model: nn.Module, phase: str, *, numerics: NumericsSpec | None =
     return report
 
 
+def invalidate_weight_caches(model: nn.Module) -> int:
+    """Drop every cached Q(W) in `model`, so the next forward re-quantizes the current weights; returns how many
+    modules it reset. The trainer calls it after every optimizer step (fused optimizers write the weights
+    without a trace the caches could see; see numerics.linear)."""
+    rewritten = [m for m in model.modules() if isinstance(m, _REWRITTEN)]
+    for module in rewritten:
+        module.invalidate_weight_cache()
+    return len(rewritten)
+
+
 def restore(model: nn.Module) -> tuple[str, ...]:
     """Undo every rewrite (back to nn.Linear / the experts module, same Parameters); returns their names."""
     return swap_modules(model, lambda m, _: _original(m), module_filter_fn=lambda m, _: isinstance(m, _REWRITTEN))

@@ -18,16 +18,12 @@ import torch
 from torch import nn
 
 from precision_engine.errors import UnsupportedError
+from precision_engine.numerics.capabilities import linear_problems
 from precision_engine.numerics.formats import LinearSpec
 from precision_engine.numerics.gemm import fp8_gemm
 from precision_engine.numerics.linear import weight_cache_key
-from precision_engine.numerics.quantize import (
-    COMPUTE_TORCH_DTYPE,
-    Quantized,
-    check_finite,
-    quantize_blocks,
-    quantize_rows_1xG,
-)
+from precision_engine.numerics.contract import COMPUTE_TORCH_DTYPE, Quantized
+from precision_engine.numerics.quantize import check_finite, quantize_blocks, quantize_rows_1xG
 from precision_engine.numerics.specs import NumericsSpec
 
 EXPERT_PARAMS = ("gate_up_proj", "down_proj")
@@ -50,6 +46,9 @@ class Fp8Experts(nn.Module):
         super().__init__()
         if not is_fused_experts(experts):
             raise UnsupportedError(f"{type(experts).__name__} is not a fused-experts module with 3-D weights")
+        problems = linear_problems(spec, backward=False, experts=True)
+        if problems:
+            raise UnsupportedError(f"Fp8Experts cannot run this spec: {problems[0].message}")
         self.spec = spec
         self.numerics = numerics or NumericsSpec()
         self.num_experts = experts.num_experts
@@ -66,8 +65,12 @@ class Fp8Experts(nn.Module):
             setattr(self._original, name, getattr(self, name))
         return self._original
 
+    def invalidate_weight_cache(self) -> None:
+        """Forget every Q(W_e): call after an optimizer step that wrote the experts (see numerics.linear)."""
+        self._w_cache = {}
+
     def quantized_weight(self, param_name: str, expert: int) -> Quantized:
-        """Q(W_e) in 128x128 blocks, cached until the Parameter changes (`weight_cache_key`)."""
+        """Q(W_e) in 128x128 blocks, cached until invalidated or the Parameter visibly changes."""
         weight = getattr(self, param_name)
         version = weight_cache_key(weight)
         cached_version, per_expert = self._w_cache.get(param_name, (None, {}))

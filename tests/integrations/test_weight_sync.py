@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from precision_engine.compile import compile_plan
-from precision_engine.errors import UnsupportedError, UsageError
+from precision_engine.errors import OperandError, UsageError
 from precision_engine.integrations import export_checkpoint, iter_rollout_weights, load_checkpoint
 from precision_engine.integrations import load_rollout_weights
 from precision_engine.models import build_model, load_inventory
@@ -96,5 +96,5 @@ def test_fp8_weights_for_a_bf16_model_are_refused(plan):
 def test_quantized_weight_of_the_wrong_shape_is_refused(plan):
     linear = _rollout_model(plan).get_submodule("model.layers.0.self_attn.q_proj")
     weight = torch.zeros(linear.weight.shape, dtype=torch.float8_e4m3fn)
-    with pytest.raises(UnsupportedError, match="does not fit"):
+    with pytest.raises(OperandError, match="does not fit"):
         linear.load_quantized(weight, torch.ones(1, 1))

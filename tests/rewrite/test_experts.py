@@ -10,7 +10,7 @@ from precision_engine.errors import UnsupportedError
 from precision_engine.models import build_model, load_inventory
 from precision_engine.policy import load_policy
 from precision_engine.policy.model import Rule
-from precision_engine.rewrite import Fp8Experts, apply, restore
+from precision_engine.rewrite import Fp8Experts, apply, invalidate_weight_caches, restore
 
 from helpers import sqnr_db
 
@@ -82,7 +82,8 @@ def test_experts_weight_cache_follows_updates():
 
 
 def test_experts_weight_cache_follows_fused_optimizer_step():
-    """AdamW(fused=True) writes the weights without bumping their version counter: the cache must still drop."""
+    """AdamW(fused=True) writes the weights without bumping their version counter: the trainer's
+    invalidate_weight_caches(model) drops the cache."""
     plan = with_fp8_experts("fp8rl_rollout_tis")
     model = build_model("tiny-qwen3-moe", device="cpu", dtype="bf16")
     apply(plan, model, "rollout")
@@ -90,6 +91,7 @@ def test_experts_weight_cache_follows_fused_optimizer_step():
     before = experts.quantized_weight("down_proj", 3)
     experts.down_proj.grad = torch.ones_like(experts.down_proj)
     torch.optim.AdamW([experts.down_proj], lr=0.5, fused=True).step()
+    assert invalidate_weight_caches(model) == len([m for m in model.modules() if hasattr(m, "invalidate_weight_cache")])
     after = experts.quantized_weight("down_proj", 3)
     assert not torch.equal(after.scale, before.scale)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -14,8 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from precision_engine.cli.app import app
-from precision_engine.policy import check_policy
+from precision_engine.policy import check_policy, compile_pattern
 from precision_engine.policy.diagnostics import MAX_FIELD
+from precision_engine.policy.extends import SHIPPED_DIR
+from precision_engine.policy.matching import pattern_error
 from precision_engine.policy.yaml_source import MAX_BYTES, read_policy_text
 
 VALID = """\
@@ -32,7 +36,7 @@ phases: {train: all, rollout: all}
 _CHILD = """
 import json, resource, sys
 import jsonschema, re2
-from precision_engine.policy import check_policy
+from precision_engine.policy import check_policy, compile_pattern
 used = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) << 10
 limit = used + (int(sys.argv[2]) << 20)
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -214,3 +218,60 @@ def test_fifo_or_device_as_the_policy_argument_is_a_usage_error(tmp_path):
     for source in (tmp_path / "fifo.yaml", "/dev/zero"):
         result = runner.invoke(app, ["validate", str(source)])
         assert result.exit_code == 2 and "is not a regular file" in result.output, result.output
+
+
+# --- Hangs: matching is linear in the module name ---------------------------------------------------------
+
+CATASTROPHIC = ["re:(.*.*)*X", "re:(a|a)*X", "re:(a+)+X", "re:" + ".*" * 12 + "X", "*a*a*a*a*a*a*a*a*a*a*a*X"]
+
+
+@pytest.mark.parametrize("pattern", CATASTROPHIC)
+def test_backtracking_patterns_match_long_names_in_linear_time(pattern):
+    """Python's re takes exponential (or n**12) time on these against a name without the final X."""
+    match = compile_pattern(pattern)
+    start = time.perf_counter()
+    for length in (30, 300, 3_000, 30_000):
+        assert not match("a" * length) and not match("model.layers.0." + "a" * length)
+    assert time.perf_counter() - start < 0.5
+    assert match("a" * 29 + "X")
+
+
+@pytest.mark.parametrize("pattern", ["re:(?!lm_head).*", "re:(?<=x)y", r"re:(a)\1", r"re:.*\Z"])
+def test_patterns_that_need_backtracking_are_refused_with_a_hint(pattern):
+    problem = pattern_error(pattern)
+    assert problem.startswith("invalid regex") and "order the rules instead" in problem
+
+
+NAMES = [f"model.layers.{i}.{part}" for i in (0, 7, 31) for part in (
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate", "mlp.gate_proj",
+    "mlp.up_proj", "mlp.down_proj", "mlp.experts.3.up_proj", "input_layernorm", "post_attention_layernorm")]
+NAMES += ["lm_head", "model.embed_tokens", "model.norm", "model.layers.0.self_attn", "", "Q_PROJ", "x.y\nz"]
+
+
+def test_re2_matches_exactly_what_python_re_matches_for_ordinary_patterns():
+    """Every `re:` pattern in the shipped policies, the README and these tests, plus common idioms."""
+    shipped = [p for path in SHIPPED_DIR.glob("*.yaml") for p in re.findall(r'"(re:[^"]*)"', path.read_text())]
+    idioms = [r"re:.*\.(q|k|v)_proj", r"re:model\.layers\.(0|31)\..*", r"re:.*layers\.[0-9]+\.mlp\..*_proj",
+              r"re:.*\d+\.self_attn\..*", r"re:(?i).*Q_PROJ", r"re:.*mlp\.experts\.\d+\..*", "re:lm_head|.*norm",
+              r"re:.*\w+_proj", "re:.*(gate|up)_proj", "re:.{5,}head", r"re:[^.]+", "re:.+", "re:.*", "re:"]
+    for pattern in shipped + idioms:
+        python = re.compile(pattern[3:])
+        for name in NAMES:
+            assert compile_pattern(pattern)(name) is (python.fullmatch(name) is not None), (pattern, name)
+    assert len(shipped) >= 5
+
+
+@pytest.mark.slow
+def test_plan_with_a_catastrophic_regex_finishes():
+    """`plan` hung for more than 60 s on `re:(.*.*)*X`; now it answers in the time torch takes to import
+    (5-12 s on 2 busy cores), run in a child process so that a regression fails instead of hanging CI."""
+    pytest.importorskip("torch")
+    policy = VALID.replace('    - match: ["*"]', '    - match: ["re:(.*.*)*X"]\n      compute: fp32\n    - match: ["*"]')
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "catastrophic.yaml"
+        path.write_text(policy)
+        child = subprocess.run([sys.executable, "-c", "from precision_engine.cli.app import main; main()", "plan",
+                                str(path), "--model", "tiny-llama", "--json"], capture_output=True, text=True,
+                               timeout=120)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "Traceback" not in child.stderr and json.loads(child.stdout)

@@ -446,7 +446,7 @@ def log_softmax_twin(logits: torch.Tensor, temperature: float = 1.0) -> torch.Te
 ATTN_BLOCK_M = 64  # rows (query, head of the GQA group) per program, in decode and in the full forward alike
 KV_BLOCK = 64  # KV slots per online-softmax step, walked from slot 0 upwards
 ATTN_WARPS = 4
-ATTN_STAGES = 3
+ATTN_STAGES = 2
 
 
 @triton.jit(do_not_specialize=["Tq", "S", "stride_pb", "stride_pt"])
@@ -468,7 +468,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq
     q = tl.load(q_ptr + q_offs[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
     pos = tl.load(pos_ptr + b * stride_pb + t * stride_pt, mask=row_ok, other=-1)
     kv_len = tl.minimum(tl.load(len_ptr + b), S)
-    hi = tl.minimum(tl.max(pos, axis=0) + 1, kv_len)  # slots any row of the tile may see
+    hi = tl.minimum(tl.max(pos, axis=0) + 1, kv_len).to(tl.int32)  # slots any row of the tile may see
     k_base = k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
 
@@ -478,7 +478,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq
     for start in range(0, hi, BLOCK_N):
         slots = start + tl.arange(0, BLOCK_N)
         slot_ok = slots < kv_len  # slots past kv_len may hold anything (NaN): never loaded
-        k = tl.load(k_base + slots[:, None].to(tl.int64) * stride_ks + offs_d[None, :], mask=slot_ok[:, None],
+        k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=slot_ok[:, None],
                     other=0.0)
         s = tl.dot(_mma_operand(q, INTERPRET), _mma_operand(k, INTERPRET).T) * qk_scale  # log2 units
         seen = (slots[None, :] <= pos[:, None]) & slot_ok[None, :]
@@ -488,7 +488,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq
         alpha = tl.where(m_new == m_i, 1.0, tl.exp2(m_i - m_use))  # exactly 1 when the block adds nothing
         p = tl.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_base + slots[:, None].to(tl.int64) * stride_vs + offs_d[None, :], mask=slot_ok[:, None],
+        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=slot_ok[:, None],
                     other=0.0)
         acc = acc * alpha[:, None]
         acc = tl.dot(_mma_operand(_round(p, v.dtype, INTERPRET), INTERPRET), _mma_operand(v, INTERPRET), acc)

@@ -288,3 +288,45 @@ def test_attention_refuses_odd_head_dims():
     q = torch.zeros(1, 1, 1, 24, dtype=torch.bfloat16)
     with pytest.raises(UnsupportedError, match="head dim"):
         TI.attention(q, q, q, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), scale=1.0)
+
+
+_COMPILE_FOR_SM90 = r'''
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from precision_engine.numerics import triton_invariant as TI
+
+def compile_(fn, types, constexprs, **opts):
+    sig = dict(zip(fn.arg_names, types + ["constexpr"] * len(constexprs)))
+    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(types) if t.startswith("*")}
+    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts).asm["ptx"]
+
+lin = ["tensordesc<bf16[64, 64]>", "tensordesc<bf16[128, 64]>", "*bf16", "*fp32", "*i32", "*bf16"] + ["i32"] * 6
+for split, persistent in ((False, False), (True, False), (False, True)):
+    ptx = compile_(TI._linear_kernel, lin, dict(HAS_BIAS=True, SPLIT=split, PERSISTENT=persistent, TMA=True,
+                   INTERPRET=False, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8), num_warps=4, num_stages=4)
+    assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
+att = ["*bf16"] * 4 + ["*i64", "*i64", "fp32"] + ["i32"] * 17
+ptx = compile_(TI._attention_kernel, att, dict(G=4, D=128, BLOCK_M=64, BLOCK_N=64, INTERPRET=False),
+               num_warps=4, num_stages=2)
+assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
+compile_(TI._rms_norm_kernel, ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"],
+         dict(BLOCK_H=4096, INTERPRET=False), num_warps=8)
+compile_(TI._log_softmax_kernel, ["*bf16", "*fp32", "i32", "i32", "i32", "fp32"], dict(BLOCK=4096), num_warps=8)
+print("ok")
+'''
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_hopper_on_tensor_cores():
+    """Ahead-of-time compilation for sm_90 with this machine's Triton (no GPU needed; ~10-30 s): every kernel
+    lowers, and linear (all three launches) and attention multiply on wgmma, never mma.sync, whatever M."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]

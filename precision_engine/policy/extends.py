@@ -137,7 +137,7 @@ def _load(path: Path, chain: list[Path], diagnostics: list[Diagnostic], loaded: 
         base, base_map = _load(target, chain + [target.resolve()], diagnostics, loaded)
         if base is not None:
             merged = merge_patch(merged, _without_identity(base))
-            merged_map = merged_map.overlay(base_map)
+            merged_map = merged_map.overlay(base_map.without(*((key,) for key in IDENTITY_KEYS)))
     return merge_patch(merged, data), merged_map.overlay(source_map)
 
 

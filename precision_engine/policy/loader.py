@@ -12,8 +12,9 @@ is a problem inside the policy (exit 1).
 from __future__ import annotations
 
 import os
+import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -25,6 +26,7 @@ from precision_engine.policy.overrides import apply_overrides, parse_override
 from precision_engine.policy.model import Policy
 from precision_engine.policy.schema import check_structure
 from precision_engine.policy.semantic import check_built, check_data
+from precision_engine.policy.yaml_source import Loc
 
 
 @dataclass(frozen=True)
@@ -86,12 +88,17 @@ def check_policy(source: str | Path, overrides: Sequence[str] = ()) -> CheckResu
     data, source_map, diagnostics = load_document(path)
     complete = not diagnostics
     policy = None
-    if isinstance(data, dict) and "name" not in data:
-        data["name"] = path.stem  # a policy that extends another and names itself nothing is named by its file
+    named_by_file = isinstance(data, dict) and "name" not in data
+    if named_by_file:  # a policy that extends another and names itself nothing is named by its file
+        data["name"] = path.stem
+        source_map.values[("name",)] = Loc(display_name(path))
     if data is not None:
         data, problems = apply_overrides(data, source_map, overrides)
         diagnostics += problems
-        diagnostics += check_structure(data, source_map, complete=complete)
+        structure = check_structure(data, source_map, complete=complete)
+        if named_by_file and data.get("name") == path.stem:
+            structure = [_named_by_file(d, path.stem) for d in structure]
+        diagnostics += structure
         if complete:
             diagnostics += check_data(data, source_map)
         if not any(d.is_error for d in diagnostics):
@@ -102,6 +109,15 @@ def check_policy(source: str | Path, overrides: Sequence[str] = ()) -> CheckResu
                 policy = None
     unique = sorted(dict.fromkeys(diagnostics), key=Diagnostic.sort_key)
     return CheckResult(display_name(path), policy, tuple(unique))
+
+
+def _named_by_file(diagnostic: Diagnostic, stem: str) -> Diagnostic:
+    """A problem with a name the policy took from its file says so, and suggests one to write instead."""
+    if diagnostic.key_path != "name":
+        return diagnostic
+    suggestion = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("_.-") or "my_policy"
+    return replace(diagnostic, hint=f"the policy has no `name:`, so it is named after its file; add "
+                   f"`name: {suggestion}`")
 
 
 def load_policy(source: str | Path, overrides: Sequence[str] = ()) -> Policy:

@@ -20,6 +20,8 @@ _JSON_TYPES = {dict: "mapping", list: "list", str: "string", bool: "boolean", in
 # The schema's name patterns in words: `1w` holds only valid characters, but may not start with a digit.
 _NAME_RULES = {"^[A-Za-z0-9][A-Za-z0-9_.-]*$": "letters, digits, _ . -, starting with a letter or digit",
                "^[A-Za-z_][A-Za-z0-9_.-]*$": "letters, digits, _ . -, starting with a letter or _"}
+_FORMAT_HINT = "a format is a mapping (dtype, granularity, ...); a rule can name a preset such as " \
+    "fp8_block_weight directly"
 _TYPE_WORDS = {"object": "mapping", "array": "list", "string": "string", "integer": "integer",
                "number": "number", "boolean": "boolean", "null": "null"}
 
@@ -83,7 +85,9 @@ def _translate(error, source_map: SourceMap) -> list[Diagnostic]:
     if kind == "type":
         wanted = [expected] if isinstance(expected, str) else list(expected)
         words = " or ".join(_a(_TYPE_WORDS.get(w, w)) for w in wanted)
-        return [source_map.diagnostic(path, f"expected {words}, got {_a(_type_name(value))} ({shown(value)})")]
+        hint = _FORMAT_HINT if len(path) == 2 and path[0] == "formats" else ""
+        return [source_map.diagnostic(path, f"expected {words}, got {_a(_type_name(value))} ({shown(value)})",
+                                      hint=hint)]
     if kind in ("minItems", "minLength") and expected == 1:
         return [source_map.diagnostic(path, "must not be empty")]
     if kind == "minItems":

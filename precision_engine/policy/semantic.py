@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator
 
-from precision_engine.numerics.formats import PRESET_FORMATS, Granularity, Kernel, QuantFormat
+from precision_engine.numerics.capabilities import forward_batch_invariant
+from precision_engine.numerics.formats import PRESET_FORMATS, Granularity, QuantFormat
 from precision_engine.policy.diagnostics import Diagnostic, did_you_mean
 from precision_engine.policy.matching import pattern_error
 from precision_engine.policy.model import PHASES, Policy
@@ -139,7 +140,7 @@ class _Checker:
                 continue
             fmt = resolve_format(ref, self.data)
             if fmt is None:
-                if isinstance(ref, str):
+                if isinstance(ref, str) and ref not in _dict(self.data.get("formats")):  # else the schema said it
                     names = format_names(self.data)
                     self.error(path + (operand,), f"unknown format '{ref}'; defined: {', '.join(names)}",
                                did_you_mean(ref, names) or "define it under `formats:` or write it inline")
@@ -258,18 +259,16 @@ def check_built(policy: Policy, source_map: SourceMap) -> list[Diagnostic]:
     return found + _batch_variant_kernels(policy, source_map)
 
 
-_BATCH_VARIANT_KERNELS = (Kernel.CUBLAS, Kernel.DEEP_GEMM)
-
-
 def _batch_variant_kernels(policy: Policy, source_map: SourceMap) -> list[Diagnostic]:
     """`numerics.batch_invariant: true` promises bitwise rollout == training; a kernel that picks its algorithm
-    by the number of rows cannot keep it, so the two settings contradict each other."""
+    by the number of rows (the kernel table, `numerics.capabilities`, says which) cannot keep it, so the two
+    settings contradict each other."""
     if not policy.numerics.batch_invariant:
         return []
     paths = {}
     for rule_set in dict.fromkeys(policy.phases.values()):
         for i, rule in enumerate(policy.rule_sets[rule_set]):
-            if rule.linear is None or rule.linear.kernel not in _BATCH_VARIANT_KERNELS:
+            if rule.linear is None or forward_batch_invariant(rule.linear.kernel, batch_invariant=True):
                 continue
             sets_own_kernel = "kernel" in policy.resolved["rules"][rule_set][i]["linear"]
             path = ("rules", rule_set, i, "linear", "kernel") if sets_own_kernel else ("kernel",)

@@ -275,3 +275,23 @@ def test_plan_with_a_catastrophic_regex_finishes():
                                timeout=120)
     assert child.returncode == 0, child.stderr[-2000:]
     assert "Traceback" not in child.stderr and json.loads(child.stdout)
+
+
+# --- Located in the right file ------------------------------------------------------------------------------
+
+def test_a_bad_name_taken_from_the_file_is_blamed_on_that_file(tmp_path, monkeypatch):
+    """`extends: jetrl_unified` in my+ablation.yaml was blamed on the shipped policy's `name:` line."""
+    monkeypatch.chdir(tmp_path)
+    Path("my+ablation.yaml").write_text("extends: jetrl_unified\nkernel: triton\n")
+    (error,) = check_policy("my+ablation.yaml").errors
+    assert (error.file, error.line, error.key_path) == ("my+ablation.yaml", None, "name")
+    assert "'my+ablation' is not a valid name" in error.message and "add `name: my_ablation`" in error.hint
+    result = runner.invoke(app, ["validate", "my+ablation.yaml"])
+    assert result.exit_code == 1 and result.output.startswith("my+ablation.yaml: error: name: ")
+
+
+def test_an_inherited_name_is_never_located_in_the_base(tmp_path):
+    (tmp_path / "child.yaml").write_text("extends: jetrl_unified\n")
+    result = check_policy(tmp_path / "child.yaml")
+    assert result.policy.name == "child" and result.policy.resolved["name"] == "child"
+    assert not any("jetrl_unified.yaml" in str(d) for d in result.diagnostics)

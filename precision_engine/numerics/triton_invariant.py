@@ -449,13 +449,15 @@ ATTN_WARPS = 4
 ATTN_STAGES = 2
 
 
-@triton.jit(do_not_specialize=["Tq", "S", "stride_pb", "stride_pt"])
+@triton.jit(do_not_specialize=["pos_ptr", "len_ptr", "Tq", "S", "stride_pb", "stride_pt"])
 def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq, S, Hkv,
                       stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_ks,
                       stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_ot, stride_pb, stride_pt,
                       G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       INTERPRET: tl.constexpr):
-    # Heaviest causal tiles first (numerics-neutral); row r of a (sequence, kv head) is query r // G, head r % G.
+    """Rows r of one (sequence, kv head): query r // G, query head r % G. Arguments that differ between a decode
+    step and the full forward (Tq, S, the positions' layout) are not specialized on: one binary for both."""
+    # Heaviest causal tiles first (numerics-neutral).
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     b = tl.program_id(1) // Hkv
     hk = tl.program_id(1) % Hkv

@@ -1,4 +1,5 @@
-"""Checks that need a model: rules that match nothing or never win, and FP8 tiles that do not fit a shape.
+"""Checks that need a model: rules that match nothing or never win, FP8 tiles that do not fit a shape, and FP8
+modules the kernels cannot run in their phase (the kernel table, `numerics.capabilities`).
 
 These complement the policy loader's checks (which need no model) and feed `precision validate --model`.
 """
@@ -7,9 +8,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from precision_engine.compile.plan import first_match
+from precision_engine.compile.plan import PHASES_WITH_BACKWARD, compile_plan, first_match
 from precision_engine.compile.render import collapse_names
-from precision_engine.models.inventory import ModelInventory, ModuleInfo
+from precision_engine.models.inventory import ModelInventory, ModuleInfo, ModuleKind
+from precision_engine.numerics.capabilities import linear_problems
 from precision_engine.numerics.formats import Axis, Granularity, LinearSpec, QuantFormat
 from precision_engine.policy.diagnostics import Diagnostic
 from precision_engine.policy.matching import rule_matches
@@ -112,8 +114,12 @@ def _tile_errors(policy: Policy, inventory: ModelInventory) -> list[Diagnostic]:
             if rule is None or rule.linear is None or not module.kind.is_gemm:
                 continue
             rules[rule.label] = rule
+            # a format the GEMMs do not take at all is reported once, by _capability_errors, not per shape
+            refused = {p.operand for p in linear_problems(rule.linear, backward=True)}
             for param, (n, k) in module.gemm_weights:
                 for role, fmt in _operands(rule.linear):
+                    if role in refused:
+                        continue
                     problem = _misfits(fmt, role, n, k)
                     if problem:
                         where = module.name if param == "weight" else f"{module.name}.{param}"
@@ -131,7 +137,31 @@ def _tile_errors(policy: Policy, inventory: ModelInventory) -> list[Diagnostic]:
     ]
 
 
+def _capability_errors(policy: Policy, inventory: ModelInventory) -> list[Diagnostic]:
+    """FP8 modules the kernels cannot run in a phase that uses the rule: what `check`, `export` and training
+    would refuse, reported here first, at the rule."""
+    problems: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)  # (label, key, message, hint)
+    rules = {rule.label: rule for rule_set in policy.rule_sets.values() for rule in rule_set}
+    for phase, phase_plan in compile_plan(policy, inventory).phases.items():
+        for planned in phase_plan.modules:
+            if planned.linear is None:
+                continue
+            found = linear_problems(planned.linear, backward=phase in PHASES_WITH_BACKWARD,
+                                    experts=planned.module.kind is ModuleKind.EXPERTS)
+            for problem in found:
+                key = "linear" if problem.operand == "module" else f"linear.{problem.operand}"
+                message = f"{problem.message} in the {phase} phase" if problem.operand == "module" else problem.message
+                names = problems[(planned.rule, key, message, problem.hint)]
+                if planned.module.name not in names:
+                    names.append(planned.module.name)
+    return [
+        _at(rules[label], "error", f"{message}: {', '.join(collapse_names(names))}", key=key, hint=hint)
+        for (label, key, message, hint), names in problems.items()
+    ]
+
+
 def model_diagnostics(policy: Policy, inventory: ModelInventory) -> list[Diagnostic]:
     """Every model-dependent problem of `policy`, sorted by location."""
     found = _shadow_and_reach(policy, inventory) + _tile_errors(policy, inventory)
+    found += _capability_errors(policy, inventory)
     return sorted(found, key=Diagnostic.sort_key)

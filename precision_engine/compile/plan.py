@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from precision_engine.models.inventory import ModelInventory, ModuleInfo
+from precision_engine.numerics.capabilities import forward_batch_invariant
 from precision_engine.numerics.formats import DType, LinearSpec
 from precision_engine.policy.matching import rule_matches
 from precision_engine.policy.model import Policy, Rule
@@ -87,14 +88,18 @@ class Plan:
 
         Equal formats, compute dtype and kernel are not enough: training runs a GEMM with M = batch*seq rows
         while decode runs M = batch, and a kernel that picks its tiling or split-K by M sums the same products
-        in a different order. Only with `numerics.batch_invariant` does a row's result not depend on M, which
-        is what makes rollout logprobs equal the trainer's.
+        in a different order. Only a batch-invariant forward (the kernel table, `numerics.capabilities`, decides:
+        `numerics.batch_invariant` for AUTO and unquantized modules, the kernel's own row otherwise) gives a row
+        the same bits at any M, which is what makes rollout logprobs equal the trainer's.
         """
-        if not {"train", "rollout"} <= self.phases.keys() or not self.policy.numerics.batch_invariant:
+        if not {"train", "rollout"} <= self.phases.keys():
             return False
         train = self.phases["train"].by_name[name]
         rollout = self.phases["rollout"].by_name[name]
-        return train.forward_numerics == rollout.forward_numerics
+        kernel = train.linear.kernel if train.linear is not None else None
+        return train.forward_numerics == rollout.forward_numerics and forward_batch_invariant(
+            kernel, self.policy.numerics.batch_invariant
+        )
 
     def differing(self) -> tuple[str, ...]:
         """Modules whose training-forward and rollout numerics differ (all of them without batch invariance)."""

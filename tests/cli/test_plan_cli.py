@@ -133,7 +133,7 @@ def test_plan_reports_model_diagnostics_after_the_plan(tmp_path):
     result = run("plan", str(policy), "--model", "tiny-llama")
     assert result.exit_code == 1
     assert "e4m3 128x96" in result.output  # the plan is still shown
-    assert "weight blocks 128x96 do not tile the [N, K] = [256, 512] weight of model.layers.{0,1}.mlp.down_proj" in (
+    assert "rules.unified[1].linear.weight: the FP8 GEMMs take weights in 128x128 blocks, got e4m3 128x96" in (
         result.output
     )
     data = json.loads(run("plan", str(policy), "--model", "tiny-llama", "--json").output)

@@ -1,4 +1,5 @@
-"""model_diagnostics: rules that reach nothing, and FP8 tiles that do not fit a module's shape."""
+"""model_diagnostics: rules that reach nothing, FP8 tiles that do not fit a module's shape, and FP8 modules the
+kernel table says cannot run in their phase."""
 
 from dataclasses import replace
 
@@ -12,9 +13,26 @@ def one_set(*rules):
     return make_policy({"r": rules}, {"train": "r", "rollout": "r"})
 
 
-def test_clean_policy_has_no_diagnostics(unified, llama8b, moe30b):
+def test_clean_policy_has_no_diagnostics(unified, naive, llama8b, moe30b):
     assert model_diagnostics(unified, llama8b) == []
-    assert model_diagnostics(unified, moe30b) == []
+    assert model_diagnostics(naive, moe30b) == []  # FP8 experts in rollout only: they run
+
+
+def test_fp8_experts_in_training_are_refused_at_the_rule(unified, moe30b):
+    """What `check -m tiny-qwen3-moe` would refuse (no grouped FP8 backward), validate and plan say first."""
+    [diag] = model_diagnostics(unified, moe30b)
+    assert diag.is_error and (diag.file, diag.line) == ("p.yaml", 12) and diag.key_path == "rules.unified[1].linear"
+    assert "FP8 fused MoE experts run in the rollout phase only" in diag.message and "train phase" in diag.message
+    assert "model.layers.{0..47}.mlp.experts" in diag.message
+
+
+def test_formats_the_gemms_cannot_take_are_refused_at_the_operand(tiny_moe):
+    wide = replace(JET_SPEC, weight=QuantFormat(JET_SPEC.weight.dtype, Granularity.BLOCK, block=(128, 256)),
+                   input=replace(JET_SPEC.input, group=64))
+    diags = model_diagnostics(one_set(rule("r[0]", "re:.*_proj", linear=wide)), tiny_moe)
+    keys = {d.key_path: d.message for d in diags if d.is_error}
+    assert "128x128 blocks, got e4m3 128x256" in keys["rules.r[0].linear.weight"]
+    assert "1x128 groups along K, got e4m3 1x64" in keys["rules.r[0].linear.input"]
 
 
 def test_rule_matching_nothing_is_a_located_warning(tiny_moe):
@@ -32,25 +50,26 @@ def test_shadowed_rule_is_reported(tiny_moe):
 
 
 def test_linear_rule_over_norms_is_a_warning(tiny_moe):
-    [diag] = model_diagnostics(one_set(rule("r[0]", "*", linear=JET_SPEC)), tiny_moe)
+    found = model_diagnostics(one_set(rule("r[0]", "*", linear=JET_SPEC)), tiny_moe)
+    [diag] = [d for d in found if not d.is_error]  # the error: FP8 experts in training
     assert diag.severity == "warning"
     assert "embedding/norm/router" in diag.message and "model.layers.{0,1}.self_attn.q_norm" in diag.message
 
 
-def test_block_that_does_not_tile_is_an_error_naming_module_and_shape(llama8b):
+def test_block_the_gemms_do_not_take_is_one_error_naming_the_modules(llama8b):
+    """A format no kernel takes is refused once, at the operand, not once more per shape it fails to tile."""
     spec = replace(JET_SPEC, weight=QuantFormat(JET_SPEC.weight.dtype, Granularity.BLOCK, block=(128, 96)))
     diags = model_diagnostics(one_set(rule("r[0]", "*.mlp.down_proj", linear=spec)), llama8b)
     [diag] = [d for d in diags if d.severity == "error"]
-    assert diag.key_path == "rules.r[0].linear"
+    assert diag.key_path == "rules.r[0].linear.weight"
     assert diag.message == (
-        "weight blocks 128x96 do not tile the [N, K] = [4096, 14336] weight of model.layers.{0..31}.mlp.down_proj"
+        "the FP8 GEMMs take weights in 128x128 blocks, got e4m3 128x96: model.layers.{0..31}.mlp.down_proj"
     )
 
 
-def test_group_size_checked_on_both_expert_gemms(tiny_moe):
+def test_group_size_checked_for_input_and_grad_output(tiny_moe):
     act256 = QuantFormat(JET_SPEC.input.dtype, Granularity.GROUP, group=256)
     spec = replace(JET_SPEC, input=act256, grad_output=act256)
-    diags = model_diagnostics(one_set(rule("r[0]", "*.experts", linear=spec)), tiny_moe)
-    messages = sorted(d.message for d in diags)
-    # tiny MoE: gate_up_proj [256, 256] fits; down_proj [N=256, K=128] has K=128 < 256
-    assert messages == ["input groups of 256 do not divide K = 128 of model.layers.{0,1}.mlp.experts.down_proj"]
+    diags = model_diagnostics(one_set(rule("r[0]", "*.self_attn.q_proj", linear=spec)), tiny_moe)
+    assert sorted(d.key_path for d in diags) == ["rules.r[0].linear.grad_output", "rules.r[0].linear.input"]
+    assert all("1x128 groups along K, got e4m3 1x256" in d.message for d in diags)

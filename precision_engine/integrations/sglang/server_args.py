@@ -25,8 +25,10 @@ def server_args(policy: Policy, model_dir: str | Path, tp: int = 1) -> list[str]
         raise UsageError(f"--tp must be >= 1, got {tp}")
     model_dir = Path(model_dir).expanduser()
     config = _read_config(model_dir)
-    numerics = check_rollout(_plan(policy, model_dir))
-    _check_export(config, numerics, model_dir)
+    plan = _plan(policy, model_dir)
+    numerics = check_rollout(plan)
+    gemms = [m.module.name for m in plan.phases[ROLLOUT].modules if m.module.kind.is_gemm]
+    _check_export(config, numerics, gemms, model_dir)
     args = ["--model-path", str(model_dir), "--tp-size", str(tp), "--dtype", "bfloat16"]
     if numerics.fp8_linears:
         args += ["--quantization", "fp8"]  # what config.json says already; explicit, so a mismatch fails loudly
@@ -67,14 +69,15 @@ def _read_config(model_dir: Path) -> dict:
         raise UsageError(f"{path}: not a readable config.json ({err})") from None
 
 
-def _check_export(config: dict, numerics: RolloutNumerics, model_dir: Path) -> None:
+def _check_export(config: dict, numerics: RolloutNumerics, gemms: list[str], model_dir: Path) -> None:
     """The export's FP8 layers are the policy's: same quant method and block, same modules skipped."""
     quant = config.get("quantization_config")
     hint = "(hint: `precision export --policy <this policy>` writes the matching checkpoint)"
     if not numerics.fp8_linears:
-        if quant:
-            raise UsageError(f"{model_dir}: the checkpoint is quantized ({quant.get('quant_method')}) but the "
-                             f"policy's {ROLLOUT} phase runs no FP8 linears {hint}")
+        quantized = set(gemms) - set((quant or {}).get("ignored_layers") or ())
+        if quant and quantized:
+            raise UsageError(f"{model_dir}: the checkpoint quantizes {sorted(quantized)[0]} (and "
+                             f"{len(quantized) - 1} more) but the policy's {ROLLOUT} phase runs no FP8 linears {hint}")
         return
     if not quant or quant.get("quant_method") != "fp8" or list(quant.get("weight_block_size") or []) != [128, 128]:
         raise UsageError(f"{model_dir}: the policy's {ROLLOUT} phase runs {len(numerics.fp8_linears)} FP8 linears, "

@@ -1,0 +1,67 @@
+"""`server_args`: an export from `export_checkpoint` is served with exactly the policy's rollout numerics, and an
+export that does not match the policy is refused before a server starts. Tiny Llama, ~1 s per export."""
+
+import pytest
+
+from precision_engine.compile import compile_plan
+from precision_engine.errors import UnsupportedError, UsageError
+from precision_engine.integrations import export_checkpoint
+from precision_engine.integrations.sglang import check_rollout, launch_command, server_args
+from precision_engine.models.loader import build_model, load_inventory
+from precision_engine.numerics.kv_cache import KVScales
+from precision_engine.policy import load_policy
+
+
+def _export(tmp_path, name, *, kv_scales=None):
+    policy = load_policy(name)
+    plan = compile_plan(policy, load_inventory("tiny-llama"))
+    model = build_model("tiny-llama", device="cpu", dtype="bf16", seed=0)
+    return export_checkpoint(model, plan, tmp_path / name, kv_scales=kv_scales)
+
+
+def test_unified_fp8_export_is_served_in_fp8_with_deterministic_inference(tmp_path):
+    out = _export(tmp_path, "jetrl_unified")
+    args = server_args(load_policy("jetrl_unified"), out, tp=2)
+    assert args == ["--model-path", str(out), "--tp-size", "2", "--dtype", "bfloat16", "--quantization", "fp8",
+                    "--enable-deterministic-inference"]
+    assert launch_command(load_policy("jetrl_unified"), out)[:3] == ["python", "-m", "sglang.launch_server"]
+
+
+def test_calibrated_fp8_kv_cache_passes_the_exported_scale_file(tmp_path):
+    out = _export(tmp_path, "fp8rl_rollout_tis", kv_scales=KVScales.ones(2))
+    args = server_args(load_policy("fp8rl_rollout_tis"), out)
+    assert args[args.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
+    assert args[args.index("--quantization-param-path") + 1] == str(out / "kv_cache_scales.json")
+    with pytest.raises(UsageError, match="has scales for 1 TP rank.*--tp 2 needs rank 1"):
+        server_args(load_policy("fp8rl_rollout_tis"), out, tp=2)
+
+
+def test_uncalibrated_export_under_a_calibrating_policy_is_refused(tmp_path):
+    out = _export(tmp_path, "fp8rl_rollout_tis")
+    with pytest.raises(UsageError, match="no kv_cache_scales.json"):
+        server_args(load_policy("fp8rl_rollout_tis"), out)
+    args = server_args(load_policy("fp8rl_rollout_tis", overrides=["kv_cache.calibrate=never"]), out)
+    assert "--quantization-param-path" not in args and "fp8_e4m3" in args
+
+
+@pytest.mark.parametrize("exported, served, message", [
+    ("jetrl_unified", "bf16_baseline", "quantizes model.layers.0.mlp.down_proj .and 13 more. but the policy's "
+                                       "rollout phase runs no FP8"),
+    ("bf16_baseline", "jetrl_unified", "config.json skips model.layers.0.mlp.down_proj .and 13 more., which the "
+                                       "policy runs in FP8"),
+])
+def test_an_export_for_another_policy_is_refused(tmp_path, exported, served, message):
+    with pytest.raises(UsageError, match=message):
+        server_args(load_policy(served), _export(tmp_path, exported))
+
+
+def test_a_bf16_export_is_served_in_bf16(tmp_path):
+    out = _export(tmp_path, "bf16_baseline")
+    assert "--quantization" not in server_args(load_policy("bf16_baseline"), out)
+
+
+def test_rollout_formats_sglang_cannot_run_are_refused():
+    pow2 = "rules.unified[1].linear.input={dtype: float8_e4m3, granularity: group, group: 128, scale: pow2}"
+    policy = load_policy("jetrl_unified", overrides=[pow2])
+    with pytest.raises(UnsupportedError, match="takes input as 1x128 e4m3 groups along K.*UE8M0"):
+        check_rollout(compile_plan(policy, load_inventory("tiny-llama")))

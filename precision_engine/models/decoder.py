@@ -169,7 +169,9 @@ class Decoder(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.batch_invariant = batch_invariant
         self.compute_dtype = compute_dtype
-        self.kv_scales: KVScales | None = None  # FP8 rounding of k/v in `forward` (see module docstring)
+        # FP8 rounding of k/v in `forward`: the rollout cache's scales when the policy unifies the phases
+        # (jetrl_unified_kv), None otherwise (a rollout-only FP8 KV cache, as FP8-RL's, is not the trainer's).
+        self.kv_scales: KVScales | None = None
         self.scaling = c.head_dim**-0.5
         self._inv_freq, self._rope_scale = _rope_parameters(c)
         self._rope: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -223,7 +225,9 @@ class Decoder(nn.Module):
         expected = set(model.state_dict())
         missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
         if missing or unexpected:
-            raise ModelError(f"{path}: weights do not fit the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+            raise ModelError(
+                f"{path}: weights do not fit the config: missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )
         model.load_state_dict(state)
         return model.to(device=device).eval()
 
@@ -250,7 +254,7 @@ class Decoder(nn.Module):
 
         input_ids, positions [B, T]: token t of row b has position positions[b, t]; its k/v are written to that
         slot. kv_len [B]: slots a row may attend to (j < kv_len, and j <= the query's position). read_len: a
-        bound on kv_len (a Python int, so no host sync), the cache slots attention reads. logits_index [B]:
+        Python int (no host sync) above every position and kv_len, the cache slots attention reads. logits_index [B]:
         return the logits of that token of each row only ([B, V]); otherwise [B, T, V].
         """
         ops = _Ops(self.batch_invariant)
@@ -260,7 +264,7 @@ class Decoder(nn.Module):
             k_all, v_all, k_scale, v_scale = cache.read(i, read_len)
             return ops.attention(q, k_all, v_all, positions, kv_len, self.scaling, k_scale, v_scale)
 
-        hidden = self._hidden(input_ids, positions, attend, ops)
+        hidden = self._hidden(input_ids, positions, attend, ops, positions_below=read_len)
         if logits_index is not None:
             hidden = hidden[torch.arange(hidden.shape[0], device=hidden.device), logits_index]
         return self._logits(hidden, ops)
@@ -300,17 +304,18 @@ class Decoder(nn.Module):
                 k, v = _RoundKV.apply(k, scales.k[i]), _RoundKV.apply(v, scales.v[i])
             return ops.attention(q, k, v, q_pos, lengths, self.scaling, None, None)
 
-        logits = self._logits(self._hidden(ids, q_pos, attend, ops), ops)
+        logits = self._logits(self._hidden(ids, q_pos, attend, ops, positions_below=length), ops)
         if shifted:
             back = (cols - start[:, None]).clamp(min=0)
             logits = logits.gather(1, back[:, :, None].expand(b, length, logits.shape[-1]))
         return torch.where(mask[:, :, None], logits, 0).to(logits.dtype), lengths
 
-    def _hidden(self, input_ids, positions, attend: Attend, ops: _Ops) -> torch.Tensor:
-        """Embeddings through every layer: [B, T, H] before the final norm."""
+    def _hidden(self, input_ids, positions, attend: Attend, ops: _Ops, *, positions_below: int) -> torch.Tensor:
+        """Embeddings through every layer: [B, T, H] before the final norm. Every position is below
+        `positions_below` (a Python int: sizing the RoPE table needs no host sync)."""
         c = self.config
         x = self.model.embed_tokens(input_ids).to(self._dtype())
-        cos, sin = self._cos_sin(positions.clamp(min=0), x.dtype)
+        cos, sin = self._cos_sin(positions.clamp(min=0), x.dtype, positions_below)
         b, t, _ = x.shape
         for i, layer in enumerate(self.model.layers):
             attn = layer.self_attn
@@ -335,10 +340,9 @@ class Decoder(nn.Module):
     def _dtype(self) -> torch.dtype:
         return self.compute_dtype or self.model.embed_tokens.weight.dtype
 
-    def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype, need: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin [B, 1, T, D] from one fp32 table per device, grown on demand: each position's values are
         computed once, so both phases read the same bits (HF's formula: cat(freqs, freqs), times the scale)."""
-        need = int(positions.max()) + 1 if positions.numel() else 1
         device = positions.device
         cos, sin = self._rope.get(device, (None, None))
         have = 0 if cos is None else cos.shape[0]

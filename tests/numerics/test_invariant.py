@@ -159,7 +159,8 @@ def test_attention_rows_are_independent_of_batch_and_order():
 def test_attention_reads_fp8_keys_as_dequantize_kv():
     b, hq, hkv, s, d = 2, 4, 2, 50, 64
     q, k, v = _qkv(b, hq, hkv, s, d, torch.bfloat16, 13)
-    for k_scale, v_scale in [(torch.tensor(0.01), torch.tensor(0.02)), (torch.rand(hkv) * 0.02, torch.rand(hkv) * 0.02)]:
+    per_head = (torch.rand(hkv) * 0.02, torch.rand(hkv) * 0.02)
+    for k_scale, v_scale in [(torch.tensor(0.01), torch.tensor(0.02)), per_head]:
         kq, vq = quantize_kv(k, k_scale), quantize_kv(v, v_scale)
         lengths = torch.tensor([50, 21])
         q_pos = torch.arange(s).expand(b, s).clone()

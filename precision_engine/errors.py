@@ -1,5 +1,5 @@
-"""User-facing errors. The CLI turns each into one clear line and a non-zero exit; never a traceback
-unless PRECISION_TRACEBACK=1 is set."""
+"""User-facing errors: precise types the core raises. The CLI maps each type to one clear line and an exit
+status in one table (`cli.app.EXIT_CODES`); never a traceback unless PRECISION_TRACEBACK=1 is set."""
 
 from __future__ import annotations
 
@@ -7,13 +7,9 @@ from __future__ import annotations
 class PrecisionError(Exception):
     """Base of every error caused by user input (a policy, a model path, a flag)."""
 
-    exit_code = 1
-
 
 class UsageError(PrecisionError):
-    """Bad flags or arguments: exit 2, like `diff` and most Unix tools."""
-
-    exit_code = 2
+    """Bad flags or arguments."""
 
 
 class PolicyError(PrecisionError):

@@ -1,4 +1,5 @@
-"""The typer app behind `precision`: wires the verbs and maps user errors to one line and an exit code."""
+"""The typer app behind `precision`: wires the verbs, and maps every error to one line and an exit status in
+one table (EXIT_CODES)."""
 
 from __future__ import annotations
 
@@ -8,36 +9,74 @@ import typer
 from typer.core import TyperGroup
 
 from precision_engine.cli import bench, model, plan, validate
-from precision_engine.errors import PolicyError, PrecisionError
+from precision_engine.errors import (ModelError, NonFiniteError, OperandError, PolicyError, PrecisionError,
+                                     UnsupportedError, UsageError)
 
 
-class _UserErrorsAsExitCodes(TyperGroup):
-    """Every PrecisionError becomes `error: <message>` on stderr and its exit code.
+# The exit statuses, for every verb: 1 is always a verdict, never an accident.
+EXIT_OK = 0  # valid / same / the promise holds
+EXIT_VERDICT = 1  # invalid (validate, plan), different (diff), the promise is broken (check)
+EXIT_ERROR = 2  # a usage error or a failure: bad flags, an unknown model, a refusal, out of memory, a crash
 
-    Set PRECISION_TRACEBACK=1 to see the full traceback instead.
-    """
+# Verbs whose verdict is the policy's validity: there a PolicyError IS the answer "invalid". Everywhere else
+# (diff, check, export, bench) a policy that does not load is trouble, and 1 would claim "different" or "broken".
+JUDGES_POLICIES = frozenset({"validate", "plan"})
+
+# Exception type -> exit status, first match wins. Anything not listed (a bug, MemoryError,
+# torch.OutOfMemoryError) exits EXIT_ERROR with one line; PRECISION_TRACEBACK=1 shows the traceback.
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (UsageError, EXIT_ERROR),
+    (PolicyError, EXIT_VERDICT),  # in JUDGES_POLICIES verbs only; EXIT_ERROR elsewhere
+    (ModelError, EXIT_ERROR),
+    (UnsupportedError, EXIT_ERROR),
+    (OperandError, EXIT_ERROR),
+    (NonFiniteError, EXIT_ERROR),
+    (PrecisionError, EXIT_ERROR),
+)
+
+
+def exit_code(err: BaseException, verb: str | None) -> int:
+    """The exit status of `verb` ending in `err` (see EXIT_CODES)."""
+    if isinstance(err, PolicyError) and verb not in JUDGES_POLICIES:
+        return EXIT_ERROR
+    return next((code for kind, code in EXIT_CODES if isinstance(err, kind)), EXIT_ERROR)
+
+
+def error_lines(err: BaseException) -> list[str]:
+    """A PolicyError's diagnostics already read `file:line:col: error: ...`; anything else gets a prefix."""
+    if isinstance(err, PolicyError):
+        return [str(d) for d in err.diagnostics]
+    if isinstance(err, PrecisionError):
+        return [f"error: {err}"]
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+        return [f"error: out of memory ({_first_line(err)}) (hint: a smaller --batch/--seq-len, or --device cpu)"]
+    return [f"error: internal error, {type(err).__name__}: {_first_line(err)} "
+            "(set PRECISION_TRACEBACK=1 for the traceback, and please report it)"]
+
+
+def _first_line(err: BaseException) -> str:
+    return next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+
+
+class _ErrorsAsExitCodes(TyperGroup):
+    """Every exception becomes its lines on stderr and its exit status from EXIT_CODES."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except PrecisionError as err:
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise  # a verb's verdict (typer.Exit), --help, and the parser's own usage errors (exit 2) pass through
+        except Exception as err:  # noqa: BLE001 (the one place that turns any failure into an exit status)
             if os.environ.get("PRECISION_TRACEBACK"):
                 raise
-            for line in _error_lines(err):
+            for line in error_lines(err):
                 typer.echo(line, err=True)
-            raise typer.Exit(err.exit_code) from None
-
-
-def _error_lines(err: PrecisionError) -> list[str]:
-    """A PolicyError's diagnostics already read `file:line:col: error: ...`; anything else gets the prefix."""
-    if isinstance(err, PolicyError):
-        return [str(d) for d in err.diagnostics]
-    return [f"error: {err}"]
+            raise typer.Exit(exit_code(err, ctx.invoked_subcommand)) from None
 
 
 app = typer.Typer(
     name="precision",
-    cls=_UserErrorsAsExitCodes,
+    cls=_ErrorsAsExitCodes,
     help="Precision policies for FP8 RL: validate, plan, diff, apply and benchmark.",
     no_args_is_help=True,
     add_completion=False,

@@ -1,4 +1,4 @@
-"""`precision export` and `precision check`: a policy applied to real modules.
+"""`precision export` and `precision check`: thin wrappers over `precision_engine.pipeline`.
 
 torch and transformers load inside the command bodies, never at import (`precision validate` shares the app).
 """
@@ -62,25 +62,24 @@ def export(
       python -m sglang.launch_server --model-path /tmp/tiny-fp8 --kv-cache-dtype fp8_e4m3 \\
         --quantization-param-path /tmp/tiny-fp8/kv_cache_scales.json
     """
-    from precision_engine.compile import compile_plan
     from precision_engine.integrations.hf_export import KV_SCALES_FILE, export_checkpoint
-    from precision_engine.models import load_inventory
-    from precision_engine.policy import load_policy
-    from precision_engine.rewrite import apply
+    from precision_engine.models.loader import has_checkpoint_weights
+    from precision_engine.pipeline import prepare
 
-    loaded = load_policy(policy, overrides=tuple(set_ or ()))
-    plan = compile_plan(loaded, load_inventory(model))
-    net, random_weights = _load_model(model, device, seed)
-    apply(plan, net, phase)
-    kv_scales = None
-    if loaded.kv_cache.is_fp8:
-        kv_scales = _calibrate(loaded, net, calibration_ids, seed, device)
-    written = export_checkpoint(net, plan, out, phase=phase, kv_scales=kv_scales, overwrite=overwrite)
-    note = " (random weights)" if random_weights else ""
-    typer.echo(f"wrote {written}{note}: {plan.phases[phase].fp8_flop_share():.0%} of GEMM FLOPs in block FP8")
-    if kv_scales is not None:
+    token_ids = _read_token_ids(calibration_ids) if calibration_ids is not None else None
+    ready = prepare(policy, model, phase=phase, device=device, seed=seed, overrides=tuple(set_ or ()),
+                    calibration_ids=token_ids, calibration_source=f"--calibration-ids {calibration_ids}")
+    written = export_checkpoint(ready.model, ready.plan, out, phase=phase, kv_scales=ready.kv_scales,
+                                overwrite=overwrite)
+    note = "" if has_checkpoint_weights(model) else " (random weights)"
+    typer.echo(f"wrote {written}{note}: {ready.plan.phases[phase].fp8_flop_share():.0%} of GEMM FLOPs in block FP8")
+    if ready.kv_scales is not None:
         source = calibration_ids or "random tokens"
-        typer.echo(f"KV-cache scales calibrated on {source}: {written / KV_SCALES_FILE}")
+        asked = ready.policy.kv_cache.calibration_sequences
+        count = ready.calibration_sequences
+        override = "" if count == asked else f" (--calibration-ids overrides the policy's {asked})"
+        typer.echo(f"KV-cache scales calibrated on {count} sequences of {source}{override}: "
+                   f"{written / KV_SCALES_FILE}")
 
 
 def check(
@@ -106,8 +105,9 @@ def check(
     incremental decode); per-module output differences and logprob differences (max |d logp|, mean KL,
     bitwise equality) are reported.
 
-    Exit status: 0 when the numerics promise holds (or the policy makes none), 1 when a policy whose plan is
-    identical in both phases still gives different rollout-prefill logits.
+    Exit status: 0 when the numerics promise holds (or the policy makes none), 1 only when a policy whose plan
+    is identical in both phases still gives different rollout-prefill logits, 2 for anything else (a bad flag,
+    model or policy, a plan the kernels cannot run, out of memory).
 
     Examples:
 
@@ -119,24 +119,22 @@ def check(
     """
     import torch
 
-    from precision_engine.models import resolve_config
-    from precision_engine.policy import load_policy
+    from precision_engine.models.loader import has_checkpoint_weights, load_model
+    from precision_engine.pipeline import check_device, compile_for_model
     from precision_engine.verify import check_identity, random_sequences
 
     if seq_len < 2 or batch < 1:
         raise UsageError("--seq-len must be >= 2 and --batch >= 1")
     if prompt_len is not None and not 1 <= prompt_len < seq_len:
         raise UsageError(f"--prompt-len must be in [1, {seq_len - 1}]")
-    _check_device(device)
-    loaded = load_policy(policy, overrides=tuple(set_ or ()))
-    config = resolve_config(model)
-    vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
-    sequences = random_sequences(vocab, batch, seq_len, seed=seed)
+    check_device(device)
+    plan = compile_for_model(policy, model, overrides=tuple(set_ or ()))
     started = time.perf_counter()
-    net, random_weights = _load_model(model, device, seed)
-    report = check_identity(
-        loaded, model, sequences, device=device, prompt_len=prompt_len, decode=decode, layers=layers, model=net
-    )
+    net = load_model(model, device=device, seed=seed)
+    random_weights = not has_checkpoint_weights(model)
+    vocab = net.config.get_text_config(decoder=True).vocab_size
+    sequences = random_sequences(vocab, batch, seq_len, seed=seed)
+    report = check_identity(plan, net, sequences, prompt_len=prompt_len, decode=decode, layers=layers)
     cost = {"seconds": round(time.perf_counter() - started, 1), "random_weights": random_weights}
     if device == "cuda":
         cost["peak_cuda_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
@@ -195,68 +193,15 @@ def _render_check(report, top: int, random_weights: bool) -> None:
         console.print(f"numerics promise {verdict}: rollout prefill logprobs vs training forward")
 
 
-def _load_model(spec: str, device: str, seed: int):
-    """(model, random_weights): a local HF directory's weights when it has safetensors, else random ones."""
-    from precision_engine.models import build_model
-
-    _check_device(device)
-    directory = Path(spec).expanduser()
-    if directory.is_dir() and any(directory.glob("*.safetensors")):
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype="bfloat16", local_files_only=True)
-        return model.to(device).eval(), False
-    return build_model(spec, device=device, dtype="bf16", seed=seed), True
-
-
-def _calibrate(policy, model, calibration_ids: Path | None, seed: int, device: str):
-    import torch
-
-    from precision_engine.rewrite.kv_cache import KVCacheCalibrator
-    from precision_engine.verify import random_sequences
-
-    vocab = model.config.get_text_config(decoder=True).vocab_size
-    if calibration_ids is not None:
-        ids, mask = _read_token_ids(calibration_ids, vocab)
-    else:
-        # Random tokens only exercise the pipeline; real prompts (--calibration-ids) give meaningful scales.
-        count = min(policy.kv_cache.calibration_sequences, 8)
-        ids = random_sequences(vocab, count, 64, seed=seed)
-        mask = None
-    calibrator = KVCacheCalibrator(policy.kv_cache, ids.to(device), None if mask is None else mask.to(device))
-    with torch.no_grad():
-        return calibrator.after_weight_update(model)
-
-
-def _read_token_ids(path: Path, vocab_size: int):
-    """A JSON list of token-id lists -> right-padded ids [B, T] and the attention mask."""
-    import torch
-
+def _read_token_ids(path: Path) -> list:
+    """--calibration-ids: a JSON list of token-id lists (checked further by pipeline.calibration_batch)."""
     try:
         rows = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise UsageError(f"--calibration-ids {path}: not a readable JSON file ({err})") from None
     if not (isinstance(rows, list) and rows and all(isinstance(r, list) and r for r in rows)):
         raise UsageError(f"--calibration-ids {path}: expected a non-empty list of non-empty token-id lists")
-    bad = [t for r in rows for t in r if type(t) is not int or not 0 <= t < vocab_size]
-    if bad:
-        raise UsageError(f"--calibration-ids {path}: {bad[0]!r} is not a token id in [0, {vocab_size})")
-    width = max(len(r) for r in rows)
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        mask[i, : len(row)] = 1
-    return ids, mask
-
-
-def _check_device(device: str) -> None:
-    import torch
-
-    if device not in ("cpu", "cuda"):
-        raise UsageError(f"--device {device!r}: use cpu or cuda")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA GPU is visible here (hint: --device cpu)")
+    return rows
 
 
 def register(app: typer.Typer) -> None:

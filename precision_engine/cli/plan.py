@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from precision_engine.cli.options import JsonOpt, PolicyArg, SetOpt
-from precision_engine.errors import PolicyError, PrecisionError, UsageError
+from precision_engine.errors import PolicyError, UsageError
 
 _MODEL_HELP = (
     "A built-in architecture (tiny-llama, llama-3.1-8b, qwen3-30b-a3b, ...), an HF model directory or a "
@@ -101,23 +101,16 @@ def diff(
     from precision_engine.compile import compile_plan, diff_plans, diff_policies
     from precision_engine.compile.render import diff_to_dict, render_plan_diff, render_policy_diff
 
-    try:
-        from precision_engine.policy import load_policy
+    from precision_engine.policy import load_policy
 
-        a, b = load_policy(policy_a), load_policy(policy_b)
-        plan_diff = None
-        if model is not None:
-            from precision_engine.models import load_inventory
+    # Exit 1 means "different" here: trouble loading anything exits 2, as with `diff` (the app's EXIT_CODES).
+    a, b = load_policy(policy_a), load_policy(policy_b)
+    plan_diff = None
+    if model is not None:
+        from precision_engine.models import load_inventory
 
-            inventory = load_inventory(model)
-            plan_diff = diff_plans(compile_plan(a, inventory), compile_plan(b, inventory))
-    except PolicyError as err:
-        # Exit 1 means "different" here, so trouble loading anything exits 2, as with `diff`; the diagnostics
-        # already read `file:line:col: error: ...`, so the app prints them as they are.
-        err.exit_code = UsageError.exit_code
-        raise
-    except PrecisionError as err:
-        raise UsageError(str(err)) from err
+        inventory = load_inventory(model)
+        plan_diff = diff_plans(compile_plan(a, inventory), compile_plan(b, inventory))
     policy_diff = diff_policies(a, b)
     if json_out:
         typer.echo(json.dumps(diff_to_dict(policy_diff, plan_diff), indent=2, default=str))

@@ -46,13 +46,9 @@ def validate(files: FilesArg, set_: SetOpt = None, model: ModelOpt = None, as_js
     model_problems: dict[str, list] = {}
     if model is not None:
         from precision_engine.compile import model_diagnostics
-        from precision_engine.errors import ModelError, UsageError
         from precision_engine.models import load_inventory
 
-        try:
-            inventory = load_inventory(model)
-        except ModelError as err:  # a bad --model is a usage error: exit 1 would claim the policies are invalid
-            raise UsageError(str(err)) from err
+        inventory = load_inventory(model)  # a bad --model is a ModelError: exit 2, never "invalid"
         model_problems = {r.file: model_diagnostics(r.policy, inventory) for r in results if r.policy}
     reports = []
     for result in results:

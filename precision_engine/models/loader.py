@@ -124,6 +124,27 @@ def _build(config: dict, spec: str, *, device: torch.device | str, dtype: torch.
     return model.eval()
 
 
+def has_checkpoint_weights(spec: str) -> bool:
+    """Whether `spec` is a local HF model directory with safetensors weights (else models get random ones)."""
+    directory = Path(spec).expanduser()
+    return directory.is_dir() and any(directory.glob("*.safetensors"))
+
+
+def load_model(
+    spec: str, *, device: torch.device | str = "cpu", dtype: torch.dtype | str = "bf16", seed: int = 0
+) -> nn.Module:
+    """The model `check` and `export` run: a local HF directory's own weights when it has safetensors, else
+    random weights from `seed` (`build_model`). Offline, in eval mode, on `device`."""
+    if not has_checkpoint_weights(spec):
+        return build_model(spec, device=device, dtype=dtype, seed=seed)
+    from transformers import AutoModelForCausalLM
+
+    resolve_config(spec)  # the same checks and messages as for a config-only spec
+    model = AutoModelForCausalLM.from_pretrained(Path(spec).expanduser(), dtype=_torch_dtype(dtype),
+                                                 local_files_only=True)
+    return model.to(device).eval()
+
+
 def load_inventory(spec: str) -> ModelInventory:
     """The module inventory of a model, built on the meta device: no weights are allocated or downloaded."""
     config = resolve_config(spec)

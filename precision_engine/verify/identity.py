@@ -1,6 +1,6 @@
 """The identity check: does the rollout path compute the logprobs the training forward computes?
 
-One model is built with random weights; the train-phase and rollout-phase rewrites are applied to it in turn.
+One model (random or checkpoint weights, see `pipeline`) gets the train-phase and rollout-phase rewrites in turn.
 Rewrites share Parameters, so both phases run on the very same weight tensors (not copies that could drift).
 The same token sequences then go through
 
@@ -26,8 +26,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from precision_engine.compile.plan import compile_plan
-from precision_engine.models.loader import build_model, load_inventory
+from precision_engine.compile.plan import Plan
 from precision_engine.policy.model import Policy
 from precision_engine.rewrite import apply
 from precision_engine.rewrite.kv_cache import KVCacheCalibrator, cache_kwargs, returned_cache
@@ -88,26 +87,21 @@ def random_sequences(vocab_size: int, batch: int, seq_len: int, *, seed: int = 0
 
 
 def check_identity(
-    policy: Policy,
-    model_spec: str,
+    plan: Plan,
+    model: nn.Module,
     sequences: torch.Tensor,
     *,
-    device: str = "cpu",
-    dtype: str = "bf16",
-    seed: int = 0,
     prompt_len: int | None = None,
     decode: bool = True,
     layers: bool = True,
-    model: nn.Module | None = None,
 ) -> IdentityReport:
-    """Build both phase models from the same weights and compare their outputs on `sequences` [B, T].
+    """Run `sequences` [B, T] through `model` in both phases of `plan` and compare the outputs.
 
-    The weights are random (`seed`) unless `model` is given (e.g. loaded from a checkpoint, on `device`);
-    it is rewritten in place and left in the rollout phase.
+    `model` (any weights, on any device; `pipeline.compile_for_model` and `models.loader.load_model` give
+    both) is rewritten in place and left in the rollout phase.
     """
-    plan = compile_plan(policy, load_inventory(model_spec))
-    if model is None:
-        model = build_model(model_spec, device=device, dtype=dtype, seed=seed)
+    policy = plan.policy
+    device = next(model.parameters()).device
     sequences = sequences.to(device)
     watched = _watched_names(model, plan) if layers else []
 
@@ -139,8 +133,8 @@ def check_identity(
     kv = policy.kv_cache
     return IdentityReport(
         policy=policy.name,
-        model=model_spec,
-        device=str(device),
+        model=plan.inventory.model_id,
+        device=device.type,
         batch=sequences.shape[0],
         seq_len=sequences.shape[1],
         plan_identical=plan.all_identical,

@@ -17,7 +17,7 @@ def test_bench_rejects_unknown_target():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 def test_bench_without_gpu_is_one_clear_error():
     result = runner.invoke(app, ["bench", "kernels", "--quick"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a refusal is a failure, never a verdict
     assert "needs a CUDA GPU" in result.output
     assert "Traceback" not in result.output
 

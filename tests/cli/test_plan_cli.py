@@ -76,7 +76,7 @@ def test_plan_moe_keeps_router_bf16():
 @pytest.mark.parametrize(
     "args, code, message",
     [
-        (("plan", "jetrl_unified", "--model", "llama-3.1-8"), 1, "did you mean 'llama-3.1-8b'?"),
+        (("plan", "jetrl_unified", "--model", "llama-3.1-8"), 2, "did you mean 'llama-3.1-8b'?"),
         (("plan", "no_such_policy", "--model", "tiny-llama"), 2, "shipped policies: bf16_baseline"),
         (("plan", "jetrl_unified", "--model", "tiny-llama", "--set", "kernel=fastest"), 1, "kernel"),
         (("plan", "jetrl_unified"), 2, "--model"),

@@ -3,15 +3,22 @@
 import pytest
 import torch
 
-from precision_engine.policy import load_policy
+from precision_engine.models.loader import build_model
+from precision_engine.pipeline import compile_for_model
 from precision_engine.verify import check_identity, random_sequences
 
 SEQUENCES = random_sequences(512, 2, 32, seed=7)
 
 
+def check(policy, model_spec, sequences, *, device="cpu", **kwargs):
+    """check_identity on a fresh random-weight model: one model input, the plan compiled for it."""
+    model = build_model(model_spec, device=device, dtype="bf16", seed=0)
+    return check_identity(compile_for_model(policy, model_spec), model, sequences, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def unified():
-    return check_identity(load_policy("jetrl_unified"), "tiny-llama", SEQUENCES)
+    return check("jetrl_unified", "tiny-llama", SEQUENCES)
 
 
 def test_unified_prefill_bitwise_identical(unified):
@@ -32,7 +39,7 @@ def test_unified_decode_reported_not_promised(unified):
 
 
 def test_naive_shows_the_mismatch():
-    report = check_identity(load_policy("fp8_rollout_naive"), "tiny-qwen3", SEQUENCES, decode=False)
+    report = check("fp8_rollout_naive", "tiny-qwen3", SEQUENCES, decode=False)
     assert not report.plan_identical and len(report.differing_modules) == 14
     assert not report.prefill.bitwise
     assert report.prefill.max_abs_dlogp > 1e-3 and report.prefill.mean_kl > 0
@@ -41,7 +48,7 @@ def test_naive_shows_the_mismatch():
 
 
 def test_fp8_kv_cache_is_outside_the_promise():
-    report = check_identity(load_policy("jetrl_unified_kv"), "tiny-llama", SEQUENCES, decode=False)
+    report = check("jetrl_unified_kv", "tiny-llama", SEQUENCES, decode=False)
     assert report.plan_identical and not report.prefill.covered and "KV cache" in report.prefill.why_not_covered
     assert not report.prefill.bitwise and report.promise_holds
     first = {layer.name: layer for layer in report.layers}
@@ -53,7 +60,7 @@ def test_fp8_kv_cache_is_outside_the_promise():
 def test_report_serializes():
     import json
 
-    report = check_identity(load_policy("bf16_baseline"), "tiny-llama", SEQUENCES[:1, :8], layers=False)
+    report = check("bf16_baseline", "tiny-llama", SEQUENCES[:1, :8], layers=False)
     data = json.loads(json.dumps(report.to_dict()))
     assert data["prefill"]["bitwise"] and data["promise_holds"] and data["layers"] == []
 
@@ -62,5 +69,5 @@ def test_report_serializes():
 def test_unified_on_cuda():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    report = check_identity(load_policy("jetrl_unified"), "tiny-llama", SEQUENCES, device="cuda")
+    report = check("jetrl_unified", "tiny-llama", SEQUENCES, device="cuda")
     assert report.prefill.bitwise, report.prefill

@@ -46,6 +46,7 @@ class Rollout:
     response_lengths int64 [N]
     group            int64 [N]     index of the row's prompt in the input list
     finished         bool  [N]     ended by EOS or a stop sequence (False: cut at max_new_tokens)
+    temperature      the sampling temperature: score with token_logprobs(..., temperature=rollout.temperature)
     """
 
     token_ids: torch.Tensor
@@ -57,6 +58,7 @@ class Rollout:
     group: torch.Tensor
     finished: torch.Tensor
     pad_token_id: int
+    temperature: float
 
     def responses(self) -> list[list[int]]:
         """The generated token ids of each row."""
@@ -134,9 +136,9 @@ class Engine:
             logits = self.model.forward_cached(
                 token[:, None], pos[:, None], pos + 1, cache, read_len=longest + step + 1
             )[:, 0]
-        return self._assemble(prompt_ids[group], start, tokens, logprobs, response_len, group, finished)
+        return self._assemble(prompt_ids[group], start, tokens, logprobs, response_len, group, finished, temperature)
 
-    def _assemble(self, prompt_ids, prompt_len, tokens, logprobs, response_len, group, finished) -> Rollout:
+    def _assemble(self, prompt_ids, prompt_len, tokens, logprobs, response_len, group, finished, temperature):
         """[N, L] rows: prompt, response, padding (see Rollout)."""
         total = int((prompt_len + response_len).max())
         cols = torch.arange(total, device=tokens.device)
@@ -156,6 +158,7 @@ class Engine:
             group=group,
             finished=finished,
             pad_token_id=self.pad_token_id,
+            temperature=temperature,
         )
 
 

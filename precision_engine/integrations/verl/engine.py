@@ -1,10 +1,12 @@
 """verl's FSDP engine with the policy's training numerics and exact-byte weight sync.
 
-`PrecisionFSDPEngine` subclasses verl 0.9.1's `FSDPEngineWithLMHead` and changes three steps:
+`PrecisionFSDPEngine` subclasses verl 0.9.1's `FSDPEngineWithLMHead` and changes four steps:
 - `_build_fsdp_module`: verl builds the HF model, applies LoRA and QAT, then wraps it in FSDP here; the
   policy's training phase is applied first (`rewrite.apply(plan, module, "train")`), so FSDP shards the
   `Fp8Linear`s' own Parameters and every GEMM of forward and backward runs as the plan says (Jet-RL's unified
   FP8 on FSDP). The plan is compiled from the module verl built, names and shapes as loaded.
+- `optimizer_step`: after verl's step every cached Q(W) is retired (`rewrite.invalidate_weight_caches`), so
+  the next forward and the next weight sync quantize the new weights.
 - `get_per_tensor_param`: the weight-sync stream becomes our FP8 `weight` + `weight_scale_inv` for every
   module the rollout phase runs in FP8 (`weight_sync.rollout_tensors`), in the FSDP parameter dtype otherwise.
 - `get_per_tensor_param_shard` (the `delta_sharded` checkpoint engine) is refused while the rollout runs FP8:
@@ -58,6 +60,14 @@ class PrecisionFSDPEngine(FSDPEngineWithLMHead):
         report = apply(plan, module, TRAIN, numerics=policy.numerics)
         logger.warning("precision-engine: policy %s, %s", policy.name, report.summary())
         return plan
+
+    def optimizer_step(self):
+        grad_norm = super().optimizer_step()
+        if self.plan is not None:
+            from precision_engine.rewrite import invalidate_weight_caches
+
+            invalidate_weight_caches(self.module)
+        return grad_norm
 
     @property
     def _sends_fp8(self) -> bool:

@@ -8,7 +8,7 @@
   (`_cpu_verl`); everything else is verl's code. What it cannot reach: Ray, SGLang, the weight-update RPC.
 - The weights the engine yields for SGLang are byte-identical to `Fp8Linear.quantized_weight()` as the FSDP
   forward computes it (unsharded, bf16 mixed precision).
-Slow: ~25 s (verl import ~10 s, model build and one forward).
+Slow: ~45 s on 2 cores (verl import ~10 s, model build, three forwards, one optimizer step).
 """
 
 import os
@@ -98,13 +98,14 @@ def test_the_engine_trains_the_policy_training_phase_under_fsdp2(engine):
     assert fp8 == planned and len(fp8) == 14  # q/k/v/o, gate/up/down in each of 2 layers
 
 
-def test_weights_for_sglang_are_the_fsdp_forwards_fp8_bytes(engine):
+def _forward_fp8_bytes(engine):
+    """Q(W) of every Fp8Linear as the FSDP forward computes it (inside the forward: the unsharded bf16 weight)."""
     from precision_engine.numerics.linear import Fp8Linear
 
     seen = {}
 
     def record(module, args, name):
-        q = module.quantized_weight()  # inside the FSDP forward: the unsharded bf16 parameter
+        q = module.quantized_weight()
         seen[name] = (module.weight.dtype, q.data.clone(), q.scale.clone())
 
     hooks = [m.register_forward_pre_hook(lambda mod, args, n=name: record(mod, args, n))
@@ -115,6 +116,10 @@ def test_weights_for_sglang_are_the_fsdp_forwards_fp8_bytes(engine):
     finally:
         for hook in hooks:
             hook.remove()
+    return seen
+
+
+def _assert_sent_bytes_equal(engine, seen):
     params, peft = engine.get_per_tensor_param()
     sent = dict(params)
     assert peft is None and len(seen) == 14
@@ -124,8 +129,26 @@ def test_weights_for_sglang_are_the_fsdp_forwards_fp8_bytes(engine):
         assert weight.dtype == torch.float8_e4m3fn and weight_scale_inv.dtype == torch.float32
         assert torch.equal(weight.view(torch.uint8), data.view(torch.uint8)), name
         assert torch.equal(weight_scale_inv.view(torch.int32), scale.view(torch.int32)), name
+    return sent
+
+
+def test_weights_for_sglang_are_the_fsdp_forwards_fp8_bytes(engine):
+    sent = _assert_sent_bytes_equal(engine, _forward_fp8_bytes(engine))
     assert sent["model.embed_tokens.weight"].dtype == torch.bfloat16
     assert not any(key.endswith("weight_scale_inv") and key.removesuffix("_scale_inv") not in sent for key in sent)
+
+
+def test_after_an_optimizer_step_forward_and_sync_use_the_new_bytes(engine):
+    before = _forward_fp8_bytes(engine)
+    for group in engine.optimizer.param_groups:
+        group["lr"] = 0.05  # large enough to move bf16 weights
+    for p in engine.module.parameters():
+        p.grad = torch.full_like(p, 1.0)
+    engine.optimizer_step()
+    after = _forward_fp8_bytes(engine)
+    name = "model.layers.0.self_attn.q_proj"
+    assert not torch.equal(before[name][1].view(torch.uint8), after[name][1].view(torch.uint8))
+    _assert_sent_bytes_equal(engine, after)
 
 
 def test_the_delta_sharded_checkpoint_engine_is_refused_while_the_rollout_runs_fp8(engine):

@@ -33,12 +33,15 @@ def resolve_config(spec: str) -> dict:
     if not spec.strip():  # Path("") is the working directory, and the message would be about it
         raise ModelError(_unknown_spec_message(spec))
     path = Path(spec).expanduser()
-    if path.is_dir():
-        path = path / "config.json"
+    try:
+        if path.is_dir():
+            path = path / "config.json"
+            if not path.is_file():
+                raise ModelError(f"{spec}: a directory without a config.json; pass an HF model directory")
         if not path.is_file():
-            raise ModelError(f"{spec}: a directory without a config.json; pass an HF model directory")
-    if not path.is_file():
-        raise ModelError(_unknown_spec_message(spec))
+            raise ModelError(_unknown_spec_message(spec))
+    except OSError as err:  # ENAMETOOLONG (a name over 255 bytes), EACCES, ELOOP
+        raise ModelError(f"cannot open model {spec[:200]!r}: {err.strerror or err}") from None
     try:
         config = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

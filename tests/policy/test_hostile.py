@@ -165,6 +165,15 @@ def test_policy_argument_too_long_for_the_file_system_is_a_usage_error(verb):
     assert len(result.output.splitlines()) == 1
 
 
+@pytest.mark.parametrize("verb", ["validate", "plan"])
+def test_model_argument_too_long_for_the_file_system_is_a_usage_error(verb):
+    pytest.importorskip("torch")
+    result = runner.invoke(app, [verb, "bf16_baseline", "--model", "m" * 300])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: cannot open model 'mmm") and "File name too long" in result.output
+    assert len(result.output.splitlines()) == 1
+
+
 # --- extends: shipped names and files beside the policy only; capped reads; nothing else quoted -------------
 
 @pytest.mark.parametrize("ref,problem", [

@@ -100,6 +100,14 @@ class DecoderConfig:
             hf=dict(config),
         )
 
+    # The two accessors of transformers' configs that the pipeline and the KV calibrator read.
+    @property
+    def num_hidden_layers(self) -> int:
+        return self.num_layers
+
+    def get_text_config(self, decoder: bool = True) -> DecoderConfig:
+        return self
+
 
 class RMSNorm(nn.Module):
     def __init__(self, size: int, eps: float) -> None:

@@ -106,6 +106,8 @@ def calibrate_kv_scales(
 
     Call it on the rollout-phase model: the k/v it sees are the ones the rollout cache will store.
     """
+    if hasattr(model, "kv_amax"):  # models.decoder.Decoder records its own amax (it has no transformers Cache)
+        return KVScales.from_amax(*model.kv_amax(input_ids, attention_mask), mode)
     num_layers = model.config.get_text_config(decoder=True).num_hidden_layers
     token_mask = attention_mask.bool() if attention_mask is not None else None
     recorder = Cache(layers=[_AmaxLayer(token_mask) for _ in range(num_layers)])

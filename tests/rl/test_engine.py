@@ -101,3 +101,16 @@ def test_engine_refuses_bad_requests(model):
         engine.generate(PROMPTS, max_new_tokens=4, top_p=0)
     with pytest.raises(UsageError):
         engine.generate(PROMPTS, max_new_tokens=4, stop_sequences=[[]])
+
+
+def test_pipeline_prepares_the_decoder_for_the_engine():
+    """`pipeline.prepare(..., loader=load_decoder)`: our decoder, rewritten and with calibrated FP8 KV scales."""
+    from precision_engine.models.decoder import load_decoder
+    from precision_engine.numerics.linear import Fp8Linear
+    from precision_engine.pipeline import prepare
+
+    ready = prepare("jetrl_unified_kv", "tiny-llama", phase="rollout", loader=load_decoder)
+    assert isinstance(ready.model, Decoder) and isinstance(ready.model.model.layers[1].self_attn.q_proj, Fp8Linear)
+    assert ready.kv_scales is not None and (ready.kv_scales.k != 1).all()
+    rollout = Engine(ready.model, kv_scales=ready.kv_scales).generate(PROMPTS, max_new_tokens=4)
+    assert (rollout.response_lengths == 4).all()

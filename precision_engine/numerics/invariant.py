@@ -118,11 +118,11 @@ def log_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
             return triton.log_softmax(logits, temperature)
     lead, vocab = logits.shape[:-1], logits.shape[-1]
     x = logits.float().reshape(-1, vocab).contiguous() / temperature
-    chunks = -(-vocab // VOCAB_CHUNK)
-    padded = F.pad(x, (0, chunks * VOCAB_CHUNK - vocab), value=-math.inf).view(-1, chunks, VOCAB_CHUNK)
+    rows, chunks = x.shape[0], -(-vocab // VOCAB_CHUNK)
+    padded = F.pad(x, (0, chunks * VOCAB_CHUNK - vocab), value=-math.inf).view(rows, chunks, VOCAB_CHUNK)
     shifted = padded - padded.amax(dim=(1, 2), keepdim=True)
     lse = torch.log(torch.exp(shifted).sum(-1).sum(-1))  # within chunks, then across: fixed lengths both
-    return (shifted.reshape(-1, chunks * VOCAB_CHUNK)[:, :vocab] - lse[:, None]).reshape(*lead, vocab)
+    return (shifted.view(rows, chunks * VOCAB_CHUNK)[:, :vocab] - lse[:, None]).reshape(*lead, vocab)
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:

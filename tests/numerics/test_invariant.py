@@ -72,6 +72,7 @@ def test_log_softmax_accuracy_and_row_invariance(vocab, temperature):
     assert float((full.double() - ref).abs().max()) < 1e-5
     for m in (1, 3, 8, 29):
         assert torch.equal(invariant.log_softmax(logits[:m], temperature), full[:m])
+    assert invariant.log_softmax(logits[:0], temperature).shape == (0, vocab)
     stacked = logits.view(29, 1, vocab).expand(29, 3, vocab).reshape(87, vocab)  # repeated rows, other offsets
     assert torch.equal(invariant.log_softmax(stacked, temperature).view(29, 3, vocab)[:, 2], full)
 

@@ -15,8 +15,8 @@ tests/numerics/test_invariant.py, on this build of torch):
   exp, rsqrt, log whose vectorised and scalar-tail paths agree); `F.silu` is not (its tail differs), which is
   why the decoder writes silu as x / (1 + exp(-x)).
 - Reductions run along a contiguous last dim of a length fixed by the op, never by the batch: rms_norm over H,
-  attention over KV_BLOCK-wide blocks, log_softmax over vocab chunks of VOCAB_CHUNK (so no single long row is
-  ever split across threads, which ATen does for a lone large reduction).
+  attention over KV_BLOCK-wide blocks, log_softmax over vocab chunks of at most VOCAB_CHUNK (so no single long
+  row is ever split across threads, which ATen does for a lone large reduction).
 """
 
 from __future__ import annotations
@@ -118,11 +118,12 @@ def log_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
             return triton.log_softmax(logits, temperature)
     lead, vocab = logits.shape[:-1], logits.shape[-1]
     x = logits.float().reshape(-1, vocab).contiguous() / temperature
-    rows, chunks = x.shape[0], -(-vocab // VOCAB_CHUNK)
-    padded = F.pad(x, (0, chunks * VOCAB_CHUNK - vocab), value=-math.inf).view(rows, chunks, VOCAB_CHUNK)
+    chunk = min(vocab, VOCAB_CHUNK)  # a function of the vocabulary only, as the padding is
+    rows, chunks = x.shape[0], -(-vocab // chunk)
+    padded = F.pad(x, (0, chunks * chunk - vocab), value=-math.inf).view(rows, chunks, chunk)
     shifted = padded - padded.amax(dim=(1, 2), keepdim=True)
     lse = torch.log(torch.exp(shifted).sum(-1).sum(-1))  # within chunks, then across: fixed lengths both
-    return (shifted.view(rows, chunks * VOCAB_CHUNK)[:, :vocab] - lse[:, None]).reshape(*lead, vocab)
+    return (shifted.view(rows, chunks * chunk)[:, :vocab] - lse[:, None]).reshape(*lead, vocab)
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:

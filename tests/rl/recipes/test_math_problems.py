@@ -62,7 +62,7 @@ def test_word_problems_read_as_sentences():
     words = [p for p in MathRecipe(seed=0, train_size=2_000, mix={"word": 1}).train]
     assert all(p.kind == "word" and p.prompt.endswith("? Answer: ") for p in words)
     tom = [p for p in words if "buys" in p.prompt][0]
-    numbers = [int(w) for w in tom.prompt.split() if w.isdigit()]
+    numbers = [int(w.strip(",.;")) for w in tom.prompt.split() if w.strip(",.;").isdigit()]
     assert int(tom.answer) == sum(numbers)
 
 

@@ -22,7 +22,7 @@ from precision_engine.errors import UsageError
 from precision_engine.policy.diagnostics import did_you_mean
 
 # Bump when a template or a distribution changes: it is part of `MathRecipe.config`, which callers hash.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 KINDS = ("add", "sub", "mul", "word")
 DEFAULT_MIX = {"add": 0.7, "sub": 0.1, "mul": 0.1, "word": 0.1}
@@ -79,13 +79,15 @@ def _mul(rng: random.Random) -> Problem:
 _NAMES = ("Tom", "Ann", "Sam", "Mia", "Ben", "Lily", "Max", "Zoe", "Leo", "Eva")
 _ITEMS = ("apples", "pears", "books", "coins", "cards", "marbles", "stickers", "pencils", "shells", "stamps")
 # (template, sign): the question needs a + b or a - b.
+# Terse on purpose: every rollout batch pads to its longest prompt, so a long word problem would multiply the
+# CPU cost of a whole GRPO step (a ~90-character template made rows 4x longer than the sums they sit with).
 _WORD_TEMPLATES = (
-    ("{name} has {a} {items} and buys {b} more. How many {items} does {name} have?", +1),
-    ("{name} had {a} {items} and found {b} more. How many {items} does {name} have now?", +1),
-    ("There are {a} {items} in a box. {name} puts in {b} more. How many {items} are in the box?", +1),
-    ("{name} has {a} {items} and gives away {b}. How many {items} does {name} have left?", -1),
-    ("{name} had {a} {items} and lost {b}. How many {items} does {name} have now?", -1),
-    ("There are {a} {items} in a box. {name} takes out {b}. How many {items} are in the box?", -1),
+    ("{name} has {a} {items}, buys {b}. {Items}?", +1),
+    ("{name} had {a} {items}, found {b}. {Items}?", +1),
+    ("A box has {a} {items}; {name} adds {b}. {Items}?", +1),
+    ("{name} has {a} {items}, gives {b} away. {Items}?", -1),
+    ("{name} had {a} {items}, lost {b}. {Items}?", -1),
+    ("A box has {a} {items}; {name} takes {b}. {Items}?", -1),
 )
 WORD_ANSWER_CUE = " Answer: "
 
@@ -95,7 +97,8 @@ def _word(rng: random.Random) -> Problem:
     a, b = rng.randint(2, 99), rng.randint(1, 99)
     if sign < 0:
         a, b = max(a, b), min(a, b)
-    question = template.format(name=rng.choice(_NAMES), items=rng.choice(_ITEMS), a=a, b=b)
+    items = rng.choice(_ITEMS)
+    question = template.format(name=rng.choice(_NAMES), items=items, Items=items.capitalize(), a=a, b=b)
     value = a + sign * b
     return Problem(prompt=question + WORD_ANSWER_CUE, answer=str(value), target=str(value), kind="word")
 

@@ -1,0 +1,8 @@
+"""The built-in RL backend: a rollout engine whose logprobs are the trainer's, a GRPO trainer with the policy's
+numerics and importance-sampling correction, the math recipe, and run directories you can resume.
+
+Modules, one concern each: `engine` (batched generation over a preallocated KV cache), `kv_cache`, `sampling`,
+`logprobs` (the trainer's teacher-forced logprobs), `correction` (TIS/MIS), `mismatch` (rollout vs training
+metrics), `losses` (GRPO), `warmup` (the recipe model's supervised start), `trainer` (one GRPO step),
+`run` (a whole run: data order, evaluation, checkpoints, resume, ablation), `recipes/`, `runs/`.
+"""

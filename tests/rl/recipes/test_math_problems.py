@@ -9,6 +9,7 @@ import pytest
 
 from precision_engine.errors import UsageError
 from precision_engine.rl.recipes.math import DEFAULT_MIX, KINDS, MathRecipe, Problem, extract_answer, format_prompt
+from precision_engine.rl.recipes.math.problems import GENERATOR_VERSION
 
 
 def _prompts(problems):
@@ -89,5 +90,5 @@ def test_a_mix_that_runs_out_of_distinct_problems_says_so():
 
 def test_config_names_what_determines_the_problems():
     recipe = MathRecipe(seed=5, train_size=10, heldout_size=10, validation_size=0)
-    assert recipe.config == {"recipe": "math", "generator": 1, "seed": 5, "mix": recipe.mix, "train_size": 10,
+    assert recipe.config == {"recipe": "math", "generator": GENERATOR_VERSION, "seed": 5, "mix": recipe.mix, "train_size": 10,
                              "heldout_size": 10, "validation_size": 0}

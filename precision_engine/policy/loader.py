@@ -107,8 +107,17 @@ def check_policy(source: str | Path, overrides: Sequence[str] = ()) -> CheckResu
             diagnostics += built_problems
             if any(d.is_error for d in built_problems):
                 policy = None
-    unique = sorted(dict.fromkeys(diagnostics), key=Diagnostic.sort_key)
-    return CheckResult(display_name(path), policy, tuple(unique))
+    name = display_name(path)
+    unique = sorted(dict.fromkeys(_in_context(d, name) for d in diagnostics), key=Diagnostic.sort_key)
+    return CheckResult(name, policy, tuple(unique))
+
+
+def _in_context(diagnostic: Diagnostic, name: str) -> Diagnostic:
+    """A problem located in a base (a rule there names a format this file removed) also names this file,
+    unless its message does already (an extends chain)."""
+    if diagnostic.file in (None, name) or diagnostic.file.startswith("--set") or name in diagnostic.message:
+        return diagnostic
+    return replace(diagnostic, message=f"{diagnostic.message} (in a base of {name})")
 
 
 def _named_by_file(diagnostic: Diagnostic, stem: str) -> Diagnostic:

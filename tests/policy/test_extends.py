@@ -118,7 +118,7 @@ def test_extends_stops_at_the_file_limit(refs, tmp_policy):
         tmp_policy(f"p{i}.yaml", f"extends: {refs.format(next=i + 1)}\n")
     last = tmp_policy(f"p{depth}.yaml", "name: last\nextends: bf16_baseline\n")
     (diagnostic,) = check_policy(last.parent / "p0.yaml").diagnostics
-    assert diagnostic.message == f"extends pulls in more than {MAX_EXTENDS_FILES} files"
+    assert diagnostic.message.startswith(f"extends pulls in more than {MAX_EXTENDS_FILES} files (in a base of ")
 
 
 def test_name_and_description_are_not_inherited(tmp_policy):

@@ -246,7 +246,7 @@ class Decoder(nn.Module):
 
         `attention_mask` [B, L] marks each row's tokens, one contiguous run (left, right or no padding).
         """
-        return self._full(input_ids, attention_mask)[0]
+        return self._full(input_ids, attention_mask)
 
     def forward_cached(
         self,
@@ -289,7 +289,8 @@ class Decoder(nn.Module):
 
     # ------------------------------------------------------------------------------------------ internals
 
-    def _full(self, input_ids, attention_mask, *, record=None):
+    def _full(self, input_ids, attention_mask, *, record=None) -> torch.Tensor:
+        """`forward`, optionally appending each layer's (k amax, v amax) to `record`."""
         b, length = input_ids.shape
         device = input_ids.device
         mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
@@ -316,7 +317,7 @@ class Decoder(nn.Module):
         if shifted:
             back = (cols - start[:, None]).clamp(min=0)
             logits = logits.gather(1, back[:, :, None].expand(b, length, logits.shape[-1]))
-        return torch.where(mask[:, :, None], logits, 0).to(logits.dtype), lengths
+        return torch.where(mask[:, :, None], logits, 0).to(logits.dtype)
 
     def _hidden(self, input_ids, positions, attend: Attend, ops: _Ops, *, positions_below: int) -> torch.Tensor:
         """Embeddings through every layer: [B, T, H] before the final norm. Every position is below

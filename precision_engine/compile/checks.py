@@ -17,6 +17,8 @@ from precision_engine.policy.diagnostics import Diagnostic
 from precision_engine.policy.matching import rule_matches
 from precision_engine.policy.model import Policy, Rule
 
+ROLLOUT = "rollout"  # the phase whose weights the rollout engine loads (weight sync, export)
+
 
 def _at(rule: Rule, severity: str, message: str, *, hint: str = "", key: str = "match") -> Diagnostic:
     loc = rule.location
@@ -147,7 +149,7 @@ def _capability_errors(policy: Policy, inventory: ModelInventory) -> list[Diagno
             if planned.linear is None:
                 continue
             found = linear_problems(planned.linear, backward=phase in PHASES_WITH_BACKWARD,
-                                    experts=planned.module.kind is ModuleKind.EXPERTS)
+                                    experts=planned.module.kind is ModuleKind.EXPERTS, exported=phase == ROLLOUT)
             for problem in found:
                 key = "linear" if problem.operand == "module" else f"linear.{problem.operand}"
                 message = f"{problem.message} in the {phase} phase" if problem.operand == "module" else problem.message

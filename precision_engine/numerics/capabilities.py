@@ -43,6 +43,8 @@ class Gemm(str, Enum):
 
 
 FP8 = frozenset({DType.FLOAT8_E4M3, DType.FLOAT8_E5M2})
+# The exchange format's element type (numerics.exchange): what weight sync sends and SGLang's loader reads.
+EXCHANGE_DTYPES = frozenset({DType.FLOAT8_E4M3})
 ALL_GEMMS = frozenset(Gemm)
 
 
@@ -168,11 +170,13 @@ _ROLE_LAYOUT = {
 }
 
 
-def linear_problems(spec: LinearSpec, *, backward: bool, experts: bool = False) -> list[Problem]:
+def linear_problems(spec: LinearSpec, *, backward: bool, experts: bool = False, exported: bool = False
+                    ) -> list[Problem]:
     """Everything that keeps the FP8 GEMMs from running `spec` (empty: it runs).
 
     `backward`: the phase trains, so grad_output / wgrad_operands run too. `experts`: a fused MoE experts
-    module (forward only: there is no grouped FP8 backward yet).
+    module (forward only: there is no grouped FP8 backward yet). `exported`: the weights travel to the rollout
+    engine (the rollout phase: weight sync and `export`), so they must be in the exchange format.
     """
     found: list[Problem] = []
     if not spec.forward_is_fp8:
@@ -186,6 +190,9 @@ def linear_problems(spec: LinearSpec, *, backward: bool, experts: bool = False) 
     if weight.granularity is not Granularity.BLOCK or weight.block != WEIGHT_BLOCK:
         found.append(Problem("weight", f"the FP8 GEMMs take weights in {WEIGHT_BLOCK[0]}x{WEIGHT_BLOCK[1]} blocks, "
                              f"got {weight.describe()}", "use `granularity: block, block: [128, 128]`"))
+    if exported and weight.dtype not in EXCHANGE_DTYPES:
+        found.append(Problem("weight", f"rollout weights travel in the block-FP8 exchange format (float8_e4m3 "
+                             f"128x128, what SGLang loads), got {weight.describe()}", "use `dtype: float8_e4m3`"))
     operands = [("input", spec.input)]
     if backward:
         operands += [("grad_output", spec.grad_output), ("wgrad_operands", spec.wgrad_operands)]

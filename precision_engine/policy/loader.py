@@ -5,8 +5,9 @@ no error is built. Two exceptions avoid cascades of follow-on errors: a file tha
 checked further, and when an `extends` base fails to load, checks that the base could satisfy (missing keys,
 references, meaning) are skipped.
 
-A file named on the command line that does not exist is a usage error (exit 2); a missing `extends` target
-is a problem inside the policy (exit 1).
+A file named on the command line that does not exist, is not a regular file or has a name the file system
+refuses is a usage error (exit 2); a missing or refused `extends` target is a problem inside the policy
+(exit 1). Diagnostics located in a base name the file being checked too.
 """
 
 from __future__ import annotations

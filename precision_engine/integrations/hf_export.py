@@ -29,6 +29,7 @@ from torch import nn
 
 from precision_engine.errors import UnsupportedError, UsageError
 from precision_engine.models.inventory import ModuleKind
+from precision_engine.numerics.capabilities import WEIGHT_BLOCK
 from precision_engine.numerics.formats import DType, Granularity, QuantFormat
 from precision_engine.integrations.sglang_kv_scales import write_sglang_kv_scales
 from precision_engine.numerics.kv_cache import KVScales
@@ -51,7 +52,7 @@ def quantization_config(plan, phase: str = ROLLOUT) -> dict:
     _check_fused_shards(phase_plan)
     gemm_kinds = (ModuleKind.LINEAR, ModuleKind.ROUTER, ModuleKind.EXPERTS)
     ignored = [m.module.name for m in phase_plan.modules if m.module.kind in gemm_kinds and not m.is_fp8]
-    block = list(fp8[0].linear.weight.block) if fp8 else [128, 128]
+    block = list(fp8[0].linear.weight.block) if fp8 else list(WEIGHT_BLOCK)
     return {
         "quant_method": "fp8",
         "activation_scheme": "dynamic",

@@ -1,0 +1,78 @@
+"""The kernel table: AUTO's pick per device, GEMM and M; the cuBLAS guard; explicit kernels refused with the
+requirement; what `linear_problems` refuses; batch invariance per kernel."""
+
+from dataclasses import replace
+
+import pytest
+
+from precision_engine.errors import UnsupportedError
+from precision_engine.numerics.capabilities import (KERNELS, SMALL_M_MAX, DeviceInfo, Gemm, forward_batch_invariant,
+                                                    linear_problems, resolve_kernel)
+from precision_engine.numerics.formats import PRESET_FORMATS as P
+from precision_engine.numerics.formats import DType, Kernel, LinearSpec
+
+CPU = DeviceInfo("cpu")
+HOPPER = DeviceInfo("cuda", capability=(9, 0), cublas_blockwise=True)
+AMPERE = DeviceInfo("cuda", capability=(8, 0), cublas_blockwise=True)
+OLD_TORCH_HOPPER = DeviceInfo("cuda", capability=(9, 0), cublas_blockwise=False)
+JETRL = LinearSpec(weight=P["fp8_block_weight"], input=P["fp8_group_act"], grad_output=P["fp8_group_act"],
+                   wgrad_operands=P["fp8_group_tokens"])
+
+
+def test_every_kernel_has_one_row():
+    assert set(KERNELS) == set(Kernel) - {Kernel.AUTO}
+
+
+@pytest.mark.parametrize("gemm", list(Gemm))
+def test_auto_off_cuda_is_the_exact_reference(gemm):
+    assert resolve_kernel(Kernel.AUTO, device=CPU, m=8192, gemm=gemm) is Kernel.REFERENCE
+
+
+def test_auto_on_hopper():
+    fprop = dict(device=HOPPER, gemm=Gemm.FPROP)
+    assert resolve_kernel(Kernel.AUTO, m=8192, batch_invariant=True, **fprop) is Kernel.TRITON
+    assert resolve_kernel(Kernel.AUTO, m=8192, batch_invariant=False, **fprop) is Kernel.CUBLAS
+    assert resolve_kernel(Kernel.AUTO, m=SMALL_M_MAX, batch_invariant=False, **fprop) is Kernel.TRITON  # decode
+    for gemm in (Gemm.DGRAD, Gemm.WGRAD):  # training only: batch invariance buys nothing there
+        assert resolve_kernel(Kernel.AUTO, device=HOPPER, m=8192, gemm=gemm) is Kernel.CUBLAS
+    e5m2 = frozenset({DType.FLOAT8_E5M2, DType.FLOAT8_E4M3})
+    assert resolve_kernel(Kernel.AUTO, device=HOPPER, m=8192, gemm=Gemm.DGRAD, dtypes=e5m2) is Kernel.TRITON
+
+
+@pytest.mark.parametrize("device", [AMPERE, OLD_TORCH_HOPPER], ids=["sm80", "torch-without-blockwise"])
+def test_cublas_guard_falls_back_under_auto_and_refuses_by_name(device):
+    assert resolve_kernel(Kernel.AUTO, device=device, m=8192, batch_invariant=False) is Kernel.TRITON
+    with pytest.raises(UnsupportedError, match="compute capability 9.0\\+ \\(Hopper\\), torch >= 2.9"):
+        resolve_kernel(Kernel.CUBLAS, device=device, m=8192)
+
+
+def test_explicit_kernels_are_honoured_or_refused_with_the_requirement():
+    assert resolve_kernel(Kernel.TRITON, device=DeviceInfo("cpu", interpreter=True), m=1) is Kernel.TRITON
+    with pytest.raises(UnsupportedError, match="triton needs a CUDA device"):
+        resolve_kernel(Kernel.TRITON, device=CPU, m=1)
+    with pytest.raises(UnsupportedError, match="deep_gemm package"):
+        resolve_kernel(Kernel.DEEP_GEMM, device=HOPPER, m=1)
+    deep = replace(HOPPER, deep_gemm=True)
+    with pytest.raises(UnsupportedError, match="does not run the wgrad GEMM"):
+        resolve_kernel(Kernel.DEEP_GEMM, device=deep, m=1, gemm=Gemm.WGRAD)
+
+
+def test_batch_invariance_per_kernel():
+    assert forward_batch_invariant(Kernel.AUTO, True) and not forward_batch_invariant(Kernel.AUTO, False)
+    assert forward_batch_invariant(Kernel.TRITON, False) and forward_batch_invariant(Kernel.REFERENCE, False)
+    assert not forward_batch_invariant(Kernel.CUBLAS, True) and not forward_batch_invariant(Kernel.DEEP_GEMM, True)
+    assert forward_batch_invariant(None, True) and not forward_batch_invariant(None, False)
+
+
+def test_linear_problems():
+    assert linear_problems(JETRL, backward=True) == []
+    assert linear_problems(replace(JETRL, grad_output=P["fp8_channel"]), backward=False) == []  # rollout: unused
+    [weight] = linear_problems(replace(JETRL, weight=P["fp8_tensor"]), backward=True)
+    assert weight.operand == "weight" and "128x128 blocks" in weight.message
+    [experts] = linear_problems(JETRL, backward=True, experts=True)
+    assert experts.operand == "module" and "rollout phase only" in experts.message
+    assert linear_problems(JETRL, backward=False, experts=True) == []
+    e5m2 = replace(JETRL, weight=replace(P["fp8_block_weight"], dtype=DType.FLOAT8_E5M2))
+    assert linear_problems(e5m2, backward=True) == []
+    assert [p.operand for p in linear_problems(e5m2, backward=False, exported=True)] == ["weight"]
+    assert {p.operand for p in linear_problems(replace(e5m2, kernel=Kernel.CUBLAS), backward=True)} == {"kernel"}

@@ -17,7 +17,7 @@ Severity = Literal["error", "warning"]
 
 MAX_FIELD = 1000  # characters in one message, hint, key path or file name: a screenful, never a file's worth
 MAX_SUGGESTABLE = 64  # names longer than this are never compared: difflib is quadratic in their length
-MAX_CHOICES = 64  # ... and a hint compares against at most this many names
+MAX_CHOICES = 1024  # ... against at most this many (transformers knows ~400 model types; a policy a handful)
 
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = _REPR.maxlong = 60

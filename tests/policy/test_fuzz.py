@@ -5,7 +5,7 @@ Hypothesis mutates the text of precision_engine/policies/*.yaml (values swapped 
 lines deleted, duplicated or inserted, YAML punctuation spliced in, files cut short) and runs `validate` and
 `diff` on each, and `plan` on the ones that load. It runs in a child process whose address space may grow by
 at most MEMORY_MIB past its imports and whose examples each have a deadline, so a regression fails here
-instead of eating the machine. About 35 s on 2 busy cores (torch import, then 200 examples; 500 took 65 s);
+instead of eating the machine. 15-35 s on 2 cores, by load (torch import, then 200 examples; 600 took 50 s);
 PRECISION_FUZZ_EXAMPLES sets the count.
 """
 

@@ -275,7 +275,8 @@ def test_plan_with_a_catastrophic_regex_finishes():
     """`plan` hung for more than 60 s on `re:(.*.*)*X`; now it answers in the time torch takes to import
     (5-12 s on 2 busy cores), run in a child process so that a regression fails instead of hanging CI."""
     pytest.importorskip("torch")
-    policy = VALID.replace('    - match: ["*"]', '    - match: ["re:(.*.*)*X"]\n      compute: fp32\n    - match: ["*"]')
+    first_rule = '    - match: ["re:(.*.*)*X"]\n      compute: fp32\n    - match: ["*"]'
+    policy = VALID.replace('    - match: ["*"]', first_rule)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "catastrophic.yaml"
         path.write_text(policy)

@@ -80,8 +80,7 @@ def attention(
     if q.is_cuda:
         triton = _triton()
         if triton is not None:
-            k, v = _dequantize(k, k_scale, q.dtype), _dequantize(v, v_scale, q.dtype)
-            return triton.attention(q, k, v, q_pos, kv_len, scale=scale)
+            return triton.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale)
     b, hq, tq, d = q.shape
     hkv, s = k.shape[1], k.shape[2]
     group = hq // hkv

@@ -16,6 +16,8 @@ of rows, their order or padding:
   blocks of KV_BLOCK slots from slot 0 upwards with an fp32 online softmax. A row's state only changes through
   its own scores; a block that is fully masked for a row (the tile's other rows needed it) leaves m, l and
   the accumulator exactly as they were (alpha = 1, p = 0), so a query gets the same bits in both modes.
+  The kernel also reads an FP8 KV cache in place, dequantizing each block as it loads it (decode reads one
+  byte per cached element instead of a BF16 copy made per step).
 - `rms_norm`, `log_softmax`: one program per row, a fixed block size and warp count per row length.
 
 Each kernel has a pure-torch twin here (`*_twin`) that spells out the same arithmetic in torch ops; the tests
@@ -41,6 +43,7 @@ from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.triton_gemm import _sm_count, _tile_counters
 
 LOG2E = 1.4426950408889634
+FP8_KV_DTYPE = torch.float8_e4m3fn  # numerics.kv_cache.KV_FP8_DTYPE, the cache attention reads in place
 
 
 # ---------------------------------------------------------------------------------------------------- linear
@@ -450,13 +453,16 @@ ATTN_STAGES = 2
 
 
 @triton.jit(do_not_specialize=["pos_ptr", "len_ptr", "Tq", "S", "stride_pb", "stride_pt"])
-def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq, S, Hkv,
+def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, ks_ptr, vs_ptr, qk_scale, Tq, S, Hkv,
                       stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_ks,
                       stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_ot, stride_pb, stride_pt,
                       G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      INTERPRET: tl.constexpr):
+                      FP8_KV: tl.constexpr, SCALE_PER_HEAD: tl.constexpr, INTERPRET: tl.constexpr):
     """Rows r of one (sequence, kv head): query r // G, query head r % G. Arguments that differ between a decode
-    step and the full forward (Tq, S, the positions' layout) are not specialized on: one binary for both."""
+    step and the full forward (Tq, S, the positions' layout) are not specialized on: one binary for both.
+
+    FP8_KV: k, v are float8_e4m3fn with fp32 dequant multipliers (one, or one per kv head with SCALE_PER_HEAD);
+    each block becomes (x.to(fp32) * scale) rounded to q's dtype as it is loaded: `dequantize_kv`'s bits."""
     # Heaviest causal tiles first (numerics-neutral).
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     b = tl.program_id(1) // Hkv
@@ -473,6 +479,13 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq
     hi = tl.minimum(tl.max(pos, axis=0) + 1, kv_len).to(tl.int32)  # slots any row of the tile may see
     k_base = k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
+    if FP8_KV:
+        if SCALE_PER_HEAD:
+            k_scale = tl.load(ks_ptr + hk)
+            v_scale = tl.load(vs_ptr + hk)
+        else:
+            k_scale = tl.load(ks_ptr)
+            v_scale = tl.load(vs_ptr)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -482,6 +495,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq
         slot_ok = slots < kv_len  # slots past kv_len may hold anything (NaN): never loaded
         k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=slot_ok[:, None],
                     other=0.0)
+        if FP8_KV:
+            k = _round(k.to(tl.float32) * k_scale, q_ptr.dtype.element_ty, INTERPRET)
         s = tl.dot(_mma_operand(q, INTERPRET), _mma_operand(k, INTERPRET).T) * qk_scale  # log2 units
         seen = (slots[None, :] <= pos[:, None]) & slot_ok[None, :]
         s = tl.where(seen, s, float("-inf"))
@@ -492,6 +507,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=slot_ok[:, None],
                     other=0.0)
+        if FP8_KV:
+            v = _round(v.to(tl.float32) * v_scale, q_ptr.dtype.element_ty, INTERPRET)
         acc = acc * alpha[:, None]
         acc = tl.dot(_mma_operand(_round(p, v.dtype, INTERPRET), INTERPRET), _mma_operand(v, INTERPRET), acc)
         m_i = m_new
@@ -501,7 +518,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, qk_scale, Tq
     tl.store(o_ptr + o_offs[:, None] + offs_d[None, :], out, mask=row_ok[:, None])
 
 
-def _check_attention(q, k, v, q_pos, kv_len):
+def _check_attention(q, k, v, q_pos, kv_len, k_scale=None, v_scale=None):
     if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
         raise ValueError(f"attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not fit "
                          "[B, Hq, Tq, D] and [B, Hkv, S, D]")
@@ -511,13 +528,17 @@ def _check_attention(q, k, v, q_pos, kv_len):
     if q_pos.shape != (b, tq) or kv_len.shape != (b,):
         raise ValueError(f"attention: q_pos {tuple(q_pos.shape)} must be [B, Tq] = {(b, tq)}, kv_len "
                          f"{tuple(kv_len.shape)} must be [{b}]")
-    if d < 16 or d & (d - 1) or q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype \
-            or v.dtype != q.dtype:
-        raise UnsupportedError(f"triton attention takes a power-of-two head dim >= 16 and one bf16/fp16 dtype, "
-                               f"got D={d}, {q.dtype}/{k.dtype}/{v.dtype}")
+    fp8 = k.dtype == v.dtype == FP8_KV_DTYPE and k_scale is not None and v_scale is not None
+    if d < 16 or d & (d - 1) or q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != v.dtype \
+            or not (fp8 or k.dtype == q.dtype):
+        raise UnsupportedError(f"triton attention takes a power-of-two head dim >= 16 and one bf16/fp16 dtype "
+                               f"(or float8_e4m3fn k/v with their scales), got D={d}, {q.dtype}/{k.dtype}/{v.dtype}")
+    for scale in (k_scale, v_scale) if fp8 else ():
+        if scale.numel() not in (1, k.shape[1]):
+            raise ValueError(f"attention: a KV scale has {scale.numel()} entries; expected 1 or {k.shape[1]}")
 
 
-def attention_forward(q, k, v, q_pos, kv_len, *, scale: float) -> torch.Tensor:
+def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scale=None) -> torch.Tensor:
     """The kernel launch, no autograd (shapes as in `attention`)."""
     b, hq, tq, d = q.shape
     hkv, s = k.shape[1], k.shape[2]
@@ -528,13 +549,20 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float) -> torch.Tensor:
     out = torch.empty((b, hq, tq, d), dtype=q.dtype, device=q.device)
     if out.numel() == 0:
         return out
+    fp8 = k.dtype == FP8_KV_DTYPE
+    if fp8:
+        k_scale, v_scale = (t.to(device=q.device, dtype=torch.float32).reshape(-1).contiguous()
+                            for t in (k_scale, v_scale))
+    else:
+        k_scale = v_scale = kv_len  # never read
     grid = (triton.cdiv(g * tq, ATTN_BLOCK_M), b * hkv)
     _attention_kernel[grid](
-        q, k, v, out, q_pos, kv_len, scale * LOG2E, tq, s, hkv,
+        q, k, v, out, q_pos, kv_len, k_scale, v_scale, scale * LOG2E, tq, s, hkv,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
         q_pos.stride(0), q_pos.stride(1),
-        G=g, D=d, BLOCK_M=ATTN_BLOCK_M, BLOCK_N=KV_BLOCK, INTERPRET=_interpreting(),
+        G=g, D=d, BLOCK_M=ATTN_BLOCK_M, BLOCK_N=KV_BLOCK, FP8_KV=fp8, SCALE_PER_HEAD=fp8 and k_scale.numel() > 1,
+        INTERPRET=_interpreting(),
         num_warps=ATTN_WARPS, num_stages=ATTN_STAGES,
     )
     return out
@@ -552,10 +580,12 @@ def _cached_slots(k, v, kv_len, g):
     return (torch.where(filled, t, 0).repeat_interleave(g, 1) for t in (k, v))
 
 
-def attention_twin(q, k, v, q_pos, kv_len, *, scale: float) -> torch.Tensor:
+def attention_twin(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scale=None) -> torch.Tensor:
     """The kernel's arithmetic in torch: KV blocks of KV_BLOCK in increasing order, fp32 online softmax in log2
     units, p rounded to v's dtype before the P @ V product, every block of the cache visited (the extra
-    blocks change nothing, which is the property the kernel relies on)."""
+    blocks change nothing, which is the property the kernel relies on). An FP8 k/v is dequantized first."""
+    if k.dtype == FP8_KV_DTYPE:
+        k, v = _dequantized(k, k_scale, q.dtype), _dequantized(v, v_scale, q.dtype)
     b, hq, tq, d = q.shape
     s = k.shape[2]
     kf, vf = (t.float() for t in _cached_slots(k, v, kv_len, hq // k.shape[1]))
@@ -576,6 +606,11 @@ def attention_twin(q, k, v, q_pos, kv_len, *, scale: float) -> torch.Tensor:
         acc = acc * alpha + p.to(v.dtype).float() @ vf[:, :, blk]
         m_i = m_new
     return (acc / torch.where(l_i == 0, 1.0, l_i)).to(q.dtype)
+
+
+def _dequantized(states, scale, dtype):
+    """`numerics.kv_cache.dequantize_kv`: (fp8 -> fp32) * scale ([] or [H]), rounded once to dtype."""
+    return (states.float() * scale.to(device=states.device, dtype=torch.float32).reshape(1, -1, 1, 1)).to(dtype)
 
 
 def attention_reference(q, k, v, q_pos, kv_len, *, scale: float) -> torch.Tensor:
@@ -617,10 +652,16 @@ class _Attention(torch.autograd.Function):
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, kv_len: torch.Tensor, *,
-              scale: float) -> torch.Tensor:
+              scale: float, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention of q[B, Hq, Tq, D] over a position-indexed cache k, v [B, Hkv, S, D] (CONTRACTS.md):
-    query i of sequence b sees slots j <= q_pos[b, i], j < kv_len[b]; q_pos < 0 marks padding (zeros out)."""
-    _check_attention(q, k, v, q_pos, kv_len)
+    query i of sequence b sees slots j <= q_pos[b, i], j < kv_len[b]; q_pos < 0 marks padding (zeros out).
+
+    k, v may be an FP8 cache (float8_e4m3fn) with dequant multipliers k_scale, v_scale of shape [] or [Hkv]:
+    the kernel dequantizes each block as it loads it, with the bits of `numerics.kv_cache.dequantize_kv`, so a
+    decode step reads one byte per cached element and only the blocks it attends to (no autograd: a cache)."""
+    _check_attention(q, k, v, q_pos, kv_len, k_scale, v_scale)
+    if k.dtype == FP8_KV_DTYPE:
+        return attention_forward(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _Attention.apply(q, k, v, q_pos, kv_len, scale)
     return attention_forward(q, k, v, q_pos, kv_len, scale=scale)

@@ -69,6 +69,10 @@ KERNELS: dict[Kernel, KernelRow] = {
         # Exact: each 128-wide K block's FP8 dot product is exact in float64 (see gemm.reference_gemm).
         KernelRow(Kernel.REFERENCE, frozenset({"cpu", "cuda"}), FP8, ALL_GEMMS, batch_invariant=True, auto=True,
                   requires="any device"),
+        # fp32 dequantization and one fp32 matmul: the CPU's fast path for the backward GEMMs, whose rows are never
+        # compared across M; CPU GEMM libraries pick their blocking by M, so it is not batch-invariant.
+        KernelRow(Kernel.EMULATED, frozenset({"cpu", "cuda"}), FP8, ALL_GEMMS, batch_invariant=False, auto=True,
+                  requires="any device"),
         # Fixed K order and a split-K fixed by (N, K). On the CPU only in Triton's interpreter (tests).
         KernelRow(Kernel.TRITON, frozenset({"cuda"}), FP8, ALL_GEMMS, batch_invariant=True, auto=True,
                   requires="a CUDA device (or TRITON_INTERPRET=1)"),
@@ -120,7 +124,7 @@ def resolve_kernel(
     """The kernel a GEMM of `m` rows runs: `requested` if the device can run it (else UnsupportedError with
     the reason), or AUTO's pick.
 
-    AUTO: off CUDA the exact reference. On CUDA the forward takes Triton when `batch_invariant` (rollout and
+    AUTO: off CUDA the exact reference for the forward and the fp32 emulation for the backward GEMMs. On CUDA the forward takes Triton when `batch_invariant` (rollout and
     trainer logprobs must agree bitwise) or at decode sizes (m <= SMALL_M_MAX); otherwise cuBLAS where the GPU
     has blockwise scaling. Backward GEMMs (dgrad, wgrad) run only in training, where no two calls compare a
     row's bits at different M, so batch invariance buys nothing there and AUTO takes cuBLAS when it can.
@@ -134,7 +138,7 @@ def resolve_kernel(
                                     f"{'/'.join(sorted(d.value for d in dtypes))} operands; use kernel: auto")
         return requested
     if device.type != "cuda":  # Triton's interpreter runs only what is asked of it by name (tests)
-        return Kernel.REFERENCE
+        return Kernel.REFERENCE if gemm is Gemm.FPROP else Kernel.EMULATED
     wants_invariance = gemm is Gemm.FPROP and (batch_invariant or m <= SMALL_M_MAX)
     if not wants_invariance and device.runs(Kernel.CUBLAS) and dtypes <= KERNELS[Kernel.CUBLAS].dtypes:
         return Kernel.CUBLAS

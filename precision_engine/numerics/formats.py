@@ -69,7 +69,8 @@ class Kernel(str, Enum):
     CUBLAS = "cublas"  # torch._scaled_mm, blockwise scales on Hopper
     TRITON = "triton"
     DEEP_GEMM = "deep_gemm"
-    REFERENCE = "reference"  # dequantize and matmul in fp32: exact, slow, runs anywhere
+    REFERENCE = "reference"  # exact per 128-wide K block in float64: batch-invariant, slow, runs anywhere
+    EMULATED = "emulated"  # dequantize to fp32 and one fp32 matmul: fast off CUDA, not batch-invariant
 
 
 @dataclass(frozen=True)

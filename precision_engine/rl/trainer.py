@@ -81,7 +81,7 @@ class GRPOTrainer:
             apply(plan, self.reference, TRAIN)
         # The training forward rounds k/v through the FP8 cache format only when the phases are unified: then the
         # trainer must see the keys the rollout attended to (jetrl_unified_kv). Otherwise training is BF16 attention.
-        self._train_sees_fp8_kv = policy.kv_cache.is_fp8 and plan.all_identical()
+        self._train_sees_fp8_kv = policy.kv_cache.is_fp8 and plan.all_identical
         self._calibration = (calibration_ids, calibration_mask)
         self.kv_scales: KVScales | None = None
         if policy.kv_cache.is_fp8:

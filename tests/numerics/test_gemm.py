@@ -177,3 +177,19 @@ def test_refuses_unsupported_layouts():
         fp8_gemm(xq, Quantized(wq.data, wq.scale, PRESET_FORMATS["fp8_tensor"]))
     with pytest.raises(UnsupportedError, match="kernel cublas needs a CUDA GPU of compute capability 9.0"):
         fp8_gemm(xq, wq, kernel=Kernel.CUBLAS)
+
+
+@pytest.mark.parametrize("m,n,k", [(13, 256, 384), (67, 128, 200)])
+def test_emulated_gemm_is_the_reference_within_fp32_rounding(m, n, k):
+    """The CPU backward's kernel: fp32 dequantization and one matmul, against the exact float64 reference."""
+    from precision_engine.numerics.gemm import emulated_gemm
+    from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
+
+    generator = torch.Generator().manual_seed(m * n + k)
+    x = torch.randn(m, k, generator=generator) * 3
+    w = torch.randn(n, k, generator=generator)
+    a = quantize_rows_1xG(x, PRESET_FORMATS["fp8_group_act"])
+    b = quantize_blocks(w, PRESET_FORMATS["fp8_block_weight"])
+    exact = reference_gemm(a, b, out_dtype=torch.float64)
+    emulated = emulated_gemm(a, b, out_dtype=torch.float32).double()
+    assert torch.linalg.norm(emulated - exact) / torch.linalg.norm(exact) < 1e-6

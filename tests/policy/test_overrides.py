@@ -51,12 +51,12 @@ def test_diagnostics_point_at_the_flag_or_at_the_file(monkeypatch):
         ("--set formats.a8.granularity=block", None, "formats.a8.granularity"),
         ("--set kernel=cuda", None, "kernel"),
         (file, 18, "formats.a8.group"),  # still the file's `group: 128`, now contradicting the flag
-        (file, 26, "rules.unified[1].linear.input"),
-        (file, 26, "rules.unified[1].linear.grad_output"),
+        (file, 28, "rules.unified[1].linear.input"),
+        (file, 28, "rules.unified[1].linear.grad_output"),
     ]
     assert str(result.diagnostics[1]) == ("--set kernel=cuda: error: kernel: unknown value 'cuda'; expected one "
-                                         "of: auto, cublas, triton, deep_gemm, reference (hint: did you mean "
-                                         "'cublas'?)")
+                                         "of: auto, cublas, triton, deep_gemm, reference, emulated (hint: did you "
+                                         "mean 'cublas'?)")
 
 
 def test_keys_created_by_a_flag_are_located_at_the_flag():

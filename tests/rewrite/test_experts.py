@@ -19,13 +19,13 @@ LOGITS_SQNR_FLOOR_DB = 18.0
 
 
 def with_fp8_experts(policy_name: str):
-    """The shipped policy plus a rule that quantizes fused experts wherever its phases quantize linears."""
+    """The shipped policy plus a first rule that quantizes fused experts wherever its phases quantize linears."""
     policy = load_policy(policy_name)
     rule_sets = {}
     for name, rules in policy.rule_sets.items():
         linear = next((r.linear for r in rules if r.linear is not None), None)
         extra = (Rule(match=("re:.*mlp\\.experts",), linear=linear, label=f"{name}[x]"),) if linear else ()
-        rule_sets[name] = (*rules, *extra)
+        rule_sets[name] = (*extra, *rules)
     return compile_plan(replace(policy, rule_sets=rule_sets), load_inventory("tiny-qwen3-moe"))
 
 

@@ -1,0 +1,247 @@
+"""A whole built-in RL run: `precision run --policy P --recipe math` and `precision ablate`.
+
+    data      the recipe's problems (or the user's files), visited in a seeded order, one permutation per epoch
+    model     the recipe's warmed-up model (cached) or the user's HF directory, through `pipeline.prepare` with
+              our decoder as loader, parameters in the policy's master dtype, compute in the plan's dtype
+    steps     GRPOTrainer.step on `prompts_per_step` problems; sampling seed derived from (run seed, step)
+    evaluate  greedy held-out accuracy at step 0, every `eval_every` steps and at the end, in rollout numerics
+    record    one metrics row per step (appended before that step's checkpoint), a checkpoint every
+              `checkpoint_every` steps and at the end, the report at the end
+
+Resume is exact: the model, optimizer, FP8 KV scales and data position come from the last checkpoint, and every
+random draw after it is a function of (seed, step), so a resumed run logs the same rows and ends with the same
+weights as one that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from precision_engine.compile.render import plan_to_dict
+from precision_engine.errors import UsageError
+from precision_engine.models.decoder import load_decoder
+from precision_engine.numerics.kv_cache import KVScales
+from precision_engine.pipeline import prepare
+from precision_engine.policy.model import Policy
+from precision_engine.rl.evaluate import greedy_accuracy
+from precision_engine.rl.recipes.math import MathRecipe, load_problems, load_tokenizer, reward
+from precision_engine.rl.runs import RunDir, resume_run, save_checkpoint, write_ablation, write_report
+from precision_engine.rl.trainer import GRPOConfig, GRPOTrainer
+from precision_engine.rl.warmup import WarmupConfig, warmed_up_model
+
+RECIPES = ("math",)
+StepCallback = Callable[[int, dict], None]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run depends on besides the policy (recorded in run.json; ablations share one)."""
+
+    recipe: str = "math"
+    seed: int = 0
+    steps: int = 120
+    eval_every: int = 20
+    checkpoint_every: int = 20
+    train_size: int = 20_000
+    heldout_size: int = 1_000
+    model: str | None = None  # a local HF directory; None: the recipe's own warmed-up model
+    train_data: str | None = None  # GSM8K-style JSONL/parquet or verl parquet; None: generated problems
+    heldout_data: str | None = None
+    device: str = "cpu"
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+
+    def __post_init__(self) -> None:
+        if self.recipe not in RECIPES:
+            raise UsageError(f"unknown recipe {self.recipe!r}; available: {', '.join(RECIPES)}")
+        for name in ("steps", "eval_every", "checkpoint_every", "heldout_size"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def run(
+    policy: Policy,
+    config: RunConfig,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    on_step: StepCallback = lambda step, row: None,
+    log: Callable[[str], None] = lambda _: None,
+) -> RunDir:
+    """Train `policy` per `config` in run directory `out` (continue it with `resume`); returns the run."""
+    recipe = MathRecipe(seed=config.seed, train_size=config.train_size, heldout_size=config.heldout_size)
+    train, heldout = _problems(recipe, config)
+    model_dir = config.model or str(warmed_up_model(recipe, seed=config.seed, config=config.warmup, log=log))
+    tokenizer = load_tokenizer(model_dir)
+    calibration = [tokenizer.encode_prompt(p) + tokenizer.encode(p.target) for p in train[:64]]
+    ready = prepare(
+        policy, model_dir, phase="rollout", device=config.device, dtype=policy.master_weights.value,
+        seed=config.seed, loader=partial(load_decoder, batch_invariant=policy.numerics.batch_invariant),
+        calibration_ids=calibration[: policy.kv_cache.calibration_sequences],
+    )
+    model, plan = ready.model, ready.plan
+    model.compute_dtype = _compute_dtype(plan)
+    ids, mask = _padded(calibration[: policy.kv_cache.calibration_sequences], tokenizer.pad_id, config.device)
+    trainer = GRPOTrainer(model, plan, policy, tokenizer, reward, config.grpo, calibration_ids=ids,
+                          calibration_mask=mask)
+    order = DataOrder(len(train), config.seed)
+
+    settings = {**asdict(config), "model": model_dir, "policy": policy.name}
+    if resume:
+        run_dir = RunDir.open(out)
+        checkpoint = resume_run(run_dir, model=model, optimizer=trainer.optimizer)
+        start = 1 if checkpoint is None else checkpoint.step + 1
+        if checkpoint is not None:
+            order = DataOrder.from_state(checkpoint.data_state, len(train), config.seed)
+            trainer.kv_scales = _scales_from_state(checkpoint.trainer_state.get("kv_scales"), config.device)
+        log(f"resuming {run_dir.path} at step {start}")
+    else:
+        run_dir = RunDir.create(out, policy=policy, plan=plan_to_dict(plan, tuple(plan.phases)), config=settings)
+        start = 1
+
+    evaluate = partial(_evaluate, trainer, heldout, tokenizer, config.grpo.max_new_tokens)
+    with run_dir.metrics() as metrics:
+        if start == 1 and metrics.last_step is None:
+            row = {"step": 0, "heldout/accuracy": evaluate()}
+            metrics.append(row)
+            on_step(0, row)
+        for step in range(start, config.steps + 1):
+            problems = [train[i] for i in order.take(config.grpo.prompts_per_step)]
+            row = {"step": step, **trainer.step(problems, seed=_step_seed(config.seed, step))}
+            if step % config.eval_every == 0 or step == config.steps:
+                row["heldout/accuracy"] = evaluate()
+            metrics.append(row)
+            on_step(step, row)
+            if step % config.checkpoint_every == 0 or step == config.steps:
+                save_checkpoint(
+                    run_dir, step, model=model, optimizer=trainer.optimizer, data_state=order.state(),
+                    trainer_state={"kv_scales": _scales_to_state(trainer.kv_scales)},
+                )
+    write_report(run_dir)
+    return run_dir
+
+
+def ablate(
+    policies: Sequence[Policy], config: RunConfig, out: str | Path, *,
+    on_step: Callable[[str, int, dict], None] = lambda name, step, row: None,
+    log: Callable[[str], None] = lambda _: None,
+) -> list[Path]:
+    """Run each policy with the same seed, data and model into `out/<policy>/`, then write the comparison.
+    A policy whose run directory already holds a finished run is not run again."""
+    names = [p.name for p in policies]
+    if len(set(names)) != len(names):
+        raise UsageError(f"ablate: policies must have distinct names, got {', '.join(names)}")
+    out = Path(out)
+    runs = []
+    for policy in policies:
+        target = out / policy.name
+        if _finished(target, config.steps):
+            log(f"{policy.name}: finished run found in {target}, not run again")
+        else:
+            resume = (target / "run.json").is_file()
+            run(policy, config, target, resume=resume, on_step=partial(on_step, policy.name), log=log)
+        runs.append(target)
+    return write_ablation(runs, out)
+
+
+class DataOrder:
+    """Indices of the training problems in a seeded order: a fresh permutation per epoch, so every problem
+    is visited once per epoch. `state()` / `from_state` carry the position through checkpoints."""
+
+    def __init__(self, size: int, seed: int, epoch: int = 0, index: int = 0) -> None:
+        self.size, self.seed, self.epoch, self.index = size, seed, epoch, index
+        self._permutation = self._shuffled(epoch)
+
+    @classmethod
+    def from_state(cls, state: dict, size: int, seed: int) -> DataOrder:
+        return cls(size, seed, epoch=int(state["epoch"]), index=int(state["index"]))
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def take(self, count: int) -> list[int]:
+        picked = []
+        while len(picked) < count:
+            if self.index == self.size:
+                self.epoch, self.index = self.epoch + 1, 0
+                self._permutation = self._shuffled(self.epoch)
+            picked.append(self._permutation[self.index])
+            self.index += 1
+        return picked
+
+    def _shuffled(self, epoch: int) -> list[int]:
+        permutation = list(range(self.size))
+        random.Random(f"data:{self.seed}:{epoch}").shuffle(permutation)
+        return permutation
+
+
+def _problems(recipe: MathRecipe, config: RunConfig):
+    """(train, held-out): the user's files where given, else the recipe's generated splits."""
+    train = load_problems(config.train_data) if config.train_data else recipe.train
+    if config.heldout_data:
+        heldout = load_problems(config.heldout_data)
+    elif config.train_data:
+        heldout, train = train[: config.heldout_size], train[config.heldout_size :]
+    else:
+        heldout = recipe.heldout
+    if not train or not heldout:
+        raise UsageError("the run needs at least one training and one held-out problem")
+    return train, heldout[: config.heldout_size]
+
+
+def _evaluate(trainer: GRPOTrainer, heldout, tokenizer, max_new_tokens: int) -> float:
+    return greedy_accuracy(trainer.rollout_model(), heldout, tokenizer, reward, max_new_tokens=max_new_tokens,
+                           kv_scales=trainer.kv_scales)
+
+
+def _compute_dtype(plan) -> torch.dtype:
+    """The activations' dtype of the modules the plan keeps unquantized (bf16 in every shipped policy)."""
+    from precision_engine.numerics.quantize import COMPUTE_TORCH_DTYPE
+
+    dtypes = {m.compute for phase in plan.phases.values() for m in phase.modules if not m.is_fp8}
+    if len(dtypes) != 1:
+        raise UsageError(f"the built-in backend computes in one dtype; the plan mixes {sorted(d.value for d in dtypes)}")
+    return COMPUTE_TORCH_DTYPE[dtypes.pop()]
+
+
+def _padded(rows: list[list[int]], pad: int, device: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    if not rows:
+        return None, None
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), True
+    return ids.to(device), mask.to(device)
+
+
+def _step_seed(seed: int, step: int) -> int:
+    """The sampler's seed of one step: a function of (run seed, step) only, so resume repeats it exactly."""
+    return (seed * 1_000_003 + step) % (2**63)
+
+
+def _scales_to_state(scales: KVScales | None) -> dict | None:
+    return None if scales is None else {"k": scales.k.tolist(), "v": scales.v.tolist()}
+
+
+def _scales_from_state(state: dict | None, device: str) -> KVScales | None:
+    if state is None:
+        return None
+    return KVScales(*(torch.tensor(state[kv], dtype=torch.float32, device=device) for kv in ("k", "v")))
+
+
+def _finished(target: Path, steps: int) -> bool:
+    if not (target / "run.json").is_file():
+        return False
+    with RunDir.open(target).metrics() as metrics:
+        return metrics.last_step == steps
+
+
+__all__ = ["RECIPES", "DataOrder", "RunConfig", "ablate", "run"]

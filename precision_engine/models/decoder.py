@@ -388,14 +388,23 @@ class _Ops:
         return invariant.silu(x) if self.invariant else F.silu(x)
 
     def attention(self, q, k, v, q_pos, kv_len, scale, k_scale, v_scale) -> torch.Tensor:
-        if self.invariant:
+        if self.invariant or (k_scale is not None and q.is_cuda):
+            # An FP8 cache on the GPU takes the Triton kernel in fast mode too: SDPA reads no FP8, and a BF16
+            # copy of the cache per step would cost more than the FP8 cache saves.
             return invariant.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale)
         if k_scale is not None:
             k, v = dequantize_kv(k, k_scale, q.dtype), dequantize_kv(v, v_scale, q.dtype)
-        slot = torch.arange(k.shape[2], device=q.device)
+        b, hq, t, d = q.shape
+        hkv, s = k.shape[1], k.shape[2]
+        group = hq // hkv
+        slot = torch.arange(s, device=q.device)
         visible = (slot <= q_pos[:, :, None]) & (slot < kv_len[:, None, None])
         visible = visible | ((q_pos[:, :, None] < 0) & (slot == 0))  # padding queries: any finite output
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible[:, None], scale=scale, enable_gqa=True)
+        # GQA as G * T queries per kv head (rows g * T + t), k and v read once: SDPA's enable_gqa with a mask
+        # falls back to the math kernel on CUDA, which repeats the cache G times.
+        mask = visible[:, None, None].expand(b, 1, group, t, s).reshape(b, 1, group * t, s)
+        out = F.scaled_dot_product_attention(q.reshape(b, hkv, group * t, d), k, v, attn_mask=mask, scale=scale)
+        return out.reshape(b, hq, t, d)
 
 
 class _RoundKV(torch.autograd.Function):
@@ -423,7 +432,13 @@ def _masked_amax(states: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 
 def _rope_parameters(c: DecoderConfig) -> tuple[torch.Tensor, float]:
-    """inv_freq and the cos/sin scale, from transformers' own RoPE initialisers (default, llama3, yarn, ...)."""
+    """inv_freq and the cos/sin scale, from transformers' own RoPE initialisers (default, llama3, yarn, ...).
+    Computed on the CPU even under a `torch.device("meta")` context (a decoder built on meta, then filled)."""
+    with torch.device("cpu"):
+        return _rope_parameters_cpu(c)
+
+
+def _rope_parameters_cpu(c: DecoderConfig) -> tuple[torch.Tensor, float]:
     from transformers import AutoConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 

@@ -11,10 +11,18 @@ the logprob the rollout numerics gave it while sampling (`sampling.sample`), 0 e
 
 How a step runs: every row decodes every step until all rows are done (static shapes; a finished row's extra
 tokens are discarded), positions are ragged (row b's next token sits at prompt_len[b] + step), and the KV cache
-is written at those slots and read up to the longest row only. Per token the Python work is a constant: one
-forward, one sample, the stop checks (one comparison per stop sequence) and one host sync to end early when
-every row is done. The decode step's shapes depend only on the batch, so it can be captured in a CUDA graph
-(reading the whole cache, `read_len = max_len`, instead of the growing prefix).
+is written at those slots. The step (`rl.decode.decode_step`: one forward, one sample, the stop checks) keeps
+its state on the device and updates it in place, so there is no per-token host sync beyond the check that every
+row is done (every step on the CPU, every SYNC_EVERY steps on the GPU).
+
+On the GPU the step runs in a CUDA graph (`rl.decode.DecodeGraph`) with static shapes: attention reads the
+whole cache (`read_len = max_len`; masked slots change no bit), the cache length is rounded up to
+DECODE_LEN_MULTIPLE so prompts of other lengths reuse the graph, and the graph is captured once per (rows,
+cache length, max_new_tokens, sampling, stops, KV format, mode) and reused across `generate` calls. FP8 weights
+are quantized once per weight version (`Fp8Linear` caches Q(W); a new version's bytes are copied into the
+buffers the graph reads). `cuda_graphs=False` runs the same static step eagerly: the reference the graph must
+equal bit for bit (tests/rl/gpu/test_engine_gpu.py). On the CPU the step runs eagerly and reads the cache up to
+the longest row only.
 
 In batch-invariant mode (`model.batch_invariant`, the policy's `numerics.batch_invariant`) the recorded
 logprobs equal, bit for bit, those `rl.logprobs.token_logprobs` computes from one full-sequence forward of the
@@ -30,8 +38,12 @@ import torch
 
 from precision_engine.errors import UsageError
 from precision_engine.numerics.kv_cache import KVScales
+from precision_engine.rl.decode import DecodeGraph, DecodeState, StopCheck, decode_step
 from precision_engine.rl.kv_cache import KVCache
-from precision_engine.rl.sampling import SamplingParams, sample
+from precision_engine.rl.sampling import SamplingParams
+
+SYNC_EVERY = 16  # GPU: decode steps between the host's checks that every row is done (one sync each)
+DECODE_LEN_MULTIPLE = 128  # GPU: decode cache lengths are rounded up to this, so one graph serves many prompts
 
 
 @dataclass(frozen=True)
@@ -66,12 +78,18 @@ class Rollout:
 
 
 class Engine:
-    """Generates with `model` (a `models.decoder.Decoder`); `kv_scales` set makes the KV cache FP8."""
+    """Generates with `model` (a `models.decoder.Decoder`); `kv_scales` set makes the KV cache FP8.
 
-    def __init__(self, model, *, kv_scales: KVScales | None = None, pad_token_id: int = 0) -> None:
+    `cuda_graphs` (GPU only): replay the decode step from a CUDA graph; False runs the same step eagerly."""
+
+    def __init__(self, model, *, kv_scales: KVScales | None = None, pad_token_id: int = 0,
+                 cuda_graphs: bool = True) -> None:
         self.model = model
         self.kv_scales = kv_scales
         self.pad_token_id = pad_token_id
+        self.cuda_graphs = cuda_graphs
+        self._generators: dict[torch.device, torch.Generator] = {}  # one per device: a graph holds its state
+        self._graph: DecodeGraph | None = None  # the last captured decode step
 
     @torch.no_grad()
     def generate(
@@ -96,6 +114,7 @@ class Engine:
         if any(len(s) == 0 for s in stop_sequences):
             raise UsageError("stop sequences must not be empty")
         device = self.model.model.embed_tokens.weight.device
+        static = device.type == "cuda"
         pad = self.pad_token_id
 
         # Prefill: each prompt once, right-padded, its logits at its last token.
@@ -113,30 +132,58 @@ class Engine:
         # Fork: row b is sample b % n of prompt b // n.
         group = torch.arange(len(prompts), device=device).repeat_interleave(n)
         rows = len(group)
-        cache = KVCache.for_model(self.model, rows, longest + max_new_tokens, scales=self.kv_scales)
+        cache_len = longest + max_new_tokens
+        if static:
+            cache_len = -(-cache_len // DECODE_LEN_MULTIPLE) * DECODE_LEN_MULTIPLE
+        generator = self._generator(device)
+        stops = StopCheck(eos_token_ids, stop_sequences, device)
+        graph = None
+        if static and self.cuda_graphs:
+            key = (rows, cache_len, max_new_tokens, params, tuple(eos_token_ids), tuple(map(tuple, stop_sequences)),
+                   None if self.kv_scales is None else tuple(self.kv_scales.k.shape), self.model.batch_invariant)
+            graph = self._decode_graph(key, rows, cache_len, max_new_tokens, params, generator, stops)
+            cache, state = graph.cache, graph.state
+        else:
+            cache = KVCache.for_model(self.model, rows, cache_len, scales=self.kv_scales)
+            state = DecodeState(rows, max_new_tokens, pad_token_id=pad, device=device)
         cache.fork(prefill, group, longest)
         del prefill
-        logits, start = logits[group], prompt_len[group]
+        start = prompt_len[group]
+        state.reset(start)
 
-        generator = torch.Generator(device=device).manual_seed(seed)
-        stops = _StopCheck(eos_token_ids, stop_sequences, device)
-        tokens = torch.full((rows, max_new_tokens), pad, dtype=torch.long, device=device)
-        logprobs = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=device)
-        finished = torch.zeros(rows, dtype=torch.bool, device=device)
-        response_len = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)
-        for step in range(max_new_tokens):
-            token, logprob = sample(logits, params, generator)
-            tokens[:, step], logprobs[:, step] = token, logprob
-            hit = stops(tokens, step) & ~finished
-            response_len = torch.where(hit, step + 1, response_len)
-            finished |= hit
-            if step + 1 == max_new_tokens or bool(finished.all()):
+        generator.manual_seed(seed)
+        state.record(logits[group], params, generator, stops)
+        check_every = SYNC_EVERY if static else 1
+        for step in range(1, max_new_tokens):
+            if (step - 1) % check_every == 0 and bool(state.finished.all()):
                 break
-            pos = start + step  # where `token` sits in each row
-            logits = self.model.forward_cached(
-                token[:, None], pos[:, None], pos + 1, cache, read_len=longest + step + 1
-            )[:, 0]
-        return self._assemble(prompt_ids[group], start, tokens, logprobs, response_len, group, finished, temperature)
+            if graph is not None:
+                graph.replay()
+            else:
+                read_len = cache.max_len if static else longest + step
+                decode_step(self.model, cache, state, read_len, params, generator, stops)
+        return self._assemble(prompt_ids[group], start, state.tokens.clone(), state.logprobs.clone(),
+                              state.response_len.clone(), group, state.finished.clone(), temperature)
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        if device not in self._generators:
+            self._generators[device] = torch.Generator(device=device)
+        return self._generators[device]
+
+    def _decode_graph(self, key, rows, cache_len, max_new_tokens, params, generator, stops) -> DecodeGraph:
+        """The captured decode step for `key`: the last one if it still fits, else a new capture (the old graph,
+        its cache and memory pool are released first)."""
+        if self._graph is None or not self._graph.matches(key):
+            self._graph = None
+            cache = KVCache.for_model(self.model, rows, cache_len, scales=self.kv_scales)
+            state = DecodeState(rows, max_new_tokens, pad_token_id=self.pad_token_id, device=cache.k.device)
+
+            def step() -> None:
+                decode_step(self.model, cache, state, cache.max_len, params, generator, stops)
+
+            self._graph = DecodeGraph(key, self.model, cache, state, generator, step)
+        self._graph.refresh(self.kv_scales)
+        return self._graph
 
     def _assemble(self, prompt_ids, prompt_len, tokens, logprobs, response_len, group, finished, temperature):
         """[N, L] rows: prompt, response, padding (see Rollout)."""
@@ -160,21 +207,6 @@ class Engine:
             pad_token_id=self.pad_token_id,
             temperature=temperature,
         )
-
-
-class _StopCheck:
-    """Which rows the token just written at `step` ends: an EOS id, or the tail of a stop sequence."""
-
-    def __init__(self, eos_token_ids: Sequence[int], stop_sequences: Sequence[Sequence[int]], device) -> None:
-        self.eos = torch.tensor(list(eos_token_ids), dtype=torch.long, device=device)
-        self.sequences = [torch.tensor(list(s), dtype=torch.long, device=device) for s in stop_sequences]
-
-    def __call__(self, tokens: torch.Tensor, step: int) -> torch.Tensor:
-        hit = torch.isin(tokens[:, step], self.eos)
-        for seq in self.sequences:
-            if len(seq) <= step + 1:
-                hit |= (tokens[:, step + 1 - len(seq) : step + 1] == seq).all(-1)
-        return hit
 
 
 __all__ = ["Engine", "Rollout"]

@@ -43,7 +43,8 @@ class KVCache:
             raise UsageError(f"KV scales cover {scales.num_layers} layers, the model has {num_layers}")
         self.max_len = -(-max_len // KV_BLOCK) * KV_BLOCK
         self.dtype = dtype  # the compute dtype keys are written in and read back as
-        self.scales = None if scales is None else KVScales(scales.k.to(device), scales.v.to(device))
+        # Copies: `load_scales` rewrites them in place, and the caller's scales are not ours to change.
+        self.scales = None if scales is None else KVScales(*(t.to(device, copy=True) for t in (scales.k, scales.v)))
         storage = KV_FP8_DTYPE if scales is not None else dtype
         shape = (num_layers, batch, kv_heads, self.max_len, head_dim)
         self.k = torch.zeros(shape, dtype=storage, device=device)
@@ -83,6 +84,14 @@ class KVCache:
         if self.scales is None:
             return k, v, None, None
         return k, v, self.scales.k[layer], self.scales.v[layer]
+
+    def load_scales(self, scales: KVScales) -> None:
+        """Replace an FP8 cache's scales in place (a recalibration), keeping their addresses (a CUDA graph
+        reads them)."""
+        if self.scales is None or scales.k.shape != self.scales.k.shape:
+            raise UsageError("load_scales needs an FP8 cache whose scales have the new scales' shape")
+        self.scales.k.copy_(scales.k)
+        self.scales.v.copy_(scales.v)
 
     def fork(self, source: KVCache, rows: torch.Tensor, length: int) -> None:
         """Row i of this cache := row rows[i] of `source`, slots [0, length): prefill once, sample n times."""

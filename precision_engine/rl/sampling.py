@@ -56,14 +56,18 @@ def sample(
     if params.greedy:
         tokens = logits.argmax(-1)
     else:
-        scores = logp.masked_fill(_truncated(logp, params), -math.inf)
+        drop = _truncated(logp, params)
+        scores = logp if drop is None else logp.masked_fill(drop, -math.inf)
         uniform = torch.rand(logp.shape, generator=generator, device=logp.device, dtype=torch.float32)
         tokens = (scores - torch.log(-torch.log(uniform))).argmax(-1)
     return tokens, logp.gather(-1, tokens[:, None])[:, 0]
 
 
-def _truncated(logp: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Mask [N, V] of the tokens top-k / top-p exclude (the most likely token is never excluded)."""
+def _truncated(logp: torch.Tensor, params: SamplingParams) -> torch.Tensor | None:
+    """Mask [N, V] of the tokens top-k / top-p exclude (the most likely token is never excluded); None when
+    neither is on (no [N, V] pass per step for nothing)."""
+    if not (0 < params.top_k < logp.shape[-1] or params.top_p < 1):
+        return None
     drop = torch.zeros_like(logp, dtype=torch.bool)
     if 0 < params.top_k < logp.shape[-1]:
         kth = logp.topk(params.top_k, dim=-1).values[:, -1:]

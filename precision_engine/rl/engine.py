@@ -114,7 +114,7 @@ class Engine:
         if any(len(s) == 0 for s in stop_sequences):
             raise UsageError("stop sequences must not be empty")
         device = self.model.model.embed_tokens.weight.device
-        static = device.type == "cuda"
+        static = _static_shapes(device)
         pad = self.pad_token_id
 
         # Prefill: each prompt once, right-padded, its logits at its last token.
@@ -207,6 +207,11 @@ class Engine:
             pad_token_id=self.pad_token_id,
             temperature=temperature,
         )
+
+
+def _static_shapes(device: torch.device) -> bool:
+    """Whether decoding runs the graph-shaped step (whole-cache reads, rounded cache length): on the GPU."""
+    return device.type == "cuda"
 
 
 __all__ = ["Engine", "Rollout"]

@@ -16,6 +16,9 @@ SGLang's `update_weights_from_tensor`), `export_checkpoint` (a safetensors direc
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import itertools
 import json
 import os
 import shutil
@@ -24,14 +27,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from precision_engine.errors import UnsupportedError, UsageError
+from precision_engine.integrations.export_files import (  # noqa: F401 (read_checkpoint: re-exported)
+    MANIFEST_FILE,
+    fsync_path,
+    is_export_dir,
+    read_checkpoint,
+    write_manifest,
+)
 from precision_engine.models.inventory import ModuleKind
 from precision_engine.numerics.capabilities import WEIGHT_BLOCK
-from precision_engine.numerics.formats import DType, Granularity, QuantFormat
-from precision_engine.integrations.sglang_kv_scales import write_sglang_kv_scales
+from precision_engine.numerics.formats import DType, Granularity, QuantFormat, ScaleKind
+from precision_engine.integrations.sglang_kv_scales import kv_scale_tensors, write_sglang_kv_scales
 from precision_engine.numerics.kv_cache import KVScales
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.numerics.quantize import COMPUTE_TORCH_DTYPE, quantize_blocks
@@ -53,7 +63,7 @@ def quantization_config(plan, phase: str = ROLLOUT) -> dict:
     gemm_kinds = (ModuleKind.LINEAR, ModuleKind.ROUTER, ModuleKind.EXPERTS)
     ignored = [m.module.name for m in phase_plan.modules if m.module.kind in gemm_kinds and not m.is_fp8]
     block = list(fp8[0].linear.weight.block) if fp8 else list(WEIGHT_BLOCK)
-    return {
+    config = {
         "quant_method": "fp8",
         "activation_scheme": "dynamic",
         "fmt": "e4m3",
@@ -61,6 +71,9 @@ def quantization_config(plan, phase: str = ROLLOUT) -> dict:
         "ignored_layers": ignored,
         "modules_to_not_convert": list(ignored),
     }
+    if fp8 and fp8[0].linear.weight.scale is ScaleKind.POW2:
+        config["scale_fmt"] = "ue8m0"  # DeepSeek-V3.1's key: power-of-two scales, as SGLang's DeepGEMM path reads
+    return config
 
 
 def _phase_plan(plan, phase: str):
@@ -145,6 +158,41 @@ def _check_fused_shards(phase_plan) -> None:
                 )
 
 
+# How SGLang and vLLM shard each projection across tensor-parallel ranks: output rows (column parallel) or input
+# columns (row parallel). A rank's block-FP8 shard must be whole weight blocks along the split dimension.
+_COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+_ROW_PARALLEL = ("o_proj", "down_proj")
+
+
+def check_tensor_parallel(model: nn.Module, plan, phase: str, tp_size: int) -> None:
+    """Every FP8 projection splits into whole blocks on each of `tp_size` ranks (KV heads fewer than the
+    ranks are replicated, one head per rank), else an UnsupportedError naming the module and the shape."""
+    if tp_size < 1:
+        raise UsageError(f"--tp must be >= 1, got {tp_size}")
+    if tp_size == 1:
+        return
+    text = model.config.get_text_config(decoder=True)
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    for m in _phase_plan(plan, phase).modules:
+        leaf = m.module.name.rpartition(".")[2]
+        if not m.is_fp8 or m.module.kind is not ModuleKind.LINEAR or leaf not in _COLUMN_PARALLEL + _ROW_PARALLEL:
+            continue
+        n, k = m.module.weight_shape[-2:]
+        block_n, block_k = m.linear.weight.block
+        if leaf in _ROW_PARALLEL:
+            dim, size, block = "input columns", k / tp_size, block_k
+        elif leaf in ("k_proj", "v_proj") and kv_heads < tp_size:
+            dim, size, block = "output rows", n / kv_heads, block_n
+        else:
+            dim, size, block = "output rows", n / tp_size, block_n
+        if size != int(size) or int(size) % block:
+            raise UnsupportedError(
+                f"{m.module.name}: at --tp {tp_size} each rank holds {size:g} of its {n if dim[0] == 'o' else k} "
+                f"{dim}, not a multiple of the {block}-wide FP8 blocks SGLang and vLLM shard by (hint: a smaller "
+                f"--tp, or keep {leaf} in bf16)"
+            )
+
+
 def _check_output_embedding(model: nn.Module, fp8: set[str]) -> None:
     """SGLang's and vLLM's `Fp8Config` quantize LinearBase, MoE and attention layers only, and transformers puts
     the output embedding in `modules_to_not_convert`: an FP8 lm_head would load its raw FP8 values as BF16 (or,
@@ -193,6 +241,40 @@ def _block_fp8(module: nn.Module, fmt: QuantFormat) -> tuple[torch.Tensor, torch
     return quantized.data, quantized.scale
 
 
+def check_export_target(out_dir: str | Path, *, overwrite: bool = False, source: str | Path | None = None) -> Path:
+    """The resolved `out_dir`, or a UsageError, before any model work: an existing path is replaced only with
+    `overwrite`, only when it is a directory an earlier export wrote (it holds MANIFEST_FILE), and never when it
+    is, or holds, the working directory or the `source` model."""
+    try:
+        out = Path(out_dir).expanduser().resolve()
+        exists = out.exists() or out.is_symlink()
+        if exists and not out.is_dir():
+            raise UsageError(f"--out {out}: exists and is not a directory; an export never replaces it")
+        if exists:
+            _check_replaceable(out, overwrite, source)
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # ENAMETOOLONG, EACCES, a file where a parent folder should be
+        raise UsageError(f"--out {str(out_dir)[:200]}: {err.strerror or err}") from None
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: cannot write into {out.parent}")
+    return out
+
+
+def _check_replaceable(out: Path, overwrite: bool, source: str | Path | None) -> None:
+    if not overwrite:
+        raise UsageError(f"{out} exists (hint: pass --overwrite or choose another --out)")
+    cwd = Path.cwd().resolve()
+    if out == cwd or out in cwd.parents:
+        raise UsageError(f"--out {out}: is the working directory or holds it; --overwrite never replaces it")
+    if source is not None:
+        src = Path(source).expanduser().resolve()
+        if out == src or out in src.parents:
+            raise UsageError(f"--out {out}: is the source model (--model); --overwrite never replaces it")
+    if not is_export_dir(out):
+        raise UsageError(f"--out {out}: not written by `precision export` (no {MANIFEST_FILE}); --overwrite "
+                         "replaces only an earlier export (hint: choose another --out)")
+
+
 def export_checkpoint(
     model: nn.Module,
     plan,
@@ -201,25 +283,45 @@ def export_checkpoint(
     phase: str = ROLLOUT,
     kv_scales: KVScales | None = None,
     overwrite: bool = False,
+    source: str | Path | None = None,
+    tp_size: int = 1,
     max_shard_bytes: int = _SHARD_BYTES,
 ) -> Path:
-    """Write safetensors + config.json (+ kv_cache_scales.json) for the rollout engine.
+    """Write safetensors + config.json (+ KV scales) + MANIFEST_FILE for the rollout engine.
 
-    Atomic: everything goes to a temporary sibling directory that is renamed into place at the end, so an
-    error leaves no half-written checkpoint behind (and an existing one untouched unless `overwrite`).
+    `source`: the HF model directory the weights came from; its tokenizer files and generation_config.json are
+    copied (a rollout engine needs them), and it is never overwritten. `kv_scales` (FP8 KV-cache policies only)
+    go into the checkpoint as per-layer `self_attn.k_scale` / `v_scale` tensors and into KV_SCALES_FILE for
+    `tp_size` ranks; `tp_size` also checks that every rank's FP8 shard is whole blocks.
+
+    Atomic and durable: everything is written and fsynced in a staging sibling directory, which then replaces
+    `out_dir` (on Linux in one renameat2 exchange, so there is no moment without a checkpoint there; elsewhere
+    two renames, and a checkpoint left in a `.old` sibling by a crash between them is put back by the next
+    export). Staging directories of dead exports are removed.
     """
-    out_dir = Path(out_dir).expanduser().resolve()
-    if out_dir.exists() and not overwrite:
-        raise UsageError(f"{out_dir} exists (hint: pass --overwrite or choose another --out)")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    out_dir = check_export_target(out_dir, overwrite=overwrite, source=source)
+    if kv_scales is not None and not plan.policy.kv_cache.is_fp8:
+        raise UsageError(f"{plan.policy.name} has no FP8 KV cache: there are no KV-cache scales to export")
+    check_tensor_parallel(model, plan, phase, tp_size)
+    _clean_stale(out_dir)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial.{os.getpid()}.", dir=out_dir.parent))
     try:
-        _write_shards(iter_rollout_weights(model, plan, phase), staging, max_shard_bytes)
-        config = _hf_config(model, quantization_config(plan, phase))
+        weights = iter_rollout_weights(model, plan, phase)
+        if kv_scales is not None:
+            weights = itertools.chain(weights, kv_scale_tensors(model, kv_scales))
+        _write_shards(weights, staging, max_shard_bytes)
+        fp8 = any(m.is_fp8 for m in _phase_plan(plan, phase).modules)
+        config = _hf_config(model, quantization_config(plan, phase) if fp8 else None)
         (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         if kv_scales is not None:
-            write_sglang_kv_scales(staging / KV_SCALES_FILE, kv_scales, config.get("model_type"))
+            write_sglang_kv_scales(staging / KV_SCALES_FILE, kv_scales, config.get("model_type"), tp_size=tp_size)
+        if source is not None:
+            _copy_side_files(Path(source).expanduser(), staging)
+        for path in staging.iterdir():
+            fsync_path(path)
+        write_manifest(staging)
         _grant_umask_permissions(staging)
+        fsync_path(staging)
         _replace_dir(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -227,12 +329,29 @@ def export_checkpoint(
     return out_dir
 
 
-def _hf_config(model: nn.Module, quant_config: dict) -> dict:
+# What a rollout engine reads beside the weights (transformers' tokenizer files, sampling defaults).
+SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+              "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json",
+              "generation_config.json")
+
+
+def _copy_side_files(source: Path, staging: Path) -> None:
+    if not source.is_dir():
+        return
+    for name in SIDE_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, staging / name)
+
+
+def _hf_config(model: nn.Module, quant_config: dict | None) -> dict:
+    """The model's config.json; `quantization_config` only when some module is FP8 (a BF16 export is plain)."""
     config = model.config.to_dict()
     config["architectures"] = config.get("architectures") or [type(model).__name__]
     config["dtype"] = "bfloat16"
     config.pop("torch_dtype", None)
-    config["quantization_config"] = quant_config
+    config.pop("quantization_config", None)
+    if quant_config is not None:
+        config["quantization_config"] = quant_config
     return config
 
 
@@ -283,24 +402,54 @@ def _grant_umask_permissions(directory: Path) -> None:
 def _replace_dir(staging: Path, out_dir: Path) -> None:
     if not out_dir.exists():
         os.rename(staging, out_dir)
-        return
-    retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
-    os.rename(out_dir, retired / out_dir.name)
-    os.rename(staging, out_dir)
-    shutil.rmtree(retired, ignore_errors=True)
-
-
-def read_checkpoint(directory: str | Path) -> dict[str, torch.Tensor]:
-    """Every tensor of an exported checkpoint, exactly as stored (CPU)."""
-    directory = Path(directory)
-    index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    elif (directory / "model.safetensors").is_file():
-        files = ["model.safetensors"]
+    elif _exchange(staging, out_dir):  # out_dir now holds the new export, staging the old one
+        shutil.rmtree(staging, ignore_errors=True)
     else:
-        raise UsageError(f"{directory}: no model.safetensors or model.safetensors.index.json")
-    tensors: dict[str, torch.Tensor] = {}
-    for file_name in files:
-        tensors.update(load_file(directory / file_name))
-    return tensors
+        retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.{os.getpid()}.", dir=out_dir.parent))
+        os.rename(out_dir, retired / out_dir.name)
+        os.rename(staging, out_dir)
+        shutil.rmtree(retired, ignore_errors=True)
+    fsync_path(out_dir.parent)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories in one step (Linux renameat2 RENAME_EXCHANGE); False where that is unavailable."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _clean_stale(out_dir: Path) -> None:
+    """Remove staging siblings of exports whose process is gone; put back a checkpoint that a crash between
+    the two fallback renames left in a `.old` sibling."""
+    for path in sorted(out_dir.parent.glob(f".{out_dir.name}.*.*.*")):
+        kind, _, rest = path.name[len(out_dir.name) + 2 :].partition(".")
+        pid = rest.partition(".")[0]
+        if kind not in ("partial", "old") or not pid.isdigit() or _alive(int(pid)):
+            continue
+        kept = path / out_dir.name
+        if kind == "old" and kept.is_dir() and not out_dir.exists():
+            os.rename(kept, out_dir)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

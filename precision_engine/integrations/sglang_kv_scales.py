@@ -1,8 +1,12 @@
-"""SGLang's KV-cache scale file (`--quantization-param-path`, vLLM's `QuantParamSchema`), both ways.
+"""KV-cache scales in the two forms rollout engines read: checkpoint tensors and SGLang's JSON file.
 
-SGLang reads ONE scale per layer and tensor-parallel rank and applies it to both k and v, so per-head scales
-(`kv_cache.scale: per_head`) are reduced to the max over that rank's KV heads and over k and v: safe (nothing
-saturates) but coarser than our own rollout engine's.
+- Checkpoint tensors `<layer>.self_attn.k_scale` / `.v_scale` (fp32 scalars): what SGLang's and vLLM's
+  `Fp8KVCacheMethod` load into each attention layer and what their FA3 / flashinfer backends then use. Per-head
+  scales reduce to the max over all KV heads (k and v kept apart).
+- The `--quantization-param-path` JSON (vLLM's `QuantParamSchema`): SGLang wants exactly one entry per
+  tensor-parallel rank (with another count it logs and uses 1.0), reads ONE scale per layer and rank and
+  applies it to both k and v (as a float, which FA3 and flashinfer ignore). Per-head scales reduce to the max
+  over that rank's KV heads and over k and v: safe (nothing saturates) but coarser than our own engine's.
 """
 
 from __future__ import annotations
@@ -52,6 +56,23 @@ def _rank_scales(scales: KVScales, rank: int, tp_size: int) -> torch.Tensor:
     else:
         raise UsageError(f"tp_size {tp_size} neither divides nor is a multiple of the {heads} KV heads")
     return torch.maximum(k[:, chosen], v[:, chosen]).amax(dim=1)
+
+
+def kv_scale_tensors(model, scales: KVScales):
+    """(`<attention>.k_scale`, fp32 []) and `.v_scale` per layer, for the checkpoint; the attention modules
+    are the model's `*.self_attn` in layer order."""
+    attention = [name for name, _ in model.named_modules() if name.rpartition(".")[2] == "self_attn"]
+    if len(attention) != scales.num_layers:
+        raise UsageError(f"{scales.num_layers} layers of KV scales for a model with {len(attention)} attention "
+                         "modules (`*.self_attn`)")
+    k, v = scales.k.float().cpu(), scales.v.float().cpu()
+    if scales.per_head:
+        k, v = k.amax(dim=1), v.amax(dim=1)
+    if not (torch.isfinite(k).all() and torch.isfinite(v).all()):
+        raise UsageError("KV scales contain NaN/Inf: calibration saw non-finite keys or values")
+    for layer, name in enumerate(attention):
+        yield f"{name}.k_scale", k[layer].clone()
+        yield f"{name}.v_scale", v[layer].clone()
 
 
 def write_sglang_kv_scales(path: str | Path, scales: KVScales, model_type: str | None, *, tp_size: int = 1) -> Path:

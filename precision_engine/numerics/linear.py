@@ -40,7 +40,7 @@ from precision_engine.numerics.quantize import (
     quantize_tokens_transposed,
     requantize_tokens_transposed,
 )
-from precision_engine.numerics.specs import NumericsSpec
+from precision_engine.numerics.specs import NonFinite, NumericsSpec
 
 
 def weight_cache_key(weight: torch.Tensor) -> tuple:
@@ -115,6 +115,10 @@ class Fp8Linear(nn.Linear):
         """Install weights that arrive already quantized (an exported checkpoint, a trainer's weight sync), so
         the forward multiplies with exactly these bytes.
 
+        Refused (OperandError): another FP8 dtype, scales not float32, shapes that do not fit, a finite scale
+        <= 0 (no quantizer makes one). NaN/Inf scales and NaN FP8 bytes go through `numerics.nonfinite`, as a
+        quantized weight of this module's own would: error raises NonFiniteError, warn warns, propagate loads.
+
         The master weight becomes their dequantization, for code that reads `weight`; quantizing that again
         need not give the same bytes (a dequantized value is rarely exact in BF16), so the given bytes are
         pinned as Q(W) until the weight next changes.
@@ -123,13 +127,20 @@ class Fp8Linear(nn.Linear):
         expected_scale = tuple(-(-n // b) for n, b in zip(self.weight.shape, fmt.block))
         if weight_fp8.dtype != fp8_dtype(fmt):
             raise OperandError(f"load_quantized takes {fmt.describe()} weights only, got {weight_fp8.dtype}")
+        if weight_scale_inv.dtype != torch.float32:
+            raise OperandError(f"load_quantized takes float32 scales only, got {weight_scale_inv.dtype}")
         if tuple(weight_fp8.shape) != tuple(self.weight.shape) or tuple(weight_scale_inv.shape) != expected_scale:
             raise OperandError(
                 f"quantized weight {tuple(weight_fp8.shape)} with scales {tuple(weight_scale_inv.shape)} does not "
                 f"fit a {tuple(self.weight.shape)} weight in {fmt.describe()} blocks (scales {expected_scale})"
             )
+        if bool((weight_scale_inv <= 0).any()):
+            raise OperandError(f"load_quantized: {int((weight_scale_inv <= 0).sum())} scales are zero or negative")
         device = self.weight.device
-        wq = Quantized(weight_fp8.to(device), weight_scale_inv.to(device, torch.float32).contiguous(), fmt)
+        wq = Quantized(weight_fp8.to(device), weight_scale_inv.to(device).contiguous(), fmt)
+        check_finite(wq, self.numerics.nonfinite, "loaded weight_scale_inv")
+        if NonFinite(self.numerics.nonfinite) is not NonFinite.PROPAGATE:
+            check_finite(wq.data.float(), self.numerics.nonfinite, "loaded FP8 weight")
         self.weight.copy_(dequantize(wq, self.weight.dtype))
         self.invalidate_weight_cache()
         self._w_cache = (weight_cache_key(self.weight), wq)
@@ -224,6 +235,8 @@ class _Fp8LinearFn(torch.autograd.Function):
             else:
                 xq = Quantized(x_data, x_scale, spec.input)
                 dyt = quantize_tokens_transposed(dy2, spec.wgrad_operands)
+                if spec.grad_output is None or not ctx.needs_input_grad[0]:  # else dgrad checked this dy
+                    check_finite(dyt, numerics.nonfinite, "grad_output")
                 xt = requantize_tokens_transposed(xq, spec.wgrad_operands)
                 dw = fp8_gemm(dyt, xt, out_dtype=compute, kernel=spec.kernel, gemm=Gemm.WGRAD)
             dw = dw.to(weight.dtype)

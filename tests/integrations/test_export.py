@@ -142,9 +142,10 @@ def test_export_is_atomic(trainer, plan, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
-def test_kv_scales_written_next_to_weights(trainer, plan, tmp_path):
+def test_kv_scales_written_next_to_weights(trainer, tmp_path):
+    kv_plan = compile_plan(load_policy("jetrl_unified_kv"), load_inventory("tiny-qwen3"))
     scales = KVScales(torch.tensor([0.01, 0.02]), torch.tensor([0.01, 0.02]))
-    out = export_checkpoint(trainer, plan, tmp_path / "ckpt", kv_scales=scales)
+    out = export_checkpoint(trainer, kv_plan, tmp_path / "ckpt", kv_scales=scales)
     assert json.loads((out / KV_SCALES_FILE).read_text())["model_type"] == "qwen3"
     assert torch.equal(read_sglang_kv_scales(out / KV_SCALES_FILE).k, scales.k)
 

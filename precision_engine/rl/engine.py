@@ -38,6 +38,8 @@ import torch
 
 from precision_engine.errors import UsageError
 from precision_engine.numerics.kv_cache import KVScales
+from precision_engine.numerics.linear import Fp8Linear
+from precision_engine.numerics.specs import NonFinite
 from precision_engine.rl.decode import DecodeGraph, DecodeState, StopCheck, decode_step
 from precision_engine.rl.kv_cache import KVCache
 from precision_engine.rl.sampling import SamplingParams
@@ -138,7 +140,7 @@ class Engine:
         generator = self._generator(device)
         stops = StopCheck(eos_token_ids, stop_sequences, device)
         graph = None
-        if static and self.cuda_graphs:
+        if static and self.cuda_graphs and _capturable(self.model):
             key = (rows, cache_len, max_new_tokens, params, tuple(eos_token_ids), tuple(map(tuple, stop_sequences)),
                    None if self.kv_scales is None else tuple(self.kv_scales.k.shape), self.model.batch_invariant)
             graph = self._decode_graph(key, rows, cache_len, max_new_tokens, params, generator, stops)
@@ -207,6 +209,12 @@ class Engine:
             pad_token_id=self.pad_token_id,
             temperature=temperature,
         )
+
+
+def _capturable(model) -> bool:
+    """Whether the decode step can be captured: an FP8 linear whose policy checks for NaN/Inf
+    (`numerics.nonfinite: error|warn`) syncs with the host every call, so it decodes eagerly instead."""
+    return all(m.numerics.nonfinite is NonFinite.PROPAGATE for m in model.modules() if isinstance(m, Fp8Linear))
 
 
 def _static_shapes(device: torch.device) -> bool:

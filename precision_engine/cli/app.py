@@ -8,7 +8,7 @@ import os
 import typer
 from typer.core import TyperGroup
 
-from precision_engine.cli import bench, model, plan, validate
+from precision_engine.cli import bench, model, plan, run, sglang, validate
 from precision_engine.errors import (ModelError, NonFiniteError, OperandError, PolicyError, PrecisionError,
                                      UnsupportedError, UsageError)
 
@@ -83,7 +83,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
-for verbs in (validate, plan, bench, model):
+for verbs in (validate, plan, bench, model, run, sglang):
     verbs.register(app)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -13,48 +12,65 @@ import typer
 from precision_engine.errors import UnsupportedError, UsageError
 
 
-class Target(str, Enum):
-    kernels = "kernels"
-    linear = "linear"
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Write every number and the environment as JSON.")]
+QuickOpt = Annotated[bool, typer.Option("--quick", help="Two shapes, one training and one decode size.")]
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def bench(
-        what: Annotated[Target, typer.Argument(help="kernels: FP8 GEMMs alone; linear: the FP8 linear layer.")],
-        out: Annotated[Path | None, typer.Option("--out", help="Write every number and the environment as JSON.")] = None,
-        quick: Annotated[bool, typer.Option("--quick", help="Two shapes, one training and one decode size.")] = False,
-    ) -> None:
-        """Benchmark FP8 against BF16 (median of CUDA-event timings, fresh random data, BF16 in the same run).
+    """`precision bench kernels|linear|rollout`, one sub-command each."""
+    from precision_engine.cli import bench_rollout
+
+    group = typer.Typer(help="Benchmarks on this machine's GPU, every ratio against a baseline of the same run.",
+                        no_args_is_help=True)
+
+    @group.command()
+    def kernels(out: OutOpt = None, quick: QuickOpt = False) -> None:
+        """The FP8 GEMMs alone (cuBLAS, Triton, DeepGEMM) against the BF16 GEMM, same run, table + JSON.
 
         Shapes: the projections of Llama-3.1-8B and Qwen3-8B at 8192/16384 tokens (training) and 1/16/64 (decode).
 
         Examples:
           precision bench kernels --quick
+        """
+        _bench("kernels", out, quick)
+
+    @group.command()
+    def linear(out: OutOpt = None, quick: QuickOpt = False) -> None:
+        """The FP8 linear layer (forward, forward+backward) against nn.Linear in BF16, same run, table + JSON.
+
+        Examples:
           precision bench linear --out bench_linear.json
         """
-        if out is not None:  # fail before minutes of benchmarking, not after
-            try:
-                out.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                raise UsageError(f"--out {out}: cannot create its folder ({err.strerror})") from None
-        import torch
+        _bench("linear", out, quick)
 
-        if not torch.cuda.is_available():
-            raise UnsupportedError("precision bench needs a CUDA GPU (none is visible); run it on the GPU machine")
-        from precision_engine.bench import gemm, linear
+    bench_rollout.register(group)
+    app.add_typer(group, name="bench")
 
-        if what is Target.kernels:
-            rows = gemm.bench_kernels(quick=quick)
-            kinds = [k for k in ("cublas", "triton", "deep_gemm") if any(f"{k}_ms" in r for r in rows)]
-            table = gemm.format_table(rows, kinds)
-        else:
-            rows = linear.bench_linear(quick=quick)
-            table = linear.format_table(rows)
-        typer.echo(table)
-        if out is not None:
-            result = {"command": " ".join(["precision", *sys.argv[1:]]), "env": gemm.environment(), "rows": rows}
-            partial = out.with_name(out.name + ".partial")
-            partial.write_text(json.dumps(result, indent=1))
-            partial.replace(out)  # atomic: a reader never sees half a file
-            typer.echo(f"wrote {out}")
+
+def _bench(what: str, out: Path | None, quick: bool) -> None:
+    """Benchmark FP8 against BF16 (median of CUDA-event timings, fresh random data, BF16 in the same run)."""
+    if out is not None:  # fail before minutes of benchmarking, not after
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"--out {out}: cannot create its folder ({err.strerror})") from None
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UnsupportedError("precision bench needs a CUDA GPU (none is visible); run it on the GPU machine")
+    from precision_engine.bench import gemm, linear
+
+    if what == "kernels":
+        rows = gemm.bench_kernels(quick=quick)
+        kinds = [k for k in ("cublas", "triton", "deep_gemm") if any(f"{k}_ms" in r for r in rows)]
+        table = gemm.format_table(rows, kinds)
+    else:
+        rows = linear.bench_linear(quick=quick)
+        table = linear.format_table(rows)
+    typer.echo(table)
+    if out is not None:
+        result = {"command": " ".join(["precision", *sys.argv[1:]]), "env": gemm.environment(), "rows": rows}
+        partial = out.with_name(out.name + ".partial")
+        partial.write_text(json.dumps(result, indent=1))
+        partial.replace(out)  # atomic: a reader never sees half a file
+        typer.echo(f"wrote {out}")

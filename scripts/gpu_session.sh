@@ -62,7 +62,8 @@ pytest_gpu() {  # NAME LIMIT ARGS...: one pytest run of GPU-marked tests with a 
   step "$name" "$limit" $PY -m pytest -q -m gpu -p no:cacheprovider --junitxml="$OUT/$name.xml" "$@"
 }
 
-pytest_gpu test_triton_invariant 200 -x tests/numerics/gpu/test_triton_invariant_gpu.py &
+pytest_gpu test_triton_invariant 200 tests/numerics/gpu/test_triton_invariant_gpu.py \
+  tests/numerics/gpu/test_triton_attention_fp8kv_gpu.py &
 pytest_gpu test_engine 200 tests/rl/gpu/ &  # no -x: every engine property reports
 pytest_gpu test_numerics 200 -x tests/numerics/gpu/test_gemm_gpu.py tests/numerics/gpu/test_linear_gpu.py \
   tests/numerics/gpu/test_quant_gpu.py &

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -30,28 +31,42 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of random weights and
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda.")]
 
 
+RandomOpt = Annotated[bool, typer.Option(
+    "--random-weights", help="Run a model directory or config.json with random weights (else its weights are "
+    "loaded, and a directory without any is refused). Built-in architectures always have random weights.")]
+
+
 def export(
     policy: PolicyOpt,
     model: ModelOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="The checkpoint directory to write.", show_default=False)],
     set_: SetOpt = None,
     phase: Annotated[str, typer.Option("--phase", help="Whose numerics to export.")] = "rollout",
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out directory.")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace an earlier export at --out (never another directory, the working "
+        "directory or the --model source).")] = False,
     calibration_ids: Annotated[
         Path | None,
         typer.Option(
             "--calibration-ids",
-            help="JSON list of token-id lists to calibrate FP8 KV-cache scales on (default: random tokens).",
+            help="JSON list of token-id lists to calibrate FP8 KV-cache scales on (default: random tokens). "
+            "Only for a policy with an FP8 KV cache.",
         ),
     ] = None,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size the rollout server will run: the KV "
+                                    "scale file gets one entry per rank, and each rank's FP8 shards are "
+                                    "checked to be whole blocks.")] = 1,
+    random_weights: RandomOpt = False,
     device: DeviceOpt = "cpu",
     seed: SeedOpt = 0,
 ) -> None:
     """Write the checkpoint the rollout engine loads for POLICY (block-FP8 weights, config, KV scales).
 
     FP8 modules get `weight` float8_e4m3fn + `weight_scale_inv`, the rest BF16; config.json carries the
-    `quantization_config`; `kv_cache_scales.json` (SGLang's --quantization-param-path) is written when the
-    policy has an FP8 KV cache. Written atomically: nothing half-written on error.
+    `quantization_config` (none for a policy without FP8 modules); a policy with an FP8 KV cache adds per-layer
+    `self_attn.k_scale` / `v_scale` tensors and `kv_cache_scales.json` (SGLang's --quantization-param-path).
+    Tokenizer files and generation_config.json are copied from a --model directory. Written atomically, with
+    a sha256 manifest (precision_export.json) that `load_checkpoint` verifies.
 
     Examples:
 
@@ -62,24 +77,35 @@ def export(
       python -m sglang.launch_server --model-path /tmp/tiny-fp8 --kv-cache-dtype fp8_e4m3 \\
         --quantization-param-path /tmp/tiny-fp8/kv_cache_scales.json
     """
-    from precision_engine.integrations.hf_export import KV_SCALES_FILE, export_checkpoint
-    from precision_engine.models.loader import has_checkpoint_weights
+    from precision_engine.integrations.hf_export import KV_SCALES_FILE, check_export_target, export_checkpoint
+    from precision_engine.models.loader import load_model
+    from precision_engine.models.registry import find_builtin
     from precision_engine.pipeline import prepare
+    from precision_engine.policy import load_policy
 
+    source = None if find_builtin(model) is not None else model
+    out = check_export_target(out, overwrite=overwrite, source=source)  # before seconds of model work
+    if tp < 1:
+        raise UsageError(f"--tp must be >= 1, got {tp}")
+    loaded = load_policy(policy, overrides=tuple(set_ or ()))
+    if calibration_ids is not None and not loaded.kv_cache.is_fp8:
+        raise UsageError(f"--calibration-ids: {loaded.name} has no FP8 KV cache, so there is nothing to calibrate "
+                         "(hint: drop the flag, or use a policy with kv_cache.dtype: float8_e4m3)")
     token_ids = _read_token_ids(calibration_ids) if calibration_ids is not None else None
-    ready = prepare(policy, model, phase=phase, device=device, seed=seed, overrides=tuple(set_ or ()),
+    loader = partial(load_model, random_weights=random_weights)
+    ready = prepare(loaded, model, phase=phase, device=device, seed=seed, loader=loader,
                     calibration_ids=token_ids, calibration_source=f"--calibration-ids {calibration_ids}")
     written = export_checkpoint(ready.model, ready.plan, out, phase=phase, kv_scales=ready.kv_scales,
-                                overwrite=overwrite)
-    note = "" if has_checkpoint_weights(model) else " (random weights)"
+                                overwrite=overwrite, source=source, tp_size=tp)
+    note = " (random weights)" if random_weights or source is None else ""
     typer.echo(f"wrote {written}{note}: {ready.plan.phases[phase].fp8_flop_share():.0%} of GEMM FLOPs in block FP8")
     if ready.kv_scales is not None:
-        source = calibration_ids or "random tokens"
+        origin = calibration_ids or "random tokens"
         asked = ready.policy.kv_cache.calibration_sequences
         count = ready.calibration_sequences
         override = "" if count == asked else f" (--calibration-ids overrides the policy's {asked})"
-        typer.echo(f"KV-cache scales calibrated on {count} sequences of {source}{override}: "
-                   f"{written / KV_SCALES_FILE}")
+        typer.echo(f"KV-cache scales calibrated on {count} sequences of {origin}{override}: "
+                   f"{written / KV_SCALES_FILE} and per-layer k_scale/v_scale tensors")
 
 
 def check(
@@ -95,6 +121,7 @@ def check(
     decode: Annotated[bool, typer.Option("--decode/--no-decode", help="Also check incremental decode.")] = True,
     layers: Annotated[bool, typer.Option("--layers/--no-layers", help="Compare every module's output.")] = True,
     top: Annotated[int, typer.Option("--top", help="Modules to list, largest difference first.")] = 8,
+    random_weights: RandomOpt = False,
     seed: SeedOpt = 0,
     json_out: JsonOpt = False,
     save: Annotated[Path | None, typer.Option("--save", help="Also write the JSON report to this file.")] = None,
@@ -120,6 +147,7 @@ def check(
     import torch
 
     from precision_engine.models.loader import has_checkpoint_weights, load_model
+    from precision_engine.models.registry import find_builtin
     from precision_engine.pipeline import check_device, compile_for_model
     from precision_engine.verify import check_identity, random_sequences
 
@@ -129,9 +157,11 @@ def check(
         raise UsageError(f"--prompt-len must be in [1, {seq_len - 1}]")
     check_device(device)
     plan = compile_for_model(policy, model, overrides=tuple(set_ or ()))
+    if device == "cpu":
+        _check_cpu_memory(model, plan.inventory.config, batch * seq_len)
     started = time.perf_counter()
-    net = load_model(model, device=device, seed=seed)
-    random_weights = not has_checkpoint_weights(model)
+    net = load_model(model, device=device, seed=seed, random_weights=random_weights)
+    random_weights = random_weights or find_builtin(model) is not None or not has_checkpoint_weights(model)
     vocab = net.config.get_text_config(decoder=True).vocab_size
     sequences = random_sequences(vocab, batch, seq_len, seed=seed)
     report = check_identity(plan, net, sequences, prompt_len=prompt_len, decode=decode, layers=layers)
@@ -191,6 +221,34 @@ def _render_check(report, top: int, random_weights: bool) -> None:
     else:
         verdict = "holds" if report.prefill.bitwise else "is BROKEN"
         console.print(f"numerics promise {verdict}: rollout prefill logprobs vs training forward")
+
+
+def _check_cpu_memory(spec: str, config, tokens: int) -> None:
+    """Refuse, before loading, a check whose model cannot fit this machine's available memory: on a CPU the
+    kernel would otherwise swap or kill the process minutes in. Estimate: BF16 weights plus half again for the
+    cached FP8 weights and scales, and three fp32 [tokens, vocab] logit tensors (both phases, log-softmax)."""
+    from precision_engine.models.loader import estimated_bytes
+
+    available = _available_memory()
+    if available is None:
+        return
+    text = config.get("text_config") or config
+    vocab = int(text.get("vocab_size") or config.get("vocab_size") or 0)
+    needed = int(estimated_bytes(spec) * 1.5) + 3 * tokens * vocab * 4
+    if needed > available:
+        raise UsageError(f"{spec} needs about {needed / 2**30:.1f} GiB on the CPU, {available / 2**30:.1f} GiB "
+                         "is available (hint: --device cuda, or a smaller model, --batch or --seq-len)")
+
+
+def _available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), in bytes; None where the system does not say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _read_token_ids(path: Path) -> list:

@@ -127,25 +127,58 @@ def _build(config: dict, spec: str, *, device: torch.device | str, dtype: torch.
     return model.eval()
 
 
+# Weight files `load_model` reads: safetensors, or PyTorch pickles loaded with torch.load(weights_only=True),
+# which unpickles tensors and plain containers only (never code).
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+
+
 def has_checkpoint_weights(spec: str) -> bool:
-    """Whether `spec` is a local HF model directory with safetensors weights (else models get random ones)."""
+    """Whether `spec` is a local HF model directory with weights (safetensors or pytorch_model*.bin)."""
+    if find_builtin(spec) is not None:
+        return False
     directory = Path(spec).expanduser()
-    return directory.is_dir() and any(directory.glob("*.safetensors"))
+    try:
+        return directory.is_dir() and any(any(directory.glob(p)) for p in WEIGHT_PATTERNS)
+    except OSError:
+        return False
 
 
 def load_model(
-    spec: str, *, device: torch.device | str = "cpu", dtype: torch.dtype | str = "bf16", seed: int = 0
+    spec: str,
+    *,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | str = "bf16",
+    seed: int = 0,
+    random_weights: bool = False,
 ) -> nn.Module:
-    """The model `check` and `export` run: a local HF directory's own weights when it has safetensors, else
-    random weights from `seed` (`build_model`). Offline, in eval mode, on `device`."""
-    if not has_checkpoint_weights(spec):
+    """The model `check` and `export` run, offline, in eval mode, on `device`: a built-in architecture with
+    random weights from `seed`, or a local HF directory's own weights. A directory (or config.json) without
+    weights is refused unless `random_weights` asks for random ones explicitly: exporting or checking random
+    weights by accident would look like success."""
+    if random_weights or find_builtin(spec) is not None:
         return build_model(spec, device=device, dtype=dtype, seed=seed)
+    resolve_config(spec)  # the same checks and messages as for a config-only spec
+    if not has_checkpoint_weights(spec):
+        raise ModelError(f"{spec}: no weights ({' or '.join(WEIGHT_PATTERNS)}) (hint: pass --random-weights to "
+                         "run this architecture with random weights)")
     from transformers import AutoModelForCausalLM
 
-    resolve_config(spec)  # the same checks and messages as for a config-only spec
-    model = AutoModelForCausalLM.from_pretrained(Path(spec).expanduser(), dtype=_torch_dtype(dtype),
-                                                 local_files_only=True)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(Path(spec).expanduser(), dtype=_torch_dtype(dtype),
+                                                     local_files_only=True, weights_only=True)
+    except Exception as err:  # noqa: BLE001 (a damaged or foreign checkpoint is user input)
+        raise ModelError(f"{spec}: cannot load its weights: {_one_line(err)}") from None
     return model.to(device).eval()
+
+
+def estimated_bytes(spec: str, *, dtype: torch.dtype | str = "bf16") -> int:
+    """Bytes of the weights `load_model(spec)` would hold, counted on the meta device (nothing allocated)."""
+    import torch
+
+    model = _build(resolve_config(spec), spec, device="meta", dtype=dtype, seed=0)
+    element = torch.empty((), dtype=_torch_dtype(dtype)).element_size()
+    seen = {id(p): p.numel() for p in model.parameters()}
+    return sum(seen.values()) * element
 
 
 def load_inventory(spec: str) -> ModelInventory:

@@ -35,3 +35,22 @@ def test_calibration_ignores_nonfinite_padding():
     assert torch.equal(head_amax(states, mask), expected)
     states[0, 2, 1] = math.nan  # a valid token's NaN still propagates
     assert torch.isnan(head_amax(states, mask)[2])
+
+
+def test_infinities_are_never_saturated():
+    """+-Inf used to be clamped to +-448 * scale in silence; they become NaN, and nonfinite=error raises
+    (issue 8, item 3). Finite values beyond the range still saturate."""
+    import pytest
+
+    from precision_engine.errors import NonFiniteError
+
+    states = torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(0))
+    states[0, 0, 1, 3], states[0, 1, 2, 0], states[0, 1, 0, 0] = math.inf, -math.inf, 1e6
+    back = dequantize_kv(quantize_kv(states, torch.tensor(0.01)), torch.tensor(0.01), torch.float32)
+    assert torch.isnan(back[0, 0, 1, 3]) and torch.isnan(back[0, 1, 2, 0])
+    assert back[0, 1, 0, 0] == 448 * torch.tensor(0.01)
+    assert torch.isnan(back).sum() == 2
+    with pytest.raises(NonFiniteError, match="KV cache write"):
+        quantize_kv(states, torch.tensor(0.01), nonfinite="error")
+    with pytest.warns(RuntimeWarning, match="2 of 64 elements"):
+        quantize_kv(states, torch.tensor(0.01), nonfinite="warn")

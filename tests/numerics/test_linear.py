@@ -261,3 +261,20 @@ def test_training_after_inference_mode_rollout():
     y = fp8(x.clone().requires_grad_())
     y.float().sum().backward()
     assert torch.equal(y.detach(), rollout) and fp8.weight.grad is not None
+
+
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_nonfinite_dy_in_the_wgrad_quantizer_raises(x_grad):
+    """grad_output unset (dgrad in bf16) but wgrad in FP8: the wgrad quantizer applies numerics.nonfinite to dy
+    too (it used to give a NaN dW in silence). Also when x needs no gradient, so dgrad never runs (issue 8,
+    item 3)."""
+    import dataclasses
+
+    spec = dataclasses.replace(JETRL, grad_output=None) if x_grad else JETRL
+    lin = nn.Linear(256, 128, dtype=torch.bfloat16)
+    fp8 = Fp8Linear.from_linear(lin, spec, numerics=NumericsSpec(nonfinite=NonFinite.ERROR))
+    x = torch.randn(4, 256, dtype=torch.bfloat16, requires_grad=x_grad)
+    dy = torch.randn(4, 128, dtype=torch.bfloat16)
+    dy[2, 5] = math.nan
+    with pytest.raises(NonFiniteError, match="grad_output"):
+        fp8(x).backward(dy)

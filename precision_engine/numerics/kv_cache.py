@@ -2,12 +2,13 @@
 
 What SGLang does, and so what this math does:
 - keys and values are stored as float8_e4m3fn, quantized on write with a static per-layer scale (the DEQUANT
-  multiplier, x ~= q * scale), dequantized on read; without a scale file every scale is 1.0;
-- the scale file (`--quantization-param-path`) carries ONE scale per layer and tensor-parallel rank, used for
-  both k and v (`attn.k_scale = attn.v_scale = scaling_factor`).
+  multiplier, x ~= q * scale), dequantized on read; without scales every scale is 1.0;
+- the scales its attention backends apply are the checkpoint's per-layer `self_attn.k_scale` / `v_scale`
+  tensors; the scale file (`--quantization-param-path`, one scale per layer and tensor-parallel rank for both
+  k and v) only sets a float that FA3 and flashinfer do not read.
 So `per_tensor` here means one scale per layer shared by k and v (max of both amaxes / 448): the rollout cache
-quantizes exactly as SGLang does with the exported file. `per_head` keeps separate k and v scales per KV head
-(finer, our own rollout engine only).
+uses the scales SGLang uses with the exported checkpoint, not the same bytes (below). `per_head` keeps separate
+k and v scales per KV head (finer, our own rollout engine only; exported as the max over heads).
 
 Quantization is the numerics contract's own (`contract.scale_from_amax`, `contract.cast_to_fp8`):
 q = saturate(x_fp32 / scale) cast with round-to-nearest-even; scale = max(amax, AMAX_EPS) / 448, NaN when

@@ -25,11 +25,15 @@ along tokens or an RxC block, depending on the format):
 5. ``scale`` is the *dequant multiplier*: ``dequantize(q) = q.float() * scale`` in fp32 (SGLang calls it
    ``weight_scale_inv``).
 
-Why division: SGLang's activation quantizer (``per_token_group_quant_fp8``) divides. Third-party Triton
-kernels (SGLang's, verl's weight-sync ``blockwise_cast_to_fp8``) compile ``/`` to PTX ``div.full.f32``, an
-approximate division, and verl multiplies by ``1 / scale``; their bytes can therefore differ from ours (and
-from each other's) in the rare elements whose quotient lies within an ulp or two of an FP8 rounding boundary.
-Inside this engine every producer calls this module, so training, rollout and export agree exactly.
+Who else produces these bytes (measured on the CPU, IEEE arithmetic, bf16 input): compressed-tensors'
+FP8_BLOCK (fp32 scales) and SGLang's column-major Triton group kernel equal these quantizers in 100% of bytes
+and scales. verl's weight-sync kernel (``blockwise_cast_to_fp8``), DeepGEMM's, vLLM's ``per_block``, SGLang's
+row-major Triton kernel and torchao's reference multiply by a reciprocal and match 99.90-99.99% of the bytes;
+on an H200 their scales also differ from ours in the last bit in 30-55% of blocks (Triton's ``/`` is an
+approximate division there; ``tl.math.div_rn`` is exact). SGLang's CUDA activation quantizer multiplies as well
+(``scale = amax * (1/448)``, ``q = x * (448/amax)``), so it is not byte-identical either. Dequantization
+(step 5) equals transformers', SGLang's and compressed-tensors' bitwise. Inside this engine every producer
+calls this module, so training, rollout and export agree exactly.
 
 Scale layouts (what ``torch._scaled_mm`` and SGLang's loader consume without copies):
 

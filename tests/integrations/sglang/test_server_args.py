@@ -47,8 +47,8 @@ def test_uncalibrated_export_under_a_calibrating_policy_is_refused(tmp_path):
 @pytest.mark.parametrize("exported, served, message", [
     ("jetrl_unified", "bf16_baseline", "quantizes model.layers.0.mlp.down_proj .and 13 more. but the policy's "
                                        "rollout phase runs no FP8"),
-    ("bf16_baseline", "jetrl_unified", "config.json skips model.layers.0.mlp.down_proj .and 13 more., which the "
-                                       "policy runs in FP8"),
+    ("bf16_baseline", "jetrl_unified", "runs 14 FP8 linears, but config.json has no 128x128 block-FP8 "
+                                       "quantization_config"),  # a BF16 export is plain (issue 8, item 4)
 ])
 def test_an_export_for_another_policy_is_refused(tmp_path, exported, served, message):
     with pytest.raises(UsageError, match=message):

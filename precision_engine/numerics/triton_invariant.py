@@ -27,7 +27,7 @@ interpreter; full sizes in tests/numerics/gpu/test_triton_invariant_gpu.py).
 Backward passes are not batch-invariant and need not be (only forward logprobs are compared): linear's dgrad
 and wgrad are torch matmuls (cuBLAS); rms_norm and attention recompute their forward in plain fp32 torch from
 the saved inputs and differentiate that (attention one kv-head group at a time, so the [Tq, S] scores of only
-G heads are alive at once).
+G heads are alive at once); log_softmax's gradient is computed from its saved fp32 output.
 """
 
 from __future__ import annotations
@@ -407,12 +407,7 @@ def _log_softmax_kernel(x_ptr, o_ptr, V, stride_x, stride_o, temperature, BLOCK:
         tl.store(o_row + offs, (y - m) - log_s, mask=offs < V)
 
 
-def log_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log_softmax(logits.float() / temperature) over the last dim -> fp32; one program per row.
-
-    No autograd: the trainer's loss differentiates through its own torch ops (invariant.py's contract)."""
-    if not temperature > 0:
-        raise ValueError(f"log_softmax: temperature must be > 0, got {temperature}")
+def _log_softmax_launch(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     v = logits.shape[-1]
     x2 = logits.reshape(-1, v)
     if x2.stride(1) != 1:
@@ -422,6 +417,35 @@ def log_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
         _log_softmax_kernel[(x2.shape[0],)](x2, out, v, x2.stride(0), out.stride(0), float(temperature),
                                             BLOCK=LOG_SOFTMAX_BLOCK, num_warps=8)
     return out.reshape(logits.shape)
+
+
+class _LogSoftmax(torch.autograd.Function):
+    """Forward: the per-row kernel. Backward (fp32, not batch-invariant): d/dx of log_softmax(x / t) is
+    (g - softmax * sum(g)) / t, from the saved output; the gradient comes back in the logits' dtype."""
+
+    @staticmethod
+    def forward(ctx, logits, temperature):
+        out = _log_softmax_launch(logits, temperature)
+        ctx.save_for_backward(out)
+        ctx.temperature, ctx.dtype = temperature, logits.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        grad = grad.float()
+        dx = (grad - out.exp() * grad.sum(-1, keepdim=True)) / ctx.temperature
+        return dx.to(ctx.dtype), None
+
+
+def log_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log_softmax(logits.float() / temperature) over the last dim -> fp32; one program per row.
+    Differentiable (the trainer's policy loss backpropagates through it; see `_LogSoftmax`)."""
+    if not temperature > 0:
+        raise ValueError(f"log_softmax: temperature must be > 0, got {temperature}")
+    if torch.is_grad_enabled() and logits.requires_grad:
+        return _LogSoftmax.apply(logits, float(temperature))
+    return _log_softmax_launch(logits, temperature)
 
 
 def log_softmax_twin(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

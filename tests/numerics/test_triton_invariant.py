@@ -188,6 +188,18 @@ def test_log_softmax_rows_bitwise_batch_invariant():
     assert _same_bits(TI.log_softmax(logits[perm], 0.9), full[perm])
 
 
+def test_log_softmax_backward_matches_float64():
+    """The trainer backpropagates its policy loss through the logprobs: the kernel's output carries a gradient."""
+    logits = _randn(5, 700, seed=10, scale=3.0).requires_grad_()
+    gy = _randn(5, 700, seed=11, dtype=torch.float32)
+    out = TI.log_softmax(logits, 0.7)
+    assert out.requires_grad
+    out.backward(gy)
+    ld = logits.detach().double().requires_grad_()
+    torch.log_softmax(ld / 0.7, -1).backward(gy.double())
+    assert logits.grad.dtype == torch.bfloat16 and _rel(logits.grad, ld.grad) < 1e-2
+
+
 def test_log_softmax_divides_by_the_temperature_exactly():
     """logits.float() / temperature is correctly rounded: a one-hot-free row keeps torch's division bits."""
     logits = _randn(2, 300, seed=9, dtype=torch.float32)

@@ -270,7 +270,7 @@ class Decoder(nn.Module):
         def attend(i: int, q, k, v):
             cache.write(i, k, v, positions)
             k_all, v_all, k_scale, v_scale = cache.read(i, read_len)
-            return ops.attention(q, k_all, v_all, positions, kv_len, self.scaling, k_scale, v_scale)
+            return ops.attention(q, k_all, v_all, positions, kv_len, self.scaling, k_scale, v_scale, cached=True)
 
         hidden = self._hidden(input_ids, positions, attend, ops, positions_below=read_len)
         if logits_index is not None:
@@ -382,15 +382,19 @@ class _Ops:
     def norm(self, module: RMSNorm, x: torch.Tensor) -> torch.Tensor:
         if self.invariant:
             return invariant.rms_norm(x, module.weight, module.eps)
+        if x.is_cuda and not torch.is_grad_enabled():  # one kernel where the torch ops below launch four
+            return invariant.rms_norm(x, module.weight.to(x.dtype), module.eps)
         return module.weight.to(x.dtype) * F.rms_norm(x.float(), (x.shape[-1],), eps=module.eps).to(x.dtype)
 
     def silu(self, x: torch.Tensor) -> torch.Tensor:
         return invariant.silu(x) if self.invariant else F.silu(x)
 
-    def attention(self, q, k, v, q_pos, kv_len, scale, k_scale, v_scale) -> torch.Tensor:
-        if self.invariant or (k_scale is not None and q.is_cuda):
-            # An FP8 cache on the GPU takes the Triton kernel in fast mode too: SDPA reads no FP8, and a BF16
-            # copy of the cache per step would cost more than the FP8 cache saves.
+    def attention(self, q, k, v, q_pos, kv_len, scale, k_scale, v_scale, *, cached: bool = False) -> torch.Tensor:
+        if self.invariant or (q.is_cuda and (cached or k_scale is not None)):
+            # Reads of the KV cache on the GPU take the Triton kernel in fast mode too: it stops at each row's
+            # kv_len (a device value, so one CUDA graph serves every length, and a step reads only the live
+            # blocks of the static cache), reads GQA k/v once and FP8 in place; SDPA would read the whole cache
+            # through a mask built per layer (and a BF16 copy of an FP8 cache would cost more than it saves).
             return invariant.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale)
         if k_scale is not None:
             k, v = dequantize_kv(k, k_scale, q.dtype), dequantize_kv(v, v_scale, q.dtype)

@@ -5,8 +5,9 @@ step the engine runs eagerly (on the CPU, and as the reference on the GPU) is th
 captures: `decode_step` = one forward of the last sampled tokens against the KV cache, one sample, the record
 of token and logprob at the step's column, the stop checks, all without a host sync.
 
-`DecodeGraph` captures `decode_step` once for a fixed key (rows, cache length, sampling, stops, formats) and
-keeps its own KV cache and state, so later `generate` calls with the same key replay it. What a graph reads
+`DecodeGraph` captures `decode_step` once for a fixed key (rows, max_new_tokens, sampling, stops, formats) and
+keeps its own KV cache and state, so later `generate` calls with the same key whose prompts fit that cache
+replay it. What a graph reads
 by address must stay where it was at capture: the model's parameters (checked: a moved or replaced parameter,
 or a module swapped by a rewrite, means a new capture), FP8 weights re-quantized after a weight update (their
 new bytes are copied into the buffers the graph reads, once per weight version: `refresh`), and the KV scales

@@ -16,9 +16,10 @@ its state on the device and updates it in place, so there is no per-token host s
 row is done (every step on the CPU, every SYNC_EVERY steps on the GPU).
 
 On the GPU the step runs in a CUDA graph (`rl.decode.DecodeGraph`) with static shapes: attention reads the
-whole cache (`read_len = max_len`; masked slots change no bit), the cache length is rounded up to
-DECODE_LEN_MULTIPLE so prompts of other lengths reuse the graph, and the graph is captured once per (rows,
-cache length, max_new_tokens, sampling, stops, KV format, mode) and reused across `generate` calls. FP8 weights
+whole cache (`read_len = max_len`: a Python int for the shapes; the kernel stops at each row's live kv_len,
+a device value, so slots past it cost nothing and change no bit), the cache length is rounded up to
+DECODE_LEN_MULTIPLE, and the graph is captured once per (rows, max_new_tokens, sampling, stops, KV format, mode)
+and reused across `generate` calls whose prompts fit its cache (a longer prompt captures a larger one). FP8 weights
 are quantized once per weight version (`Fp8Linear` caches Q(W); a new version's bytes are copied into the
 buffers the graph reads). `cuda_graphs=False` runs the same static step eagerly: the reference the graph must
 equal bit for bit (tests/rl/gpu/test_engine_gpu.py). On the CPU the step runs eagerly and reads the cache up to
@@ -141,7 +142,7 @@ class Engine:
         stops = StopCheck(eos_token_ids, stop_sequences, device)
         graph = None
         if static and self.cuda_graphs and _capturable(self.model):
-            key = (rows, cache_len, max_new_tokens, params, tuple(eos_token_ids), tuple(map(tuple, stop_sequences)),
+            key = (rows, max_new_tokens, params, tuple(eos_token_ids), tuple(map(tuple, stop_sequences)),
                    None if self.kv_scales is None else tuple(self.kv_scales.k.shape), self.model.batch_invariant)
             graph = self._decode_graph(key, rows, cache_len, max_new_tokens, params, generator, stops)
             cache, state = graph.cache, graph.state
@@ -173,9 +174,10 @@ class Engine:
         return self._generators[device]
 
     def _decode_graph(self, key, rows, cache_len, max_new_tokens, params, generator, stops) -> DecodeGraph:
-        """The captured decode step for `key`: the last one if it still fits, else a new capture (the old graph,
-        its cache and memory pool are released first)."""
-        if self._graph is None or not self._graph.matches(key):
+        """The captured decode step for `key`: the last one if its cache holds `cache_len` slots (a longer one
+        serves shorter prompts: attention stops at each row's kv_len), else a new capture (the old graph, its
+        cache and memory pool are released first)."""
+        if self._graph is None or not self._graph.matches(key) or self._graph.cache.max_len < cache_len:
             self._graph = None
             cache = KVCache.for_model(self.model, rows, cache_len, scales=self.kv_scales)
             state = DecodeState(rows, max_new_tokens, pad_token_id=self.pad_token_id, device=cache.k.device)

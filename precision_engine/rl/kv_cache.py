@@ -49,6 +49,7 @@ class KVCache:
         shape = (num_layers, batch, kv_heads, self.max_len, head_dim)
         self.k = torch.zeros(shape, dtype=storage, device=device)
         self.v = torch.zeros(shape, dtype=storage, device=device)
+        self._rows = torch.arange(batch, device=device)[:, None]  # write's row index: no launch per layer
 
     @classmethod
     def for_model(cls, model, batch: int, max_len: int, *, scales: KVScales | None = None) -> KVCache:
@@ -72,7 +73,7 @@ class KVCache:
         b, _, t, _ = k.shape
         if self.scales is not None:
             k, v = quantize_kv(k, self.scales.k[layer]), quantize_kv(v, self.scales.v[layer])
-        rows = torch.arange(b, device=k.device)[:, None].expand(b, t)
+        rows = self._rows[:b].expand(b, t)
         self.k[layer][rows, :, positions] = k.transpose(1, 2)  # advanced indices first: [B, T, H, D]
         self.v[layer][rows, :, positions] = v.transpose(1, 2)
 

@@ -8,7 +8,7 @@
 - fp8_rollout_naive (BF16 training, FP8 rollout) shows its mismatch (max |d logp| > 1e-3).
 - Graph decode equals eager decode (the same static step run without the graph): tokens and logprobs bitwise,
   in batch-invariant and in fast mode, BF16 and FP8 KV.
-- A captured graph is reused across generate calls, and after a weight update (FP8 Q(W) re-quantized) or a KV
+- A captured graph is reused across generate calls (shorter prompts included), and after a weight update (FP8 Q(W) re-quantized) or a KV
   recalibration it decodes with the new numbers: equal to eager decoding on the new weights.
 About 1-2 minutes on an H200 (most of it Triton compilation on a cold cache).
 """
@@ -154,7 +154,7 @@ def test_graph_is_reused_and_follows_weight_updates_and_recalibration(model, spe
     kwargs = dict(n=2, max_new_tokens=64, temperature=TEMPERATURE, seed=9)
     first = engine.generate(prompts, **kwargs)
     graph = engine._graph
-    shorter = engine.generate([p[:50] for p in prompts], **kwargs)  # same rounded cache length: same graph
+    shorter = engine.generate([p[:50] for p in prompts], **kwargs)  # a smaller cache need: the same graph
     assert engine._graph is graph
     assert _same(shorter, Engine(model, kv_scales=scales, cuda_graphs=False).generate(
         [p[:50] for p in prompts], **kwargs))

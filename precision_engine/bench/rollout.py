@@ -12,6 +12,11 @@ CUDA-synchronised calls. Then transformers' `generate` on the same weights and b
 eager and compiled (`CompileConfig(fullgraph=True, mode="reduce-overhead")`), each in try/except: a row
 records what ran or the error. Rows are reported (and written to `out`) as they finish, so a run cut short
 keeps what it measured.
+
+    python -m precision_engine.bench.rollout --profile 20       # where a decode step's GPU time goes
+
+profiles 20 replays of the captured decode step (BF16 and W8A8 + FP8 KV, fast mode) instead: kernels per step,
+GPU ms per step and the top kernels by total time (`profile_decode`).
 """
 
 from __future__ import annotations
@@ -108,9 +113,8 @@ def bench_rollout(model_spec: str = "llama-3.1-8b", *, batch: int = 64, prompt: 
     return rows
 
 
-def _engine_rate(model: Decoder, model_spec: str, policy_name: str, invariant: bool, ids: torch.Tensor, gen: int,
-                 runs: int, seed: int) -> tuple[float, list[float]]:
-    """`model` rewritten for the policy's rollout phase in one mode, timed through a fresh Engine."""
+def _engine(model: Decoder, model_spec: str, policy_name: str, invariant: bool, ids: torch.Tensor):
+    """A fresh Engine over `model` rewritten for the policy's rollout phase in one mode."""
     from precision_engine.pipeline import compile_for_model
     from precision_engine.rewrite import apply
     from precision_engine.rl.engine import Engine
@@ -120,7 +124,13 @@ def _engine_rate(model: Decoder, model_spec: str, policy_name: str, invariant: b
     apply(plan, model, "rollout", numerics=replace(plan.policy.numerics, batch_invariant=invariant))
     model.batch_invariant = invariant
     scales = calibrate_kv_scales(model, ids[:16], mode=kv.scale) if kv.is_fp8 else None
-    engine = Engine(model, kv_scales=scales)
+    return Engine(model, kv_scales=scales)
+
+
+def _engine_rate(model: Decoder, model_spec: str, policy_name: str, invariant: bool, ids: torch.Tensor, gen: int,
+                 runs: int, seed: int) -> tuple[float, list[float]]:
+    """`model` rewritten for the policy's rollout phase in one mode, timed through a fresh Engine."""
+    engine = _engine(model, model_spec, policy_name, invariant, ids)
     prompts = ids.tolist()
 
     def call() -> int:
@@ -174,6 +184,50 @@ def _transformers_rows(model_spec: str, model: Decoder, ids: torch.Tensor, gen: 
             row["error"] = f"{type(err).__name__}: {str(err)[:500]}"
         _release()
         yield row
+
+
+def profile_decode(model_spec: str = "llama-3.1-8b", *, batch: int = 64, prompt: int = 128, steps: int = 20,
+                   top: int = 15, formats=(FORMATS[0], FORMATS[2]), invariant: bool = False, seed: int = 0) -> str:
+    """Where a decode step's GPU time goes: for each format, `steps` replays of the engine's captured decode
+    graph under torch.profiler (CUDA kernels only), summarised as kernel launches and GPU ms per step and the
+    `top` kernels by total time (name, launches per step, us per launch, share of GPU time)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    config = resolve_config(model_spec)
+    model = random_decoder(config, device="cuda", seed=seed)
+    generator = torch.Generator(device="cuda").manual_seed(seed + 1)
+    ids = torch.randint(0, config["vocab_size"], (batch, prompt), device="cuda", generator=generator)
+    lines = []
+    for label, policy_name in formats:
+        engine = _engine(model, model_spec, policy_name, invariant, ids)
+        engine.generate(ids.tolist(), max_new_tokens=steps + 4, temperature=1.0, seed=seed)  # captures
+        graph = engine._graph
+        mode = "batch-invariant" if invariant else "fast"
+        if graph is None:
+            lines.append(f"== {label}, {mode}: no CUDA graph captured (eager decode); not profiled")
+            continue
+        graph.state.step.fill_(1)  # replays write columns 1..steps of the state, positions prompt..+steps
+        graph.replay()
+        graph.state.step.fill_(1)
+        _synchronize()
+        start = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                graph.replay()
+            _synchronize()
+        wall = (time.perf_counter() - start) / steps
+        kernels = [e for e in prof.key_averages() if "CUDA" in str(e.device_type) and e.self_device_time_total > 0]
+        total = sum(e.self_device_time_total for e in kernels) or 1
+        launches = sum(e.count for e in kernels)
+        lines.append(f"== {label}, {mode}: {launches / steps:.0f} kernels/step, GPU {total / steps / 1e3:.2f} ms/step "
+                     f"(kernel time summed), wall {wall * 1e3:.2f} ms/step under the profiler")
+        lines.append(f"{'kernel':<72} {'per step':>8} {'us each':>8} {'share':>6}")
+        for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:top]:
+            lines.append(f"{e.key[:72]:<72} {e.count / steps:>8.1f} {e.self_device_time_total / e.count:>8.1f} "
+                         f"{e.self_device_time_total / total:>6.1%}")
+        del engine, graph, prof
+        _release()
+    return "\n".join(lines)
 
 
 def _add_ratios(rows: list[dict]) -> None:
@@ -246,7 +300,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hf-runs", type=int, default=1, help="timed calls per transformers variant")
     parser.add_argument("--no-transformers", action="store_true", help="the engine's rows only")
     parser.add_argument("--out", type=Path, help="write every row and the environment as JSON")
+    parser.add_argument("--profile", type=int, metavar="STEPS",
+                        help="instead: profile STEPS graph-replayed decode steps (bf16 and fp8 w8a8 + fp8 kv, fast)")
     args = parser.parse_args(argv)
+    if args.profile:
+        print(profile_decode(args.model, batch=args.batch, prompt=args.prompt, steps=args.profile))
+        return
     run(args.model, batch=args.batch, prompt=args.prompt, gen=args.gen, runs=args.runs, hf_runs=args.hf_runs,
         transformers_rows=not args.no_transformers, out=args.out)
 

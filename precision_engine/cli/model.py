@@ -125,16 +125,25 @@ def check(
     seed: SeedOpt = 0,
     json_out: JsonOpt = False,
     save: Annotated[Path | None, typer.Option("--save", help="Also write the JSON report to this file.")] = None,
+    samples: Annotated[int, typer.Option("--samples", help="Sampled row: sequences the built-in engine samples "
+                                         "(0 skips the row).")] = 8,
+    gen: Annotated[int, typer.Option("--gen", help="Sampled row: max new tokens per sequence.")] = 32,
+    score_batch: Annotated[int, typer.Option("--score-batch", help="Sampled row: sequences per training "
+                                             "forward that scores them (left-padded, shuffled).")] = 3,
 ) -> None:
     """Compare POLICY's rollout logprobs with its training forward's, from the same weights.
 
-    The same token sequences run through the training forward and the rollout path (prefill scoring and
-    incremental decode); per-module output differences and logprob differences (max |d logp|, mean KL,
-    bitwise equality) are reported.
+    The same token sequences run through the training forward and the rollout path of the transformers model
+    (prefill scoring and incremental decode); per-module output differences and logprob differences (max
+    |d logp|, mean KL, bitwise equality) are reported. The sampled row measures the path an RL step takes: the
+    built-in engine samples --samples sequences from random prompts, and the training phase scores them in
+    batches of --score-batch (left-padded, shuffled); its mean KL is verl's rollout_corr/kl. MoE and other
+    models the built-in engine does not run skip that row, with the reason.
 
     Exit status: 0 when the numerics promise holds (or the policy makes none), 1 only when a policy whose plan
-    is identical in both phases still gives different rollout-prefill logits, 2 for anything else (a bad flag,
-    model or policy, a plan the kernels cannot run, out of memory).
+    is identical in both phases still gives different rollout-prefill logits, or (batch-invariant policies)
+    sampled logprobs that differ from the trainer's, 2 for anything else (a bad flag, model or policy, a plan
+    the kernels cannot run, out of memory).
 
     Examples:
 
@@ -155,6 +164,8 @@ def check(
         raise UsageError("--seq-len must be >= 2 and --batch >= 1")
     if prompt_len is not None and not 1 <= prompt_len < seq_len:
         raise UsageError(f"--prompt-len must be in [1, {seq_len - 1}]")
+    if samples < 0 or gen < 1 or score_batch < 1:
+        raise UsageError("--samples must be >= 0, --gen and --score-batch >= 1")
     check_device(device)
     plan = compile_for_model(policy, model, overrides=tuple(set_ or ()))
     if device == "cpu":
@@ -165,21 +176,48 @@ def check(
     vocab = net.config.get_text_config(decoder=True).vocab_size
     sequences = random_sequences(vocab, batch, seq_len, seed=seed)
     report = check_identity(plan, net, sequences, prompt_len=prompt_len, decode=decode, layers=layers)
+    del net  # the sampled row builds the built-in decoder: one model in memory at a time
+    sampled = None
+    if samples:
+        sampled = _sampled_row(plan, model, samples=samples, gen=gen, seed=seed, device=device,
+                               prompt_len=prompt_len or max(1, seq_len // 2), score_batch=score_batch,
+                               random_weights=random_weights)
     cost = {"seconds": round(time.perf_counter() - started, 1), "random_weights": random_weights}
     if device == "cuda":
         cost["peak_cuda_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
-    document = json.dumps({**report.to_dict(), **cost}, indent=2)
+    sampled_holds = sampled is None or not sampled.get("identity_promised") or sampled["bitwise"]
+    document = json.dumps({**report.to_dict(), "sampled": sampled, **cost}, indent=2)
     if save is not None:
         save.write_text(document + "\n")
     if json_out:
         typer.echo(document)
     else:
-        _render_check(report, top, random_weights)
+        _render_check(report, sampled, top, random_weights)
         typer.echo(", ".join(f"{key}: {value}" for key, value in cost.items() if key != "random_weights"))
-    raise typer.Exit(0 if report.promise_holds else 1)
+    raise typer.Exit(0 if report.promise_holds and sampled_holds else 1)
 
 
-def _render_check(report, top: int, random_weights: bool) -> None:
+def _sampled_row(plan, model: str, *, samples: int, gen: int, seed: int, device: str, prompt_len: int,
+                 score_batch: int, random_weights: bool) -> dict:
+    """The sampled (engine -> trainer) row, or {"path", "skipped": reason} for a model the engine cannot run."""
+    import gc
+
+    import torch
+
+    from precision_engine.errors import UnsupportedError
+    from precision_engine.rl.onpolicy import PATH, sampled_logprob_check
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    try:
+        return sampled_logprob_check(plan, model, n=samples, max_new_tokens=gen, seed=seed, device=device,
+                                     prompt_len=prompt_len, score_batch=score_batch, random_weights=random_weights)
+    except UnsupportedError as err:
+        return {"path": PATH, "skipped": str(err)}
+
+
+def _render_check(report, sampled: dict | None, top: int, random_weights: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -193,7 +231,13 @@ def _render_check(report, top: int, random_weights: bool) -> None:
         f"{report.batch}x{report.seq_len} random tokens, "
         f"KV cache {report.kv_cache}); plan: train forward vs rollout {promise}"
     )
-    paths = Table("rollout path", "tokens", "max |d logp|", "mean KL", "bitwise", "identity promised")
+    caption = None
+    if sampled is not None and "skipped" not in sampled:
+        caption = (f"sampled: {sampled['samples']} sequences of {sampled['max_new_tokens']} new tokens, random "
+                   f"prompts, scored in shuffled left-padded batches of {sampled['score_batch']}; prefill and "
+                   "decode: the transformers model, teacher-forced")
+    paths = Table("rollout path", "tokens", "max |d logp|", "mean KL", "bitwise", "identity promised",
+                  caption=caption)
     for diff in (report.prefill, report.decode):
         if diff is None:
             continue
@@ -205,6 +249,11 @@ def _render_check(report, top: int, random_weights: bool) -> None:
             diff.path, str(diff.tokens), f"{diff.max_abs_dlogp:.3g}", f"{diff.mean_kl:.3g}",
             "yes" if diff.bitwise else "no", promised,
         )
+    if sampled is not None and "skipped" not in sampled:
+        bitwise = "yes" if sampled["bitwise"] else f"no ({sampled['bitwise_fraction']:.0%} of tokens)"
+        promised = "yes" if sampled["identity_promised"] else f"no: {sampled['why_not_promised']}"
+        paths.add_row(sampled["path"], str(sampled["tokens"]), f"{sampled['max_abs_dlogp']:.3g}",
+                      f"{sampled['mean_kl']:.3g}", bitwise, promised)
     console.print(paths)
     if report.layers:
         worst = sorted(report.layers, key=lambda d: d.rel_l2, reverse=True)[:top]
@@ -217,10 +266,15 @@ def _render_check(report, top: int, random_weights: bool) -> None:
     if not report.plan_identical:
         console.print("no identity promised: this policy computes rollout and training differently")
     elif not report.prefill.covered:
-        console.print(f"module numerics identical, logprobs not promised: {report.prefill.why_not_covered}")
+        console.print(f"module numerics identical, prefill logprobs not promised: {report.prefill.why_not_covered}")
     else:
         verdict = "holds" if report.prefill.bitwise else "is BROKEN"
         console.print(f"numerics promise {verdict}: rollout prefill logprobs vs training forward")
+    if sampled is not None and "skipped" in sampled:
+        console.print(f"sampled row skipped: {sampled['skipped']}")
+    elif sampled is not None and sampled["identity_promised"]:
+        verdict = "holds" if sampled["bitwise"] else "is BROKEN"
+        console.print(f"numerics promise {verdict}: the engine's sampled logprobs vs the trainer's, bit for bit")
 
 
 def _check_cpu_memory(spec: str, config, tokens: int) -> None:

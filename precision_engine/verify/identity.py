@@ -13,9 +13,12 @@ The same token sequences then go through
 What the numerics promise covers (`Plan.identical`): every module computes the same bits in both phases for
 the same input rows, whatever the number of rows (batch invariance). Prefill scoring feeds identical rows to
 every module, so under a policy whose plan is identical everywhere its logits must be bitwise equal to the
-training forward's. Decode is NOT covered: attention then runs one query against the cached keys instead of
-all queries at once (a different reduction shape in the attention kernel), and an FP8 KV cache rounds keys
-and values that the training forward uses unrounded. Its differences are reported so users see their size.
+training forward's. This model is transformers', so its decode is NOT covered: its attention runs one query
+against the cached keys instead of all queries at once (a different reduction in the attention kernel), and
+its training forward uses the keys and values an FP8 KV cache rounds unrounded. Those differences are reported
+so users see their size. The built-in engine closes both gaps (one attention kernel for a decode step and the
+training forward; the trainer rounds k/v through the rollout's FP8 scales when the phases are unified):
+`rl.onpolicy` measures that path, and `precision check` prints it as the sampled row.
 """
 
 from __future__ import annotations
@@ -114,7 +117,8 @@ def check_identity(
     layer_diffs = []
     with _Recorder(model, watched, compare_to=train_outputs.outputs, on_diff=layer_diffs.append):
         prefill_logits = _rollout_prefill(model, sequences, calibrator)
-    kv_fp8 = "the FP8 KV cache rounds keys/values in rollout only" if policy.kv_cache.is_fp8 else ""
+    kv_fp8 = "the FP8 KV cache rounds k/v, transformers' training forward does not (ours does: sampled row)" \
+        if policy.kv_cache.is_fp8 else ""
     prefill = _logprob_diff(
         "prefill", train_logits[:, :-1], prefill_logits[:, :-1], sequences[:, 1:], why_not_covered=kv_fp8
     )
@@ -128,7 +132,8 @@ def check_identity(
             train_logits[:, prompt_len - 1 : -1],
             decode_logits,
             sequences[:, prompt_len:],
-            why_not_covered="; ".join(filter(None, ["attention runs one query against the cache", kv_fp8])),
+            why_not_covered="; ".join(filter(None, [
+                "transformers' attention runs one query against the cache (ours: sampled row)", kv_fp8])),
         )
     kv = policy.kv_cache
     return IdentityReport(

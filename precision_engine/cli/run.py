@@ -36,6 +36,11 @@ HeldoutOpt = Annotated[
 ]
 EvalEveryOpt = Annotated[int, typer.Option("--eval-every", help="Steps between held-out evaluations.")]
 HeldoutSizeOpt = Annotated[int, typer.Option("--heldout-size", help="Held-out problems per evaluation (greedy).")]
+MixOpt = Annotated[
+    Optional[str],
+    typer.Option("--mix", metavar="KIND=WEIGHT,...", show_default=False,
+                 help="Kinds of generated problems and their weights: add, sub, mul, word (default: add=1)."),
+]
 PromptsOpt = Annotated[int, typer.Option("--prompts", help="Prompts per step.")]
 SamplesOpt = Annotated[int, typer.Option("--samples", "-n", help="Samples per prompt (the GRPO group).")]
 
@@ -58,6 +63,7 @@ def run(
     heldout_size: HeldoutSizeOpt = 1000,
     prompts: PromptsOpt = 32,
     samples: SamplesOpt = 8,
+    mix: MixOpt = None,
     model: ModelOpt = None,
     data: DataOpt = None,
     heldout: HeldoutOpt = None,
@@ -94,7 +100,8 @@ def run(
         raise UsageError("--dry-run and verl overrides go with --backend verl")
     from precision_engine.rl.run import run as run_policy
 
-    config = _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, model, data, heldout, device)
+    config = _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, mix, model, data, heldout,
+                     device)
     target = out or Path("runs") / f"{loaded.name}-seed{seed}"
     with _Progress(steps, loaded.name) as progress:
         run_dir = run_policy(loaded, config, target, resume=resume, on_step=progress.step, log=progress.log)
@@ -128,6 +135,7 @@ def ablate(
     heldout_size: HeldoutSizeOpt = 1000,
     prompts: PromptsOpt = 32,
     samples: SamplesOpt = 8,
+    mix: MixOpt = None,
     model: ModelOpt = None,
     data: DataOpt = None,
     heldout: HeldoutOpt = None,
@@ -147,7 +155,8 @@ def ablate(
     if len(policies) < 2:
         raise UsageError("ablate compares policies: pass --policy at least twice")
     loaded = [load_policy(p) for p in policies]
-    config = _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, model, data, heldout, device)
+    config = _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, mix, model, data, heldout,
+                     device)
     with _Progress(steps * len(loaded), "ablation") as progress:
         written = ablate_policies(loaded, config, out, on_step=lambda name, step, row: progress.step(step, row, name),
                                   log=progress.log)
@@ -155,7 +164,8 @@ def ablate(
         typer.echo(f"wrote {path}")
 
 
-def _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, model, data, heldout, device):
+def _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, mix, model, data, heldout,
+                     device):
     from dataclasses import replace
 
     from precision_engine.pipeline import check_device
@@ -165,8 +175,24 @@ def _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, mod
     check_device(device)
     grpo = replace(GRPOConfig(), prompts_per_step=prompts, samples_per_prompt=samples)
     return RunConfig(recipe=recipe, seed=seed, steps=steps, eval_every=eval_every, checkpoint_every=eval_every,
-                     heldout_size=heldout_size, model=model, train_data=None if data is None else str(data),
+                     heldout_size=heldout_size, mix=_mix(mix), model=model, train_data=None if data is None else str(data),
                      heldout_data=None if heldout is None else str(heldout), device=device, grpo=grpo)
+
+
+def _mix(text: str | None) -> dict[str, float] | None:
+    """'add=0.8,word=0.2' -> {'add': 0.8, 'word': 0.2}; the recipe checks the kinds and weights."""
+    if text is None:
+        return None
+    mix = {}
+    for part in text.split(","):
+        kind, sep, weight = part.partition("=")
+        try:
+            mix[kind.strip()] = float(weight)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise UsageError(f"--mix {text!r}: expected KIND=WEIGHT pairs separated by commas, e.g. add=0.8,word=0.2")
+    return mix
 
 
 def _run_verl(policy, recipe: str, overrides: list[str], *, dry_run: bool, out: Path | None) -> None:

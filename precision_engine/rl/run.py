@@ -51,6 +51,7 @@ class RunConfig:
     checkpoint_every: int = 20
     train_size: int = 20_000
     heldout_size: int = 1_000
+    mix: dict[str, float] | None = None  # problem kinds of the generated data (None: the recipe's DEFAULT_MIX)
     model: str | None = None  # a local HF directory; None: the recipe's own warmed-up model
     train_data: str | None = None  # GSM8K-style JSONL/parquet or verl parquet; None: generated problems
     heldout_data: str | None = None
@@ -76,7 +77,8 @@ def run(
     log: Callable[[str], None] = lambda _: None,
 ) -> RunDir:
     """Train `policy` per `config` in run directory `out` (continue it with `resume`); returns the run."""
-    recipe = MathRecipe(seed=config.seed, train_size=config.train_size, heldout_size=config.heldout_size)
+    recipe = MathRecipe(seed=config.seed, train_size=config.train_size, heldout_size=config.heldout_size,
+                        mix=config.mix)
     train, heldout = _problems(recipe, config)
     model_dir = config.model or str(warmed_up_model(recipe, seed=config.seed, config=config.warmup, log=log))
     tokenizer = load_tokenizer(model_dir)

@@ -31,8 +31,9 @@ from precision_engine.models.decoder import Decoder
 from precision_engine.rl.evaluate import greedy_accuracy
 from precision_engine.rl.recipes.math import CharTokenizer, MathRecipe, reward
 
-WARMUP_VERSION = 1  # bump when the training loop or the model definition changes what a cache entry holds
+WARMUP_VERSION = 2  # bump when the training loop or the model definition changes what a cache entry holds
 WARMUP_INFO = "warmup.json"
+_WARMUP_MICRO_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -127,19 +128,25 @@ def _train(model: Decoder, recipe: MathRecipe, tokenizer, config: WarmupConfig, 
     accuracy, step = 0.0, 0
     for step in range(1, config.max_steps + 1):
         model.train()
-        ids, mask, target_mask = _batch(rng.sample(recipe.train, config.batch_size), tokenizer)
-        logits = model(ids, mask).float()
-        loss = torch.nn.functional.cross_entropy(
-            logits[:, :-1][target_mask[:, 1:]], ids[:, 1:][target_mask[:, 1:]]
-        )
+        problems = sorted(rng.sample(recipe.train, config.batch_size), key=lambda p: len(p.prompt) + len(p.target))
+        targets = sum(len(tokenizer.encode(p.target)) + 1 for p in problems)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = 0.0
+        # Micro-batches of similar length: a word problem would otherwise pad every sum in the batch to its width.
+        for start in range(0, len(problems), _WARMUP_MICRO_BATCH):
+            ids, mask, target_mask = _batch(problems[start : start + _WARMUP_MICRO_BATCH], tokenizer)
+            logits = model(ids, mask).float()
+            part = torch.nn.functional.cross_entropy(
+                logits[:, :-1][target_mask[:, 1:]], ids[:, 1:][target_mask[:, 1:]], reduction="sum"
+            ) / targets
+            part.backward()
+            loss += part.item()
         optimizer.step()
         if step % config.eval_every == 0 or step == config.max_steps:
             model.eval()
             accuracy = greedy_accuracy(model, recipe.validation, tokenizer, reward,
                                        max_new_tokens=config.max_new_tokens)
-            log(f"warm-up step {step}: loss {loss.item():.3f}, validation accuracy {accuracy:.1%}")
+            log(f"warm-up step {step}: loss {loss:.3f}, validation accuracy {accuracy:.1%}")
             if accuracy >= config.target_accuracy:
                 break
     model.eval()

@@ -90,7 +90,10 @@ class Plan:
         while decode runs M = batch, and a kernel that picks its tiling or split-K by M sums the same products
         in a different order. Only a batch-invariant forward (the kernel table, `numerics.capabilities`, decides:
         `numerics.batch_invariant` for AUTO and unquantized modules, the kernel's own row otherwise) gives a row
-        the same bits at any M, which is what makes rollout logprobs equal the trainer's.
+        the same bits at any M, which is what makes rollout logprobs equal the trainer's. On the built-in backend
+        an all-identical plan therefore covers decode through the KV cache (the engine's attention kernel gives a
+        decode step the bits of the training forward's row), and an FP8 KV cache too (the trainer rounds k/v with
+        the rollout's scales); `precision check`'s sampled row measures it. verl/SGLang is not covered.
         """
         if not {"train", "rollout"} <= self.phases.keys():
             return False

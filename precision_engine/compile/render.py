@@ -126,14 +126,30 @@ def phase_table(plan: Plan, phase: str):
 
 
 def verdict_lines(plan: Plan) -> list[str]:
+    """What the plan promises, as `precision check` measures it (its sampled row: the built-in engine's logprobs
+    vs the trainer's). An identical plan is batch-invariant in every module, so on the built-in backend decode
+    through the KV cache is covered, and an FP8 KV cache too: the trainer rounds k/v with the rollout's scales
+    when the phases are unified (rl.trainer, the decoder's `kv_scales`). verl/SGLang runs its own kernels and
+    rounds k/v in rollout only (integrations/sglang/rollout.py), so it never gives the trainer's bits."""
     differing = plan.differing()
     total = len(plan.inventory.modules)
-    kv_note = []
-    if plan.policy.kv_cache.is_fp8:
-        kv_note = ["  but the FP8 KV cache rounds keys and values in rollout only (the training forward has no cache),",
-                   "  so rollout attention, and its logprobs, still differ: `precision check` measures by how much"]
+    fp8_kv = plan.policy.kv_cache.is_fp8
     if not differing:
-        return [f"verdict: training forward and rollout numerics are IDENTICAL for all {total} modules", *kv_note]
+        verdict = f"verdict: training forward and rollout numerics are IDENTICAL for all {total} modules"
+        if fp8_kv:
+            return [verdict,
+                    "  built-in backend: the engine's sampled logprobs, decode through the FP8 KV",
+                    "  cache included, equal the trainer's bit for bit: the trainer rounds k/v with",
+                    "  the rollout's scales (`precision check` measures it); verl/SGLang does not",
+                    "  make them bitwise (its kernels are not ours, it rounds k/v in rollout only)"]
+        return [verdict,
+                "  built-in backend: the engine's sampled logprobs, decode through the KV cache",
+                "  included, equal the trainer's bit for bit (`precision check` measures it);",
+                "  verl/SGLang does not make them bitwise (its kernels are not ours)"]
+    kv_note = []
+    if fp8_kv:
+        kv_note = ["  the FP8 KV cache rounds keys and values in rollout only (the phases differ,",
+                   "  so the trainer attends to unrounded ones): `precision check` measures the gap"]
     lines = [f"verdict: training forward and rollout numerics DIFFER for {len(differing)} of {total} modules"]
     if not plan.policy.numerics.batch_invariant:
         lines.append("  (numerics.batch_invariant is false: a row's result may depend on the batch size)")
@@ -211,7 +227,8 @@ def plan_to_dict(plan: Plan, phases: Sequence[str]) -> dict:
         "differing": list(plan.differing()),
         "batch_invariant": plan.policy.numerics.batch_invariant,
         "kv_cache": to_data(plan.policy.kv_cache),
-        "kv_cache_rollout_only": plan.policy.kv_cache.is_fp8,
+        # the built-in trainer rounds k/v like the FP8 cache when the phases are identical (not verl/SGLang)
+        "kv_cache_rollout_only": plan.policy.kv_cache.is_fp8 and not plan.all_identical,
         "correction": to_data(plan.policy.correction),
         "master_weights": plan.policy.master_weights.value,
         "phases": {

@@ -63,13 +63,29 @@ def test_policy_lines_name_kv_cache_correction_and_master_weights():
     assert policy_lines(load_policy("jetrl_unified"))[:2] == ["rollout KV cache: bf16 (not quantized)", "correction: off"]
 
 
-def test_verdict_warns_that_an_fp8_kv_cache_is_rollout_only(llama8b):
+def test_verdict_says_what_check_measures(llama8b):
+    """Identical plans promise the engine's sampled logprobs bitwise on the built-in backend, an FP8 KV cache
+    included (the trainer rounds k/v too), never on verl/SGLang; differing plans keep k/v rounding rollout-only."""
     from precision_engine.compile.render import verdict_lines
 
     unified = verdict_lines(compile_plan(load_policy("jetrl_unified"), llama8b))
     with_kv = verdict_lines(compile_plan(load_policy("jetrl_unified_kv"), llama8b))
-    assert len(unified) == 1 and unified[0].startswith("verdict: training forward and rollout numerics are IDENTICAL")
-    assert with_kv[0] == unified[0] and "FP8 KV cache rounds keys and values in rollout only" in with_kv[1]
-    assert plan_to_dict(compile_plan(load_policy("jetrl_unified_kv"), llama8b), ["rollout"])[
+    tis = verdict_lines(compile_plan(load_policy("fp8rl_rollout_tis"), llama8b))
+    assert unified[0].startswith("verdict: training forward and rollout numerics are IDENTICAL")
+    assert with_kv[0] == unified[0]
+    def text(lines):
+        return " ".join(line.strip() for line in lines)
+
+    for lines in (unified, with_kv):
+        assert "decode through the" in text(lines) and "equal the trainer's bit for bit" in text(lines)
+        assert "`precision check` measures it" in text(lines)
+        assert "verl/SGLang does not make them bitwise" in text(lines)
+    assert "the trainer rounds k/v with the rollout's scales" in text(with_kv)
+    assert "FP8 KV" not in text(unified)
+    assert tis[0].startswith("verdict: training forward and rollout numerics DIFFER")
+    assert "FP8 KV cache rounds keys and values in rollout only" in text(tis)
+    assert all(len(line) <= 80 for line in unified + with_kv + tis)
+    assert not plan_to_dict(compile_plan(load_policy("jetrl_unified_kv"), llama8b), ["rollout"])[
         "kv_cache_rollout_only"
     ]
+    assert plan_to_dict(compile_plan(load_policy("fp8rl_rollout_tis"), llama8b), ["rollout"])["kv_cache_rollout_only"]

@@ -46,9 +46,9 @@ class RunConfig:
 
     recipe: str = "math"
     seed: int = 0
-    steps: int = 120
-    eval_every: int = 20
-    checkpoint_every: int = 20
+    steps: int = 300
+    eval_every: int = 25
+    checkpoint_every: int = 25
     train_size: int = 20_000
     heldout_size: int = 1_000
     mix: dict[str, float] | None = None  # problem kinds of the generated data (None: the recipe's DEFAULT_MIX)

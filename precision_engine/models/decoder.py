@@ -334,8 +334,7 @@ class Decoder(nn.Module):
             v = ops.linear(attn.v_proj, h).view(b, t, c.num_kv_heads, c.head_dim)
             if c.qk_norm:
                 q, k = ops.norm(attn.q_norm, q), ops.norm(attn.k_norm, k)
-            q = _rotate(q.transpose(1, 2), cos, sin)
-            k = _rotate(k.transpose(1, 2), cos, sin)
+            q, k = invariant.rope(q, cos, sin), invariant.rope(k, cos, sin)  # [B, H, T, D], exact: both modes
             out = attend(i, q, k, v.transpose(1, 2)).transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim)
             x = x + ops.linear(attn.o_proj, out)
             h = ops.norm(layer.post_attention_layernorm, x)
@@ -350,7 +349,7 @@ class Decoder(nn.Module):
         return self.compute_dtype or self.model.embed_tokens.weight.dtype
 
     def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype, need: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin [B, 1, T, D] from one fp32 table per device, grown on demand: each position's values are
+        """cos/sin [B, T, D] from one fp32 table per device, grown on demand: each position's values are
         computed once, so both phases read the same bits (HF's formula: cat(freqs, freqs), times the scale)."""
         device = positions.device
         cos, sin = self._rope.get(device, (None, None))
@@ -363,7 +362,7 @@ class Decoder(nn.Module):
             cos = new_cos if cos is None else torch.cat((cos, new_cos))
             sin = new_sin if sin is None else torch.cat((sin, new_sin))
             self._rope[device] = (cos, sin)
-        return cos[positions].to(dtype)[:, None], sin[positions].to(dtype)[:, None]
+        return cos[positions].to(dtype), sin[positions].to(dtype)
 
 
 class _Ops:
@@ -421,12 +420,6 @@ class _RoundKV(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad, None
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """HF's apply_rotary_pos_emb for one tensor: x * cos + rotate_half(x) * sin, in x.dtype."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 def _masked_amax(states: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

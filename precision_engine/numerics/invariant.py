@@ -125,6 +125,22 @@ def log_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     return (shifted.view(rows, chunks * chunk)[:, :vocab] - lse[:, None]).reshape(*lead, vocab)
 
 
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """HF's apply_rotary_pos_emb for one tensor: x [B, T, H, D], cos, sin [B, T, D] in x.dtype -> [B, H, T, D],
+    x * cos + rotate_half(x) * sin, each op rounded to x.dtype. The same bits on every path: CUDA tensors that
+    need no gradient (bf16/fp16, power-of-two D) take one Triton launch (`triton_invariant.rope`, the same three
+    rounded ops), the rest these torch ops."""
+    d = x.shape[-1]
+    kernel_fits = x.dtype in (torch.bfloat16, torch.float16) and d >= 2 and not d & (d - 1)
+    if x.is_cuda and kernel_fits and not (torch.is_grad_enabled() and x.requires_grad):
+        triton = _triton()
+        if triton is not None:
+            return triton.rope(x, cos, sin)
+    x = x.transpose(1, 2)
+    half = x.shape[-1] // 2
+    return x * cos[:, None] + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin[:, None]
+
+
 def silu(x: torch.Tensor) -> torch.Tensor:
     """x * sigmoid(x) in fp32 as x / (1 + exp(-x)), rounded to x.dtype (`F.silu`'s CPU tail rounds differently)."""
     x32 = x.float()
@@ -168,4 +184,4 @@ def _triton():
     return triton_invariant
 
 
-__all__ = ["KV_BLOCK", "TILE_M", "VOCAB_CHUNK", "attention", "linear", "log_softmax", "rms_norm", "silu"]
+__all__ = ["KV_BLOCK", "TILE_M", "VOCAB_CHUNK", "attention", "linear", "log_softmax", "rms_norm", "rope", "silu"]

@@ -468,6 +468,59 @@ def log_softmax_twin(logits: torch.Tensor, temperature: float = 1.0) -> torch.Te
     return ((y - m) - log_s).reshape(logits.shape)
 
 
+# ------------------------------------------------------------------------------------------------------ rope
+
+@triton.jit
+def _rope_kernel(x_ptr, cos_ptr, sin_ptr, o_ptr, T, H, stride_xb, stride_xt, stride_xh, stride_cb, stride_ct,
+                 D: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
+    """One token (b, t), all H heads: o = r(r(x * cos) + r(rotate_half(x) * sin)), r = rounding to x's dtype.
+    Each product of two 16-bit floats is exact in fp32 and the fp32 sum is IEEE's, so the bits are those of
+    torch's `x * cos + rotate_half(x) * sin` in x's dtype (three correctly rounded ops)."""
+    bt = tl.program_id(0)
+    b = (bt // T).to(tl.int64)
+    t = (bt % T).to(tl.int64)
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, D)
+    half: tl.constexpr = D // 2
+    rot_d = (offs_d + half) % D
+    sign = tl.where(offs_d < half, -1.0, 1.0)
+    mask = offs_h[:, None] < H
+    base = x_ptr + b * stride_xb + t * stride_xt + offs_h[:, None].to(tl.int64) * stride_xh
+    x_in = tl.load(base + offs_d[None, :], mask=mask, other=0.0)
+    dtype = x_in.dtype
+    x = x_in.to(tl.float32)
+    xr = tl.load(base + rot_d[None, :], mask=mask, other=0.0).to(tl.float32) * sign[None, :]
+    c = tl.load(cos_ptr + b * stride_cb + t * stride_ct + offs_d).to(tl.float32)
+    s = tl.load(sin_ptr + b * stride_cb + t * stride_ct + offs_d).to(tl.float32)
+    a = _round(x * c[None, :], dtype, INTERPRET).to(tl.float32)
+    r = _round(xr * s[None, :], dtype, INTERPRET).to(tl.float32)
+    out = _round(a + r, dtype, INTERPRET)
+    o_offs = bt.to(tl.int64) * H * D + offs_h[:, None].to(tl.int64) * D + offs_d[None, :]
+    tl.store(o_ptr + o_offs, out, mask=mask)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """HF's apply_rotary_pos_emb for one tensor, one launch: x [B, T, H, D] (any strides with a contiguous last
+    dim), cos, sin [B, T, D] in x.dtype -> [B, H, T, D] (a transposed view of [B, T, H, D] memory), the bits of
+    `x.transpose(1, 2) * cos[:, None] + rotate_half(x.transpose(1, 2)) * sin[:, None]` in torch. No autograd
+    (the engine's cached forward; the trainer's forward rotates with torch ops)."""
+    b, t, h, d = x.shape
+    if x.dtype not in (torch.bfloat16, torch.float16) or cos.dtype != x.dtype or sin.dtype != x.dtype \
+            or d < 2 or d & (d - 1):
+        raise UnsupportedError(f"triton rope takes a bf16/fp16 x with cos/sin of its dtype and a power-of-two "
+                               f"head dim, got {x.dtype}, {cos.dtype}, D={d}")
+    if cos.shape != (b, t, d) or sin.shape != cos.shape:
+        raise ValueError(f"rope: cos {tuple(cos.shape)}, sin {tuple(sin.shape)} must be [B, T, D] = {(b, t, d)}")
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    cos, sin = cos.contiguous(), sin.contiguous()
+    out = torch.empty((b, t, h, d), dtype=x.dtype, device=x.device)
+    if out.numel():
+        _rope_kernel[(b * t,)](x, cos, sin, out, t, h, x.stride(0), x.stride(1), x.stride(2), cos.stride(0),
+                               cos.stride(1), D=d, BLOCK_H=triton.next_power_of_2(h), INTERPRET=_interpreting(),
+                               num_warps=4)
+    return out.transpose(1, 2)
+
+
 # ------------------------------------------------------------------------------------------------- attention
 
 ATTN_BLOCK_M = 64  # rows (query, head of the GQA group) per program, in decode and in the full forward alike
@@ -693,4 +746,4 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Te
 
 __all__ = ["KV_BLOCK", "LINEAR", "LinearConfig", "attention", "attention_reference", "attention_twin", "linear",
            "linear_forward", "linear_twin", "log_softmax", "log_softmax_twin", "rms_norm", "rms_norm_twin",
-           "segment_kb"]
+           "rope", "segment_kb"]

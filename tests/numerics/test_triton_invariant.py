@@ -200,6 +200,20 @@ def test_log_softmax_backward_matches_float64():
     assert logits.grad.dtype == torch.bfloat16 and _rel(logits.grad, ld.grad) < 1e-2
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rope_equals_torch_ops_bitwise(dtype):
+    """One launch gives the bits of torch's x * cos + rotate_half(x) * sin (three rounded ops), decode and
+    prefill shapes, strided x (a view of a fused projection), as [B, H, T, D]."""
+    for b, t, h, d in ((3, 5, 4, 16), (2, 1, 3, 32), (1, 7, 8, 64)):
+        x = _randn(b, t, 2 * h * d, seed=12, scale=3.0, dtype=dtype)[..., : h * d].view(b, t, h, d)
+        angle = _randn(b, t, d, seed=13, scale=50.0, dtype=torch.float32)
+        cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)
+        xt, half = x.transpose(1, 2), d // 2
+        ref = xt * cos[:, None] + torch.cat((-xt[..., half:], xt[..., :half]), dim=-1) * sin[:, None]
+        out = TI.rope(x, cos, sin)
+        assert out.shape == (b, h, t, d) and _same_bits(out, ref), (b, t, h, d)
+
+
 def test_log_softmax_divides_by_the_temperature_exactly():
     """logits.float() / temperature is correctly rounded: a one-hot-free row keeps torch's division bits."""
     logits = _randn(2, 300, seed=9, dtype=torch.float32)
@@ -326,6 +340,7 @@ assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
 compile_(TI._rms_norm_kernel, ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"],
          dict(BLOCK_H=4096, INTERPRET=False), num_warps=8)
 compile_(TI._log_softmax_kernel, ["*bf16", "*fp32", "i32", "i32", "i32", "fp32"], dict(BLOCK=4096), num_warps=8)
+compile_(TI._rope_kernel, ["*bf16"] * 4 + ["i32"] * 7, dict(D=128, BLOCK_H=32, INTERPRET=False), num_warps=4)
 print("ok")
 '''
 

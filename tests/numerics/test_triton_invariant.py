@@ -333,9 +333,9 @@ for split, persistent in ((False, False), (True, False), (False, True)):
     ptx = compile_(TI._linear_kernel, lin, dict(HAS_BIAS=True, SPLIT=split, PERSISTENT=persistent, TMA=True,
                    INTERPRET=False, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8), num_warps=4, num_stages=4)
     assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
-att = ["*bf16"] * 4 + ["*i64", "*i64", "fp32"] + ["i32"] * 17
-ptx = compile_(TI._attention_kernel, att, dict(G=4, D=128, BLOCK_M=64, BLOCK_N=64, INTERPRET=False),
-               num_warps=4, num_stages=2)
+att = ["*bf16"] * 4 + ["*i64", "*i64", "*fp32", "*fp32", "fp32"] + ["i32"] * 17
+ptx = compile_(TI._attention_kernel, att, dict(G=4, D=128, BLOCK_M=64, BLOCK_N=64, FP8_KV=False,
+               SCALE_PER_HEAD=False, INTERPRET=False), num_warps=4, num_stages=2)
 assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
 compile_(TI._rms_norm_kernel, ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"],
          dict(BLOCK_H=4096, INTERPRET=False), num_warps=8)

@@ -47,9 +47,9 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="bench")
 
 
-def _bench(what: str, out: Path | None, quick: bool) -> None:
-    """Benchmark FP8 against BF16 (median of CUDA-event timings, fresh random data, BF16 in the same run)."""
-    if out is not None:  # fail before minutes of benchmarking, not after
+def require_gpu(out: Path | None, verb: str) -> None:
+    """Refuse before minutes of benchmarking, not after: an --out whose folder cannot be made, or no GPU."""
+    if out is not None:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -57,7 +57,12 @@ def _bench(what: str, out: Path | None, quick: bool) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise UnsupportedError("precision bench needs a CUDA GPU (none is visible); run it on the GPU machine")
+        raise UnsupportedError(f"{verb} needs a CUDA GPU (none is visible); run it on the GPU machine")
+
+
+def _bench(what: str, out: Path | None, quick: bool) -> None:
+    """Benchmark FP8 against BF16 (median of CUDA-event timings, fresh random data, BF16 in the same run)."""
+    require_gpu(out, "precision bench")
     from precision_engine.bench import gemm, linear
 
     if what == "kernels":

@@ -11,7 +11,6 @@ from typing import Annotated
 
 import typer
 
-from precision_engine.errors import UnsupportedError, UsageError
 
 
 def register(app: typer.Typer) -> None:
@@ -39,15 +38,9 @@ def register(app: typer.Typer) -> None:
           precision bench rollout --model llama-3.1-8b --batch 64 --prompt 128 --gen 256
           precision bench rollout --no-transformers --runs 5 --out rollout.json
         """
-        if out is not None:  # fail before minutes of benchmarking, not after
-            try:
-                out.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                raise UsageError(f"--out {out}: cannot create its folder ({err.strerror})") from None
-        import torch
+        from precision_engine.cli.bench import require_gpu
 
-        if not torch.cuda.is_available():
-            raise UnsupportedError("precision bench rollout needs a CUDA GPU (none is visible); run it on the GPU")
+        require_gpu(out, "precision bench rollout")
         from precision_engine.bench.rollout import run
 
         run(model, batch=batch, prompt=prompt, gen=gen, runs=runs, hf_runs=hf_runs,

@@ -151,6 +151,8 @@ def check(
 
       precision check -p fp8_rollout_naive -m tiny-qwen3 --seq-len 128 --json
 
+      precision check -p jetrl_unified_kv -m tiny-llama --samples 16 --gen 64 --score-batch 5
+
       precision check -p jetrl_unified -m llama-3.1-8b --device cuda --batch 4 --seq-len 256 --save unified.json
     """
     import torch

@@ -3,6 +3,7 @@ numerics and importance-sampling correction, the math recipe, and run directorie
 
 Modules, one concern each: `engine` (batched generation over a preallocated KV cache), `kv_cache`, `sampling`,
 `logprobs` (the trainer's teacher-forced logprobs), `correction` (TIS/MIS), `mismatch` (rollout vs training
-metrics), `losses` (GRPO), `warmup` (the recipe model's supervised start), `trainer` (one GRPO step),
-`run` (a whole run: data order, evaluation, checkpoints, resume, ablation), `recipes/`, `runs/`.
+metrics), `onpolicy` (`precision check`'s engine-vs-trainer row), `losses` (GRPO), `warmup` (the recipe model's
+supervised start), `trainer` (one GRPO step), `run` (a whole run: data order, evaluation, checkpoints, resume,
+ablation), `recipes/`, `runs/`.
 """

@@ -41,6 +41,7 @@ import triton.language as tl
 
 from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.triton_gemm import _sm_count, _tile_counters
+from precision_engine.numerics.triton_quant import _round_to_fp8_grid
 
 LOG2E = 1.4426950408889634
 FP8_KV_DTYPE = torch.float8_e4m3fn  # numerics.kv_cache.KV_FP8_DTYPE, the cache attention reads in place
@@ -521,6 +522,75 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return out.transpose(1, 2)
 
 
+# -------------------------------------------------------------------------------------------------- kv write
+
+@triton.jit
+def _kv_write_kernel(k_ptr, v_ptr, pos_ptr, ko_ptr, vo_ptr, ks_ptr, vs_ptr, T, H, stride_kb, stride_kh, stride_kt,
+                     stride_vb, stride_vh, stride_vt, stride_pb, stride_pt, stride_ob, stride_oh, stride_os,
+                     D: tl.constexpr, BLOCK_H: tl.constexpr, FP8_KV: tl.constexpr, SCALE_PER_HEAD: tl.constexpr,
+                     EXACT_ROUND: tl.constexpr):
+    """Token (b, t) of k and v, all heads, into slot pos[b, t] of the cache (ko/vo share their strides).
+    FP8_KV: `quantize_kv`'s bits, fp8_rne(clamp(x32 / scale, +-448)) with +-Inf stored as NaN."""
+    bt = tl.program_id(0)
+    b = (bt // T).to(tl.int64)
+    t = (bt % T).to(tl.int64)
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, D)
+    mask = offs_h[:, None] < H
+    h64 = offs_h[:, None].to(tl.int64)
+    slot = tl.load(pos_ptr + b * stride_pb + t * stride_pt).to(tl.int64)
+    o_offs = b * stride_ob + h64 * stride_oh + slot * stride_os + offs_d[None, :]
+    k = tl.load(k_ptr + b * stride_kb + h64 * stride_kh + t * stride_kt + offs_d[None, :], mask=mask, other=0.0)
+    v = tl.load(v_ptr + b * stride_vb + h64 * stride_vh + t * stride_vt + offs_d[None, :], mask=mask, other=0.0)
+    if FP8_KV:
+        if SCALE_PER_HEAD:
+            k_scale = tl.load(ks_ptr + offs_h, mask=offs_h < H, other=1.0)[:, None]
+            v_scale = tl.load(vs_ptr + offs_h, mask=offs_h < H, other=1.0)[:, None]
+        else:
+            k_scale = tl.load(ks_ptr)
+            v_scale = tl.load(vs_ptr)
+        k = _kv_fp8(k.to(tl.float32), k_scale, ko_ptr.dtype.element_ty, EXACT_ROUND)
+        v = _kv_fp8(v.to(tl.float32), v_scale, vo_ptr.dtype.element_ty, EXACT_ROUND)
+    tl.store(ko_ptr + o_offs, k, mask=mask)
+    tl.store(vo_ptr + o_offs, v, mask=mask)
+
+
+@triton.jit
+def _kv_fp8(x, scale, out_ty: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    x = tl.where(tl.abs(x) == float("inf"), float("nan"), x)
+    y = tl.math.div_rn(x, scale + tl.zeros_like(x))
+    y = tl.where(y != y, y, tl.minimum(tl.maximum(y, -448.0), 448.0))
+    if EXACT_ROUND:  # the interpreter's fp8 cast misrounds: round onto the E4M3 grid first (exact)
+        y = _round_to_fp8_grid(y, 3, -6)
+    return y.to(out_ty, fp_downcast_rounding="rtne")
+
+
+def kv_write(k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, k_store: torch.Tensor,
+             v_store: torch.Tensor, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> None:
+    """k, v [B, H, T, D] (any strides with a contiguous last dim) into slots positions [B, T] of rows 0..B-1 of
+    k_store, v_store [B', H, S, D] (one layout, last dim contiguous), one launch. FP8 stores (float8_e4m3fn)
+    take dequant multipliers k_scale / v_scale ([] or [H], fp32 on the device) and get `quantize_kv`'s bytes;
+    other stores get k and v as they are."""
+    b, h, t, d = k.shape
+    fp8 = k_store.dtype == FP8_KV_DTYPE
+    if v.shape != k.shape or positions.shape != (b, t) or k_store.stride() != v_store.stride() \
+            or k_store.shape[1:2] + k_store.shape[3:] != (h, d) or k_store.stride(-1) != 1 or d & (d - 1) \
+            or (fp8 and (k_scale is None or v_scale is None)) or (not fp8 and k_store.dtype != k.dtype):
+        raise ValueError(f"kv_write: k {tuple(k.shape)}, v {tuple(v.shape)}, positions {tuple(positions.shape)} "
+                         f"do not fit the store {tuple(k_store.shape)} {k_store.dtype}")
+    k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (k, v))
+    if fp8:
+        k_scale, v_scale = (s.to(torch.float32).reshape(-1).contiguous() for s in (k_scale, v_scale))
+    else:
+        k_scale = v_scale = positions  # never read
+    if b * t:
+        _kv_write_kernel[(b * t,)](
+            k, v, positions, k_store, v_store, k_scale, v_scale, t, h, k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), positions.stride(0), positions.stride(1), k_store.stride(0),
+            k_store.stride(1), k_store.stride(2), D=d, BLOCK_H=triton.next_power_of_2(h), FP8_KV=fp8,
+            SCALE_PER_HEAD=fp8 and k_scale.numel() > 1, EXACT_ROUND=_interpreting(), num_warps=4)
+
+
 # ------------------------------------------------------------------------------------------------- attention
 
 ATTN_BLOCK_M = 64  # rows (query, head of the GQA group) per program, in decode and in the full forward alike
@@ -746,4 +816,4 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Te
 
 __all__ = ["KV_BLOCK", "LINEAR", "LinearConfig", "attention", "attention_reference", "attention_twin", "linear",
            "linear_forward", "linear_twin", "log_softmax", "log_softmax_twin", "rms_norm", "rms_norm_twin",
-           "rope", "segment_kb"]
+           "kv_write", "rope", "segment_kb"]

@@ -5,7 +5,8 @@ probabilities of slots it cannot see, exactly 0, by these values, so they must b
 holds the key of that row's position p, the layout `numerics.invariant.attention` reads. `max_len` is rounded up
 to whole attention blocks.
 
-Cost per step: a write touches only the new tokens' slots (an index_put of [B, T] positions); a read returns
+Cost per step: a write touches only the new tokens' slots (an index_put of [B, T] positions; on the GPU one
+Triton launch, `triton_invariant.kv_write`, with the same bytes); a read returns
 views of the first `length` slots (rounded up to a block), without copying, concatenating or dequantizing:
 FP8 blocks are dequantized by attention as it reads them. Nothing depends on how many tokens are cached
 beyond what attention itself reads.
@@ -70,7 +71,14 @@ class KVCache:
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
         """k, v [B, kv_heads, T, head_dim] of rows 0..B-1 into the slots `positions` [B, T]."""
-        b, _, t, _ = k.shape
+        b, _, t, d = k.shape
+        if k.is_cuda and not d & (d - 1) and (self.is_fp8 or k.dtype == self.k.dtype):
+            # One launch for both (quantize_kv's bytes when FP8) where the torch ops below launch up to 18.
+            from precision_engine.numerics.triton_invariant import kv_write
+
+            scales = (self.scales.k[layer], self.scales.v[layer]) if self.is_fp8 else (None, None)
+            kv_write(k, v, positions, self.k[layer], self.v[layer], *scales)
+            return
         if self.scales is not None:
             k, v = quantize_kv(k, self.scales.k[layer]), quantize_kv(v, self.scales.v[layer])
         rows = self._rows[:b].expand(b, t)

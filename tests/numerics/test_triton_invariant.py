@@ -214,6 +214,31 @@ def test_rope_equals_torch_ops_bitwise(dtype):
         assert out.shape == (b, h, t, d) and _same_bits(out, ref), (b, t, h, d)
 
 
+@pytest.mark.parametrize("per_head", [False, True])
+def test_kv_write_gives_the_bytes_of_quantize_kv_and_index_put(per_head):
+    """BF16 and FP8 stores, strided k (a view of a fused projection), decode and prefill shapes, +-Inf (stored
+    as NaN) and values past 448 (saturated): the bytes of torch's quantize_kv and advanced-index write."""
+    from precision_engine.numerics.kv_cache import quantize_kv
+
+    g = torch.Generator().manual_seed(14)
+    for fp8 in (False, True):
+        for b, t, h, d, s in ((3, 1, 2, 16, 40), (2, 5, 4, 32, 64)):
+            k = _randn(b, t, 2 * h * d, seed=15, scale=5.0)[..., : h * d].view(b, t, h, d).transpose(1, 2)
+            v = _randn(b, t, h, d, seed=16, scale=5.0).transpose(1, 2)
+            k[0, 0, 0, :3] = torch.tensor([float("inf"), float("-inf"), 1e30])
+            pos = torch.stack([torch.randperm(s, generator=g)[:t] for _ in range(b)]).to(DEVICE)
+            ks, vs = (torch.rand(h if per_head else (), generator=g).to(DEVICE) * 0.05 + 1e-3 for _ in range(2))
+            dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+            out_k, out_v = (torch.zeros(b + 1, h, s, d, dtype=dtype, device=DEVICE) for _ in range(2))
+            ref_k, ref_v = out_k.clone(), out_v.clone()
+            qk, qv = (quantize_kv(k, ks), quantize_kv(v, vs)) if fp8 else (k, v)
+            rows = torch.arange(b, device=DEVICE)[:, None].expand(b, t)
+            ref_k[rows, :, pos], ref_v[rows, :, pos] = qk.transpose(1, 2), qv.transpose(1, 2)
+            TI.kv_write(k, v, pos, out_k, out_v, *((ks, vs) if fp8 else (None, None)))
+            for out, ref in ((out_k, ref_k), (out_v, ref_v)):
+                assert torch.equal(out.view(torch.uint8), ref.view(torch.uint8)), (fp8, b, t, h, d)
+
+
 def test_log_softmax_divides_by_the_temperature_exactly():
     """logits.float() / temperature is correctly rounded: a one-hot-free row keeps torch's division bits."""
     logits = _randn(2, 300, seed=9, dtype=torch.float32)
@@ -341,6 +366,10 @@ compile_(TI._rms_norm_kernel, ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "
          dict(BLOCK_H=4096, INTERPRET=False), num_warps=8)
 compile_(TI._log_softmax_kernel, ["*bf16", "*fp32", "i32", "i32", "i32", "fp32"], dict(BLOCK=4096), num_warps=8)
 compile_(TI._rope_kernel, ["*bf16"] * 4 + ["i32"] * 7, dict(D=128, BLOCK_H=32, INTERPRET=False), num_warps=4)
+compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*fp8e4nv", "*fp8e4nv", "*fp32", "*fp32"] + ["i32"] * 13,
+         dict(D=128, BLOCK_H=8, FP8_KV=True, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
+compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*bf16", "*bf16", "*i64", "*i64"] + ["i32"] * 13,
+         dict(D=128, BLOCK_H=8, FP8_KV=False, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
 print("ok")
 '''
 

@@ -106,5 +106,5 @@ else:
     print("\n".join((out / "bench_rollout.log").read_text().strip().splitlines()[-15:]))
 print("\n== decode profile, 20 graph replays (rc=%s)" % (out / "profile_decode.rc").read_text().strip())
 lines = (out / "profile_decode.log").read_text().strip().splitlines()
-print("\n".join(line for line in lines if not line.startswith(("STAGE:", "[W", "USDT"))][-40:]))
+print("\n".join([line for line in lines if not line.startswith(("STAGE:", "[W", "USDT"))][-40:]))
 EOF

@@ -93,12 +93,12 @@ def hf_config(args) -> dict:
     }
 
 
-def build(config: dict, config_path: str, policy: str, args, device) -> tuple[Decoder, object]:
+def build(config: dict, config_path: str, policy: str, args, device) -> Decoder:
     """The decoder with `policy`'s training phase applied (same seed on every rank and in the reference)."""
     model = Decoder.from_config(config, seed=args.seed, device=device, batch_invariant=True).train()
     plan = compile_for_model(policy, config_path, overrides=("numerics.batch_invariant=true",))
     apply(plan, model, "train")
-    return model, plan
+    return model
 
 
 def batches(args, device) -> list[torch.Tensor]:
@@ -119,8 +119,9 @@ def sync(device) -> None:
 
 
 def train(model, data, args, device, full_grad) -> dict:
-    """AdamW steps; per step the loss, each parameter's full gradient (via `full_grad`) and the wall time.
-    The first forward's logits are kept (before any step)."""
+    """AdamW steps; per step the loss, each parameter's full gradient (via `full_grad`) and the wall time of
+    forward, backward and optimizer step (gathering the gradients for the check is not timed). The first
+    forward's logits are kept (before any step)."""
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     losses, grads, seconds, first_logits = [], [], [], None
     for ids in data:
@@ -128,14 +129,18 @@ def train(model, data, args, device, full_grad) -> dict:
         start = time.perf_counter()
         loss, logits = lm_loss(model, ids)
         loss.backward()
+        sync(device)
+        elapsed = time.perf_counter() - start
         if first_logits is None:
             first_logits = logits.detach()
-        step_grads = {n: full_grad(p.grad) for n, p in model.named_parameters()}
+        step_grads = {n: full_grad(p.grad) for n, p in model.named_parameters()}  # untimed: the check's cost
+        sync(device)
+        start = time.perf_counter()
         opt.step()
         opt.zero_grad(set_to_none=True)
         invalidate_weight_caches(model)
         sync(device)
-        seconds.append(time.perf_counter() - start)
+        seconds.append(elapsed + time.perf_counter() - start)
         losses.append(loss.detach())
         grads.append(step_grads)
     return {"losses": losses, "grads": grads, "seconds": seconds, "first_logits": first_logits}
@@ -184,14 +189,14 @@ def run_policy(policy: str, config: dict, config_path: str, args, device, rank: 
 
     ref = ref_q0 = None
     if rank == 0:
-        model, _ = build(config, config_path, policy, args, device)
+        model = build(config, config_path, policy, args, device)
         ref_q0 = {n: m.quantized_weight() for n, m in model.named_modules() if isinstance(m, Fp8Linear)}
         ref = train(model, data, args, device, full_grad=lambda g: g.detach().clone())
         ref["weights"] = {n: p.detach().clone() for n, p in model.named_parameters()}
         del model
     dist.barrier()
 
-    model, _ = build(config, config_path, policy, args, device)
+    model = build(config, config_path, policy, args, device)
     units = fsdp_wrap(model, device)
     seen = watch_fp8_weights(model)
     fmt = {n: m.spec.weight for n, m in model.named_modules() if isinstance(m, Fp8Linear)}
@@ -217,7 +222,7 @@ def run_policy(policy: str, config: dict, config_path: str, args, device, rank: 
         return None
 
     with torch.no_grad():
-        ref_model, _ = build(config, config_path, policy, args, device)
+        ref_model = build(config, config_path, policy, args, device)
         ref_model.load_state_dict(ref["weights"])
         ref_final = ref_model(data[0])
     fsdp_losses = (losses / 2).tolist()

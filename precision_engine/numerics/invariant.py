@@ -127,12 +127,12 @@ def log_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """HF's apply_rotary_pos_emb for one tensor: x [B, T, H, D], cos, sin [B, T, D] in x.dtype -> [B, H, T, D],
-    x * cos + rotate_half(x) * sin, each op rounded to x.dtype. The same bits on every path: CUDA tensors that
-    need no gradient (bf16/fp16, power-of-two D) take one Triton launch (`triton_invariant.rope`, the same three
-    rounded ops), the rest these torch ops."""
+    x * cos + rotate_half(x) * sin, each op rounded to x.dtype. CUDA tensors (bf16/fp16, power-of-two D) take
+    one Triton launch (`triton_invariant.rope`, the same three rounded ops, differentiable) with or without
+    autograd, so the engine's decode and the trainer's forward run one kernel; the rest these torch ops."""
     d = x.shape[-1]
     kernel_fits = x.dtype in (torch.bfloat16, torch.float16) and d >= 2 and not d & (d - 1)
-    if x.is_cuda and kernel_fits and not (torch.is_grad_enabled() and x.requires_grad):
+    if x.is_cuda and kernel_fits:
         triton = _triton()
         if triton is not None:
             return triton.rope(x, cos, sin)

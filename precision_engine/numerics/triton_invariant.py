@@ -27,7 +27,8 @@ interpreter; full sizes in tests/numerics/gpu/test_triton_invariant_gpu.py).
 Backward passes are not batch-invariant and need not be (only forward logprobs are compared): linear's dgrad
 and wgrad are torch matmuls (cuBLAS); rms_norm and attention recompute their forward in plain fp32 torch from
 the saved inputs and differentiate that (attention one kv-head group at a time, so the [Tq, S] scores of only
-G heads are alive at once); log_softmax's gradient is computed from its saved fp32 output.
+G heads are alive at once); log_softmax's gradient is computed from its saved fp32 output; rope's is the
+transposed rotation of the output gradient in fp32.
 """
 
 from __future__ import annotations
@@ -472,11 +473,28 @@ def log_softmax_twin(logits: torch.Tensor, temperature: float = 1.0) -> torch.Te
 # ------------------------------------------------------------------------------------------------------ rope
 
 @triton.jit
+def _round_opaque(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
+    """fp32 -> bf16/fp16, round to nearest even, as one cvt.rn the compiler cannot fold into the surrounding
+    arithmetic (`_round` in the interpreter, which has no inline PTX)."""
+    if INTERPRET:
+        y = _round(x, dtype, INTERPRET)
+    elif dtype == tl.bfloat16:
+        y = tl.inline_asm_elementwise("cvt.rn.bf16.f32 $0, $1;", "=h,r", [x], dtype=tl.bfloat16, is_pure=True,
+                                      pack=1)
+    else:
+        y = tl.inline_asm_elementwise("cvt.rn.f16.f32 $0, $1;", "=h,r", [x], dtype=tl.float16, is_pure=True,
+                                      pack=1)
+    return y
+
+
+@triton.jit
 def _rope_kernel(x_ptr, cos_ptr, sin_ptr, o_ptr, T, H, stride_xb, stride_xt, stride_xh, stride_cb, stride_ct,
                  D: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
     """One token (b, t), all H heads: o = r(r(x * cos) + r(rotate_half(x) * sin)), r = rounding to x's dtype.
     Each product of two 16-bit floats is exact in fp32 and the fp32 sum is IEEE's, so the bits are those of
-    torch's `x * cos + rotate_half(x) * sin` in x's dtype (three correctly rounded ops)."""
+    torch's `x * cos + rotate_half(x) * sin` in x's dtype (three correctly rounded ops). The roundings are
+    opaque to the compiler (`_round_opaque`): with plain casts, LLVM narrows the fp32 add of two widened bf16
+    values to a native bf16 add (HADD2.BF16/HFMA2.BF16 on sm_90), whose bits are not torch's on the H200."""
     bt = tl.program_id(0)
     b = (bt // T).to(tl.int64)
     t = (bt % T).to(tl.int64)
@@ -493,25 +511,16 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, o_ptr, T, H, stride_xb, stride_xt, str
     xr = tl.load(base + rot_d[None, :], mask=mask, other=0.0).to(tl.float32) * sign[None, :]
     c = tl.load(cos_ptr + b * stride_cb + t * stride_ct + offs_d).to(tl.float32)
     s = tl.load(sin_ptr + b * stride_cb + t * stride_ct + offs_d).to(tl.float32)
-    a = _round(x * c[None, :], dtype, INTERPRET).to(tl.float32)
-    r = _round(xr * s[None, :], dtype, INTERPRET).to(tl.float32)
-    out = _round(a + r, dtype, INTERPRET)
+    a = _round_opaque(x * c[None, :], dtype, INTERPRET).to(tl.float32)
+    r = _round_opaque(xr * s[None, :], dtype, INTERPRET).to(tl.float32)
+    out = _round_opaque(a + r, dtype, INTERPRET)
     o_offs = bt.to(tl.int64) * H * D + offs_h[:, None].to(tl.int64) * D + offs_d[None, :]
     tl.store(o_ptr + o_offs, out, mask=mask)
 
 
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """HF's apply_rotary_pos_emb for one tensor, one launch: x [B, T, H, D] (any strides with a contiguous last
-    dim), cos, sin [B, T, D] in x.dtype -> [B, H, T, D] (a transposed view of [B, T, H, D] memory), the bits of
-    `x.transpose(1, 2) * cos[:, None] + rotate_half(x.transpose(1, 2)) * sin[:, None]` in torch. No autograd
-    (the engine's cached forward; the trainer's forward rotates with torch ops)."""
+def _rope_launch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The kernel launch, no autograd: x [B, T, H, D] -> [B, T, H, D] contiguous."""
     b, t, h, d = x.shape
-    if x.dtype not in (torch.bfloat16, torch.float16) or cos.dtype != x.dtype or sin.dtype != x.dtype \
-            or d < 2 or d & (d - 1):
-        raise UnsupportedError(f"triton rope takes a bf16/fp16 x with cos/sin of its dtype and a power-of-two "
-                               f"head dim, got {x.dtype}, {cos.dtype}, D={d}")
-    if cos.shape != (b, t, d) or sin.shape != cos.shape:
-        raise ValueError(f"rope: cos {tuple(cos.shape)}, sin {tuple(sin.shape)} must be [B, T, D] = {(b, t, d)}")
     x = x if x.stride(-1) == 1 else x.contiguous()
     cos, sin = cos.contiguous(), sin.contiguous()
     out = torch.empty((b, t, h, d), dtype=x.dtype, device=x.device)
@@ -519,7 +528,43 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         _rope_kernel[(b * t,)](x, cos, sin, out, t, h, x.stride(0), x.stride(1), x.stride(2), cos.stride(0),
                                cos.stride(1), D=d, BLOCK_H=triton.next_power_of_2(h), INTERPRET=_interpreting(),
                                num_warps=4)
-    return out.transpose(1, 2)
+    return out
+
+
+class _Rope(torch.autograd.Function):
+    """Forward: the kernel, so the trainer's forward rotates with the very bits of the engine's decode. Backward
+    (fp32, rounded once; not bitwise): dx = g * cos + rotate_half^T(g * sin), rotate_half^T(u) = cat(u2, -u1)."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return _rope_launch(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        g = grad.float()
+        gs = g * sin.float()[:, :, None]
+        half = g.shape[-1] // 2
+        dx = g * cos.float()[:, :, None] + torch.cat((gs[..., half:], -gs[..., :half]), dim=-1)
+        return dx.to(grad.dtype), None, None
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """HF's apply_rotary_pos_emb for one tensor, one launch: x [B, T, H, D] (any strides with a contiguous last
+    dim), cos, sin [B, T, D] in x.dtype -> [B, H, T, D] (a transposed view of [B, T, H, D] memory), the bits of
+    `x.transpose(1, 2) * cos[:, None] + rotate_half(x.transpose(1, 2)) * sin[:, None]` in torch.
+    Differentiable in x (`_Rope`): the trainer's forward and the engine's decode run the same kernel."""
+    b, t, h, d = x.shape
+    if x.dtype not in (torch.bfloat16, torch.float16) or cos.dtype != x.dtype or sin.dtype != x.dtype \
+            or d < 2 or d & (d - 1):
+        raise UnsupportedError(f"triton rope takes a bf16/fp16 x with cos/sin of its dtype and a power-of-two "
+                               f"head dim, got {x.dtype}, {cos.dtype}, D={d}")
+    if cos.shape != (b, t, d) or sin.shape != cos.shape:
+        raise ValueError(f"rope: cos {tuple(cos.shape)}, sin {tuple(sin.shape)} must be [B, T, D] = {(b, t, d)}")
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Rope.apply(x, cos, sin).transpose(1, 2)
+    return _rope_launch(x, cos, sin).transpose(1, 2)
 
 
 # -------------------------------------------------------------------------------------------------- kv write

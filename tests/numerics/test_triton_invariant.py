@@ -214,6 +214,25 @@ def test_rope_equals_torch_ops_bitwise(dtype):
         assert out.shape == (b, h, t, d) and _same_bits(out, ref), (b, t, h, d)
 
 
+def test_rope_with_autograd_runs_the_kernel_and_differentiates():
+    """With x requiring a gradient (the trainer's forward) the output still has the kernel's bits, and the
+    gradient is that of torch's ops in float64 (bf16 rounding of the fp32 result only)."""
+    b, t, h, d = 2, 5, 3, 32
+    x = _randn(b, t, h, d, seed=15, scale=3.0, dtype=torch.bfloat16).requires_grad_()
+    angle = _randn(b, t, d, seed=16, scale=50.0, dtype=torch.float32)
+    cos, sin = angle.cos().to(torch.bfloat16), angle.sin().to(torch.bfloat16)
+    out = TI.rope(x, cos, sin)
+    with torch.no_grad():
+        assert out.requires_grad and _same_bits(out, TI.rope(x, cos, sin))
+    gy = _randn(b, h, t, d, seed=17, dtype=torch.float32).to(torch.bfloat16)
+    out.backward(gy)
+    xd = x.detach().double().requires_grad_()
+    xt, half = xd.transpose(1, 2), d // 2
+    ref = xt * cos.double()[:, None] + torch.cat((-xt[..., half:], xt[..., :half]), dim=-1) * sin.double()[:, None]
+    ref.backward(gy.double())
+    assert x.grad.dtype == torch.bfloat16 and _rel(x.grad, xd.grad) < 1e-2
+
+
 @pytest.mark.parametrize("per_head", [False, True])
 def test_kv_write_gives_the_bytes_of_quantize_kv_and_index_put(per_head):
     """BF16 and FP8 stores, strided k (a view of a fused projection), decode and prefill shapes, +-Inf (stored

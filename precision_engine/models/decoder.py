@@ -379,8 +379,8 @@ class _Ops:
         return invariant.linear(x, weight, bias) if self.invariant else F.linear(x, weight, bias)
 
     def norm(self, module: RMSNorm, x: torch.Tensor) -> torch.Tensor:
-        if self.invariant:
-            return invariant.rms_norm(x, module.weight, module.eps)
+        if self.invariant:  # weight in the activations' dtype: FP32 master weights must not promote x to FP32
+            return invariant.rms_norm(x, module.weight.to(x.dtype), module.eps)
         if x.is_cuda and not torch.is_grad_enabled():  # one kernel where the torch ops below launch four
             return invariant.rms_norm(x, module.weight.to(x.dtype), module.eps)
         return module.weight.to(x.dtype) * F.rms_norm(x.float(), (x.shape[-1],), eps=module.eps).to(x.dtype)

@@ -123,7 +123,7 @@ class GRPOTrainer:
         rewards = torch.tensor(
             [self.reward_fn(text, problems[g].answer) for text, g in zip(texts, rollout.group.tolist())]
         )
-        advantages = grpo_advantages(rewards, rollout.group.cpu())
+        advantages = grpo_advantages(rewards, rollout.group.cpu()).to(rollout.token_ids.device)
 
         train_started = time.perf_counter()
         train_logprobs, loss_metrics = self._update(rollout, advantages)
@@ -168,7 +168,7 @@ class GRPOTrainer:
                 with torch.no_grad():
                     ref = token_logprobs(self.reference, ids, attn, temperature=c.temperature)
             loss, metrics = policy_loss(
-                logprobs, old, advantages[rows].to(logprobs.device), row_mask, c.loss, correction=correction,
+                logprobs, old, advantages[rows], row_mask, c.loss, correction=correction,
                 ref_logprobs=ref, num_tokens=num_tokens, num_sequences=num_sequences,
             )
             loss.backward()

@@ -50,9 +50,10 @@ class _TokenIds:
 
 def bench_rl_step(model_spec: str = "llama-3.1-8b", *, layers: int | None = 8, prompts: int = 16, samples: int = 4,
                   prompt: int = 128, gen: int = 256, steps: int = 2, micro_batch: int = 8,
-                  device: str = "cuda") -> list[dict]:
+                  device: str = "cuda", master_weights: str | None = None) -> list[dict]:
     """`layers` cuts the model to that many decoder layers of its shapes (None: all): bf16_baseline's FP32 master
-    weights, gradients and AdamW state for all 32 layers of an 8B model (~128 GB) leave no room on one H200."""
+    weights, gradients and AdamW state for all 32 layers of an 8B model (~128 GB) leave no room on one H200.
+    `master_weights` overrides every policy's (e.g. "bf16": the whole 8B model then fits for both policies)."""
     config = dict(resolve_config(model_spec))
     if layers is not None:
         config["num_hidden_layers"] = layers
@@ -66,7 +67,8 @@ def bench_rl_step(model_spec: str = "llama-3.1-8b", *, layers: int | None = 8, p
                    micro_batch_size=micro_batch)
     rows = []
     for name in POLICIES:
-        plan = compile_for_model(name, model_spec)
+        overrides = () if master_weights is None else (f"master_weights={master_weights}",)
+        plan = compile_for_model(name, model_spec, overrides=overrides)
         policy = plan.policy
         dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[policy.master_weights.value]
         model = random_decoder(config, device=device, dtype=dtype, batch_invariant=policy.numerics.batch_invariant)
@@ -115,10 +117,12 @@ def main(argv: list[str] | None = None) -> None:
                           ("--micro-batch", 8)):
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--master-weights", choices=("bf16", "fp32"), help="override every policy's")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     rows = bench_rl_step(args.model, layers=args.layers or None, prompts=args.prompts, samples=args.samples, prompt=args.prompt, gen=args.gen,
-                         steps=args.steps, micro_batch=args.micro_batch, device=args.device)
+                         steps=args.steps, micro_batch=args.micro_batch, device=args.device,
+                         master_weights=args.master_weights)
     print(format_table(rows))
     if args.out:
         args.out.write_text(json.dumps({"command": "bench.rl_step " + " ".join(argv or []), "rows": rows}, indent=1))

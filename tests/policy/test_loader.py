@@ -68,7 +68,7 @@ def test_rules_carry_labels_and_source_locations():
     rules = load_policy("jetrl_unified").rules_for("rollout")
     assert [r.label for r in rules] == ["unified[0]", "unified[1]"]
     assert rules[1].location.file.endswith("jetrl_unified.yaml")
-    assert (rules[1].location.line, rules[1].location.column) == (27, 7)
+    assert (rules[1].location.line, rules[1].location.column) == (28, 7)
 
 
 def test_policy_is_frozen_and_resolved_is_the_merged_document():

@@ -51,8 +51,8 @@ def test_diagnostics_point_at_the_flag_or_at_the_file(monkeypatch):
         ("--set formats.a8.granularity=block", None, "formats.a8.granularity"),
         ("--set kernel=cuda", None, "kernel"),
         (file, 18, "formats.a8.group"),  # still the file's `group: 128`, now contradicting the flag
-        (file, 28, "rules.unified[1].linear.input"),
-        (file, 28, "rules.unified[1].linear.grad_output"),
+        (file, 29, "rules.unified[1].linear.input"),
+        (file, 29, "rules.unified[1].linear.grad_output"),
     ]
     assert str(result.diagnostics[1]) == ("--set kernel=cuda: error: kernel: unknown value 'cuda'; expected one "
                                          "of: auto, cublas, triton, deep_gemm, reference, emulated (hint: did you "

@@ -50,7 +50,7 @@ def test_diagnostics_point_at_the_flag_or_at_the_file(monkeypatch):
     assert [(d.file.replace("\\", "/"), d.line, d.key_path) for d in result.diagnostics] == [
         ("--set formats.a8.granularity=block", None, "formats.a8.granularity"),
         ("--set kernel=cuda", None, "kernel"),
-        (file, 18, "formats.a8.group"),  # still the file's `group: 128`, now contradicting the flag
+        (file, 19, "formats.a8.group"),  # still the file's `group: 128`, now contradicting the flag
         (file, 29, "rules.unified[1].linear.input"),
         (file, 29, "rules.unified[1].linear.grad_output"),
     ]

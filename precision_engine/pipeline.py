@@ -120,7 +120,7 @@ def calibrate(
 
 
 def prepare(
-    policy: str | Policy,
+    policy: str | Policy | Plan,
     model_spec: str,
     *,
     phase: str,
@@ -132,9 +132,12 @@ def prepare(
     calibration_ids: Sequence[Sequence[int]] | None = None,
     calibration_source: str = "calibration token ids",
 ) -> Prepared:
-    """policy -> inventory -> plan -> load model -> apply(phase) -> KV calibration (FP8 KV caches only)."""
+    """policy -> inventory -> plan -> load model -> apply(phase) -> KV calibration (FP8 KV caches only).
+
+    `policy` may be a Plan `compile_for_model` made for `model_spec` already (when the caller needs it to choose
+    the loader); it is used as it is, `overrides` do not apply to it."""
     check_device(device)
-    plan = compile_for_model(policy, model_spec, overrides=overrides)
+    plan = policy if isinstance(policy, Plan) else compile_for_model(policy, model_spec, overrides=overrides)
     if phase not in plan.phases:
         raise UsageError(f"unknown phase {phase!r}; the plan has {', '.join(plan.phases)}")
     model = (loader or load_model)(model_spec, device=device, dtype=dtype, seed=seed)

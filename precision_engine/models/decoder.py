@@ -465,14 +465,19 @@ def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 def load_decoder(
     model_spec: str, *, device: torch.device | str = "cpu", dtype: torch.dtype | str = "bf16", seed: int = 0,
-    batch_invariant: bool = True,
+    batch_invariant: bool = True, compute_dtype: torch.dtype | None = None,
 ) -> Decoder:
     """The pipeline's `loader`: an HF model directory with safetensors loads its weights; any other spec
-    (built-in name, config.json, a directory without weights) builds random weights from `seed`."""
+    (built-in name, config.json, a directory without weights) builds random weights from `seed`.
+    `compute_dtype` is set before the pipeline calibrates, so the KV scales see the rollout's activations."""
     path = Path(model_spec).expanduser()
     if path.is_dir() and any(path.glob("*.safetensors")):
-        return Decoder.from_pretrained(path, dtype=dtype, device=device, batch_invariant=batch_invariant)
-    return Decoder.from_config(model_spec, seed=seed, dtype=dtype, device=device, batch_invariant=batch_invariant)
+        model = Decoder.from_pretrained(path, dtype=dtype, device=device, batch_invariant=batch_invariant)
+    else:
+        model = Decoder.from_config(model_spec, seed=seed, dtype=dtype, device=device,
+                                    batch_invariant=batch_invariant)
+    model.compute_dtype = compute_dtype
+    return model
 
 
 @torch.no_grad()

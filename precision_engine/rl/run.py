@@ -28,7 +28,7 @@ from precision_engine.compile.render import plan_to_dict
 from precision_engine.errors import UsageError
 from precision_engine.models.decoder import load_decoder
 from precision_engine.numerics.kv_cache import KVScales
-from precision_engine.pipeline import prepare
+from precision_engine.pipeline import compile_for_model, prepare
 from precision_engine.policy.model import Policy
 from precision_engine.rl.evaluate import greedy_accuracy
 from precision_engine.rl.recipes.math import MathRecipe, load_problems, load_tokenizer, reward
@@ -83,16 +83,15 @@ def run(
     model_dir = config.model or str(warmed_up_model(recipe, seed=config.seed, config=config.warmup, log=log))
     tokenizer = load_tokenizer(model_dir)
     calibration = [tokenizer.encode_prompt(p) + tokenizer.encode(p.target) for p in train[:64]]
+    plan = compile_for_model(policy, model_dir)
+    loader = partial(load_decoder, batch_invariant=policy.numerics.batch_invariant,
+                     compute_dtype=_compute_dtype(plan))
     ready = prepare(
-        policy, model_dir, phase="rollout", device=config.device, dtype=policy.master_weights.value,
-        seed=config.seed, loader=partial(load_decoder, batch_invariant=policy.numerics.batch_invariant),
-        calibration_ids=calibration[: policy.kv_cache.calibration_sequences],
+        plan, model_dir, phase="rollout", device=config.device, dtype=policy.master_weights.value,
+        seed=config.seed, loader=loader, calibration_ids=calibration[: policy.kv_cache.calibration_sequences],
     )
-    model, plan = ready.model, ready.plan
-    model.compute_dtype = _compute_dtype(plan)
-    ids, mask = _padded(calibration[: policy.kv_cache.calibration_sequences], tokenizer.pad_id, config.device)
-    trainer = GRPOTrainer(model, plan, policy, tokenizer, reward, config.grpo, calibration_ids=ids,
-                          calibration_mask=mask)
+    model = ready.model
+    trainer = GRPOTrainer(model, plan, policy, tokenizer, reward, config.grpo, calibrator=ready.calibrator)
     order = DataOrder(len(train), config.seed)
 
     settings = {**asdict(config), "model": model_dir, "policy": policy.name}
@@ -211,17 +210,6 @@ def _compute_dtype(plan) -> torch.dtype:
     if len(dtypes) != 1:
         raise UsageError(f"the built-in backend computes in one dtype; the plan mixes {sorted(d.value for d in dtypes)}")
     return COMPUTE_TORCH_DTYPE[dtypes.pop()]
-
-
-def _padded(rows: list[list[int]], pad: int, device: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    if not rows:
-        return None, None
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.bool)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), True
-    return ids.to(device), mask.to(device)
 
 
 def _step_seed(seed: int, step: int) -> int:

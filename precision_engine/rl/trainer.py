@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from precision_engine.models.decoder import calibrate_kv_scales
+from precision_engine.errors import UsageError
 from precision_engine.numerics.kv_cache import KVScales
-from precision_engine.policy import Calibrate
 from precision_engine.rewrite import apply, invalidate_weight_caches
+from precision_engine.rewrite.kv_cache import KVCacheCalibrator
 from precision_engine.rl.correction import compute_correction
 from precision_engine.rl.engine import Engine, Rollout
 from precision_engine.rl.logprobs import token_logprobs
@@ -69,7 +69,7 @@ class GRPOTrainer:
     frozen reference model when KL is on, and the FP8 KV scales."""
 
     def __init__(self, model, plan, policy, tokenizer, reward_fn, config: GRPOConfig, *,
-                 calibration_ids: torch.Tensor | None = None, calibration_mask: torch.Tensor | None = None):
+                 calibrator: KVCacheCalibrator | None = None):
         self.model, self.plan, self.policy, self.tokenizer = model, plan, policy, tokenizer
         self.reward_fn, self.config = reward_fn, config
         self.optimizer = torch.optim.AdamW(
@@ -82,11 +82,18 @@ class GRPOTrainer:
         # The training forward rounds k/v through the FP8 cache format only when the phases are unified: then the
         # trainer must see the keys the rollout attended to (jetrl_unified_kv). Otherwise training is BF16 attention.
         self._train_sees_fp8_kv = policy.kv_cache.is_fp8 and plan.all_identical
-        self._calibration = (calibration_ids, calibration_mask)
-        self.kv_scales: KVScales | None = None
-        if policy.kv_cache.is_fp8:
-            self.kv_scales = self._calibrated_scales() if policy.kv_cache.calibrate is not Calibrate.NEVER \
-                else KVScales.ones(model.config.num_hidden_layers)
+        if policy.kv_cache.is_fp8 and calibrator is None:
+            raise UsageError("an FP8 KV cache needs its calibrator (pipeline.prepare returns it)")
+        self.calibrator = calibrator  # already called once by the pipeline: its scales are the first rollout's
+
+    @property
+    def kv_scales(self) -> KVScales | None:
+        return None if self.calibrator is None else self.calibrator.scales
+
+    @kv_scales.setter
+    def kv_scales(self, scales: KVScales | None) -> None:  # a resumed run's scales, from its checkpoint
+        if self.calibrator is not None:
+            self.calibrator.scales = scales
 
     # ------------------------------------------------------------------------------------------ phases
 
@@ -99,12 +106,6 @@ class GRPOTrainer:
         apply(self.plan, self.model, TRAIN)
         self.model.kv_scales = self.kv_scales if self._train_sees_fp8_kv else None
         return self.model
-
-    def _calibrated_scales(self) -> KVScales:
-        ids, mask = self._calibration
-        if ids is None:
-            raise ValueError("an FP8 KV cache with calibration needs calibration sequences")
-        return calibrate_kv_scales(self.rollout_model(), ids, mask, mode=self.policy.kv_cache.scale)
 
     # ------------------------------------------------------------------------------------------ the step
 
@@ -128,8 +129,8 @@ class GRPOTrainer:
         train_started = time.perf_counter()
         train_logprobs, loss_metrics = self._update(rollout, advantages)
         train_s = time.perf_counter() - train_started
-        if self.policy.kv_cache.is_fp8 and self.policy.kv_cache.calibrate is Calibrate.EVERY_WEIGHT_UPDATE:
-            self.kv_scales = self._calibrated_scales()
+        if self.calibrator is not None:  # recalibrates when the policy says so (every_weight_update), else keeps
+            self.calibrator.after_weight_update(self.rollout_model())
 
         mask = rollout.generated_mask
         correction = compute_correction(self.policy.correction, train_logprobs, rollout.logprobs, mask)

@@ -85,6 +85,9 @@ class GRPOTrainer:
         if policy.kv_cache.is_fp8 and calibrator is None:
             raise UsageError("an FP8 KV cache needs its calibrator (pipeline.prepare returns it)")
         self.calibrator = calibrator  # already called once by the pipeline: its scales are the first rollout's
+        # One engine for the whole run: on CUDA it keeps its captured decode graph (and cache) across steps; new
+        # weights and KV scales are copied into the graph's buffers at each generate.
+        self.engine = Engine(model, pad_token_id=tokenizer.pad_id)
 
     @property
     def kv_scales(self) -> KVScales | None:
@@ -113,8 +116,9 @@ class GRPOTrainer:
         """One rollout + update on `problems`; returns the step's metrics (verl's names where they exist)."""
         c = self.config
         started = time.perf_counter()
-        engine = Engine(self.rollout_model(), kv_scales=self.kv_scales, pad_token_id=self.tokenizer.pad_id)
-        rollout = engine.generate(
+        self.rollout_model()
+        self.engine.kv_scales = self.kv_scales
+        rollout = self.engine.generate(
             [self.tokenizer.encode_prompt(p) for p in problems], n=c.samples_per_prompt,
             max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
             eos_token_ids=[self.tokenizer.eos_id], seed=seed,

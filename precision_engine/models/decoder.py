@@ -4,6 +4,7 @@ Why our own and not transformers' modelling code: true on-policy RL needs every 
 same bits in a decode step and in the trainer's full-sequence forward. With `batch_invariant` on, every op goes
 through `numerics.invariant` (GEMMs of the linears the plan keeps in BF16, lm_head included; RMSNorm; SiLU;
 attention; the FP8 linears are batch-invariant already); off, the fast torch ops run (F.linear, SDPA, F.silu).
+FP8 q/k/v and gate/up with one numerics run as one GEMM each (`numerics.fused_linear`), in both phases.
 Submodule names equal HF's (`model.layers.{i}.self_attn.q_proj`, ..., `lm_head`), so compiled plans and
 `rewrite.apply` work unchanged and HF safetensors load as they are.
 
@@ -30,6 +31,7 @@ from torch import nn
 
 from precision_engine.errors import ModelError, UnsupportedError, UsageError
 from precision_engine.numerics import invariant
+from precision_engine.numerics.fused_linear import fp8_linear_group, shares_one_gemm
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.policy import KVScale
@@ -329,9 +331,9 @@ class Decoder(nn.Module):
         for i, layer in enumerate(self.model.layers):
             attn = layer.self_attn
             h = ops.norm(layer.input_layernorm, x)
-            q = ops.linear(attn.q_proj, h).view(b, t, c.num_heads, c.head_dim)
-            k = ops.linear(attn.k_proj, h).view(b, t, c.num_kv_heads, c.head_dim)
-            v = ops.linear(attn.v_proj, h).view(b, t, c.num_kv_heads, c.head_dim)
+            q, k, v = ops.linears((attn.q_proj, attn.k_proj, attn.v_proj), h)
+            q = q.view(b, t, c.num_heads, c.head_dim)
+            k, v = k.view(b, t, c.num_kv_heads, c.head_dim), v.view(b, t, c.num_kv_heads, c.head_dim)
             if c.qk_norm:
                 q, k = ops.norm(attn.q_norm, q), ops.norm(attn.k_norm, k)
             q, k = invariant.rope(q, cos, sin), invariant.rope(k, cos, sin)  # [B, H, T, D], exact: both modes
@@ -339,7 +341,8 @@ class Decoder(nn.Module):
             x = x + ops.linear(attn.o_proj, out)
             h = ops.norm(layer.post_attention_layernorm, x)
             mlp = layer.mlp
-            x = x + ops.linear(mlp.down_proj, ops.silu(ops.linear(mlp.gate_proj, h)) * ops.linear(mlp.up_proj, h))
+            gate, up = ops.linears((mlp.gate_proj, mlp.up_proj), h)
+            x = x + ops.linear(mlp.down_proj, ops.silu(gate) * up)
         return x
 
     def _logits(self, hidden: torch.Tensor, ops: _Ops) -> torch.Tensor:
@@ -377,6 +380,15 @@ class _Ops:
         bias = None if module.bias is None else module.bias.to(x.dtype)
         weight = module.weight.to(x.dtype)
         return invariant.linear(x, weight, bias) if self.invariant else F.linear(x, weight, bias)
+
+    def linears(self, modules: tuple[nn.Module, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Linears reading the same x (q/k/v, gate/up). FP8 parts of one numerics run as one GEMM per pass
+        (`fused_linear`: x quantized once, no narrow host-bound k/v GEMMs); both phases take this path, so
+        their bits agree. BF16 parts run one by one: stacking their weights would copy them every forward,
+        and the batch-invariant BF16 kernel's split-K depends on N too, so it would buy no shared bits."""
+        if shares_one_gemm(modules):
+            return fp8_linear_group(modules, x)
+        return tuple(self.linear(m, x) for m in modules)
 
     def norm(self, module: RMSNorm, x: torch.Tensor) -> torch.Tensor:
         if self.invariant:  # weight in the activations' dtype: FP32 master weights must not promote x to FP32

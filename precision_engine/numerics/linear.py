@@ -19,7 +19,10 @@ Under torch.compile the weight is quantized inside the graph on every call inste
 break the graph), which needs no invalidation.
 
 `Fp8Linear` is an `nn.Linear` (FSDP wrap policies, PEFT and verl's loaders test `isinstance(m, nn.Linear)`), and
-its autograd function sees only tensors and the frozen (spec, numerics) pair, never the module.
+its autograd function sees only tensors and the frozen (spec, numerics) pair, never the module. That function
+runs one GEMM for 1..n parts whose weights are stacked by rows (`fused_linear` groups q/k/v and gate/up this
+way); a single module is the n = 1 case. A caller that has already quantized x (a fused norm -> quant kernel)
+hands it over as `x_quantized` and the forward skips its own quantization.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from torch import nn
 from precision_engine.errors import OperandError, UnsupportedError
 from precision_engine.numerics.capabilities import Gemm, linear_problems
 from precision_engine.numerics.contract import COMPUTE_TORCH_DTYPE, Quantized, fp8_dtype
-from precision_engine.numerics.formats import LinearSpec
+from precision_engine.numerics.formats import LinearSpec, QuantFormat
 from precision_engine.numerics.gemm import fp8_gemm, transpose_operand
 from precision_engine.numerics.quantize import (
     check_finite,
@@ -71,6 +74,7 @@ class Fp8Linear(nn.Linear):
         self.numerics = numerics or NumericsSpec()
         self._w_cache: tuple[tuple, Quantized] | None = None
         self._wt_cache: tuple[torch.Tensor, Quantized] | None = None
+        self._group_cache = None  # fused_linear's stacked Q(W) of a group this module leads (a plain attribute)
 
     @classmethod
     def from_linear(
@@ -96,6 +100,7 @@ class Fp8Linear(nn.Linear):
         """Forget Q(W): the next forward re-quantizes. Call after every optimizer step that wrote the weight."""
         self._w_cache = None
         self._wt_cache = None
+        self._group_cache = None
 
     def quantized_weight(self) -> Quantized:
         """Q(W) in 128x128 blocks, cached until invalidated or the weight visibly changes (`weight_cache_key`)."""
@@ -152,16 +157,23 @@ class Fp8Linear(nn.Linear):
             self._wt_cache = (wq.data, transpose_operand(wq))
         return self._wt_cache[1]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        config = (self.spec, self.numerics)
+    def _share_quantized_weight(self, wq: Quantized) -> None:
+        """Hold `wq`, the very bytes of the cached Q(W) kept elsewhere (rows of a group's stacked Q(W)), as
+        this module's Q(W) for the same weight version, so the bytes live once (see fused_linear)."""
+        self._w_cache = (self._w_cache[0], wq)
+        self._wt_cache = None
+
+    def forward(self, x: torch.Tensor, *, x_quantized: Quantized | None = None) -> torch.Tensor:
+        """y = x @ W^T + b in FP8. `x_quantized`: Q(x) in the spec's input format, computed by the caller
+        (bitwise what this forward would compute), so the forward does not quantize x again."""
         if torch.compiler.is_compiling():
             wq = quantize_blocks(self.weight.detach(), self.spec.weight)
             wt = transpose_operand(wq) if self._dgrad_in_fp8() else None
         else:
             wq = self.quantized_weight()
             wt = self._quantized_weight_t(wq) if self._dgrad_in_fp8() else None
-        wt_data, wt_scale = (None, None) if wt is None else (wt.data, wt.scale)
-        return _Fp8LinearFn.apply(x, self.weight, self.bias, wq.data, wq.scale, wt_data, wt_scale, config)
+        return fp8_linear(x, wq, wt, (self.spec, self.numerics), (self.weight,), (self.bias,),
+                          x_quantized=x_quantized)
 
     def _dgrad_in_fp8(self) -> bool:
         """Whether this forward's backward will run dgrad in FP8 (so it needs Q(W)^T): rollout never does."""
@@ -175,26 +187,68 @@ class Fp8Linear(nn.Linear):
         return f"{super().extra_repr()}, {', '.join(fmts)}"
 
 
+def fp8_linear(
+    x: torch.Tensor,
+    wq: Quantized,
+    wt: Quantized | None,
+    config: tuple[LinearSpec, NumericsSpec],
+    weights: tuple[torch.Tensor, ...],
+    biases: tuple[torch.Tensor | None, ...],
+    *,
+    x_quantized: Quantized | None = None,
+) -> torch.Tensor:
+    """x @ W^T (+ b) -> [..., N] for W the row stack of `weights` (N their summed rows): one FP8 GEMM against
+    `wq` = Q(W) (`wt` = Q(W)^T when the backward runs dgrad in FP8, else None), gradients into each weight and
+    bias. Every part has a bias or none does. The caller owns the caches; `Fp8Linear.forward` is the one-part
+    call."""
+    if x_quantized is None:
+        xq_data = xq_scale = None
+    else:
+        _check_x_quantized(x, x_quantized, config[0].input)
+        xq_data, xq_scale = x_quantized.data, x_quantized.scale
+    wt_data, wt_scale = (None, None) if wt is None else (wt.data, wt.scale)
+    return _Fp8LinearFn.apply(x, xq_data, xq_scale, wq.data, wq.scale, wt_data, wt_scale, config, *weights, *biases)
+
+
+def _check_x_quantized(x: torch.Tensor, xq: Quantized, fmt: QuantFormat) -> None:
+    """A handed-over Q(x) must have the layout the forward's own would: x's rows in the spec's input format."""
+    rows, k = x.numel() // x.shape[-1], x.shape[-1]
+    scale_shape = (rows, -(-k // fmt.group))
+    if (xq.fmt != fmt or xq.data.dtype != fp8_dtype(fmt) or tuple(xq.data.shape) != (rows, k)
+            or tuple(xq.scale.shape) != scale_shape or xq.data.device != x.device):
+        raise OperandError(
+            f"x_quantized must be x {tuple(x.shape)} as [{rows}, {k}] {fp8_dtype(fmt)} in {fmt.describe()} with "
+            f"scale {scale_shape} on {x.device}; got {xq.fmt.describe()}, {xq.data.dtype} {tuple(xq.data.shape)}, "
+            f"scale {tuple(xq.scale.shape)} on {xq.data.device}"
+        )
+
+
 class _Fp8LinearFn(torch.autograd.Function):
-    """Tensors in, plus the frozen (LinearSpec, NumericsSpec) pair: no module state, so torch.compile traces it."""
+    """Tensors in, plus the frozen (LinearSpec, NumericsSpec) pair: no module state, so torch.compile traces it.
+
+    `params` are the parts' weights, then their biases (None for none): W is their row stack, already in
+    `w_data` / `wt_data` as Q(W) / Q(W)^T. One part is an Fp8Linear; n parts share Q(x) and every GEMM, and
+    the backward splits dW and db by the parts' rows."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, w_data, w_scale, wt_data, wt_scale, config):
+    def forward(ctx, x, xq_data, xq_scale, w_data, w_scale, wt_data, wt_scale, config, *params):
         spec, numerics = config
         compute = COMPUTE_TORCH_DTYPE[spec.compute]
+        parts = len(params) // 2
+        weights, biases = params[:parts], params[parts:]
         x2 = x.reshape(-1, x.shape[-1])
-        xq = quantize_rows_1xG(x2, spec.input)
+        xq = quantize_rows_1xG(x2, spec.input) if xq_data is None else Quantized(xq_data, xq_scale, spec.input)
         check_finite(xq, numerics.nonfinite, "input")
         wq = Quantized(w_data, w_scale, spec.weight)
         y = fp8_gemm(xq, wq, out_dtype=compute, kernel=spec.kernel, batch_invariant=numerics.batch_invariant)
-        if bias is not None:
-            y = y + bias.to(compute)
+        if biases[0] is not None:
+            y = y + _cat([b.to(compute) for b in biases])
 
         ctx.config = config
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
-        ctx.has_bias = bias is not None
+        ctx.has_bias = biases[0] is not None
         x_hp = x2.to(compute) if spec.wgrad_operands is None else None
-        ctx.save_for_backward(xq.data, xq.scale, x_hp, weight, wt_data, wt_scale)
+        ctx.save_for_backward(xq.data, xq.scale, x_hp, wt_data, wt_scale, *weights)
         # The GEMM computes in the policy's compute dtype; the output takes the input's dtype, as nn.Linear's
         # does, so an FP32 model without autocast keeps working (the upcast is exact).
         return y.reshape(*x.shape[:-1], y.shape[-1]).to(x.dtype)
@@ -205,23 +259,28 @@ class _Fp8LinearFn(torch.autograd.Function):
             grads = _Fp8LinearFn._grads(ctx, dy)
         if torch.is_grad_enabled():  # create_graph=True: refuse, do not drop, any use of their derivative
             grads = _NoDoubleBackward.apply(*(g if g is None else g.detach().requires_grad_() for g in grads))
-        return (*grads, None, None, None, None, None)
+        dx, *param_grads = grads
+        return (dx, None, None, None, None, None, None, None, *param_grads)
 
     @staticmethod
     def _grads(ctx, dy):
-        """(dx, dW, db) per the Jet-RL dataflow; None for inputs that do not need a gradient.
+        """(dx, dW of each part, db of each part) per the Jet-RL dataflow; None for inputs that need none.
 
         Backward GEMMs pass Gemm.DGRAD / WGRAD instead of the forward's batch invariance: they run only in
         training, where nothing compares a row's bits across M (see capabilities.resolve_kernel)."""
         spec, numerics = ctx.config
         compute = COMPUTE_TORCH_DTYPE[spec.compute]
-        x_data, x_scale, x_hp, weight, wt_data, wt_scale = ctx.saved_tensors
+        x_data, x_scale, x_hp, wt_data, wt_scale, *weights = ctx.saved_tensors
+        parts = len(weights)
+        needs_w = ctx.needs_input_grad[8 : 8 + parts]
+        needs_b = ctx.needs_input_grad[8 + parts :] if ctx.has_bias else (False,) * parts
+        rows = [w.shape[0] for w in weights]
         dy2 = dy.reshape(-1, dy.shape[-1]).to(compute)
-        dx = dw = db = None
+        dx, dws, dbs = None, [None] * parts, [None] * parts
 
         if ctx.needs_input_grad[0]:
             if spec.grad_output is None:
-                dx = dy2 @ weight.to(compute)
+                dx = dy2 @ _cat([w.to(compute) for w in weights])
             else:
                 dyq = quantize_rows_1xG(dy2, spec.grad_output)
                 check_finite(dyq, numerics.nonfinite, "grad_output")
@@ -229,7 +288,7 @@ class _Fp8LinearFn(torch.autograd.Function):
                 dx = fp8_gemm(dyq, wt, out_dtype=compute, kernel=spec.kernel, gemm=Gemm.DGRAD)
             dx = dx.reshape(ctx.x_shape).to(ctx.x_dtype)
 
-        if ctx.needs_input_grad[1]:
+        if any(needs_w):
             if spec.wgrad_operands is None:
                 dw = dy2.t() @ x_hp
             else:
@@ -239,11 +298,22 @@ class _Fp8LinearFn(torch.autograd.Function):
                     check_finite(dyt, numerics.nonfinite, "grad_output")
                 xt = requantize_tokens_transposed(xq, spec.wgrad_operands)
                 dw = fp8_gemm(dyt, xt, out_dtype=compute, kernel=spec.kernel, gemm=Gemm.WGRAD)
-            dw = dw.to(weight.dtype)
+            dws = [d.to(w.dtype) if need else None for d, w, need in zip(_split(dw, rows), weights, needs_w)]
 
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = dy2.sum(0, dtype=torch.float32).to(weight.dtype)
-        return dx, dw, db
+        if any(needs_b):
+            db = dy2.sum(0, dtype=torch.float32)
+            dbs = [d.to(w.dtype) if need else None for d, w, need in zip(_split(db, rows), weights, needs_b)]
+        return (dx, *dws, *dbs)
+
+
+def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Row stack; one part passes through (no copy)."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+
+
+def _split(t: torch.Tensor, rows: list[int]) -> tuple[torch.Tensor, ...]:
+    """The parts' rows of a stacked result (views); one part is the tensor itself."""
+    return (t,) if len(rows) == 1 else t.split(rows)
 
 
 class _NoDoubleBackward(torch.autograd.Function):

@@ -4,6 +4,9 @@ Shapes are the projection GEMMs of Llama-3.1-8B and Qwen3-8B, (N, K) = (out, in)
 (M = 8192, 16384 tokens) and decode sizes (M = 1, 16, 64). Every timed call gets the next of several freshly
 drawn input sets, together larger than the L2, so decode numbers measure HBM, not the cache. Decode sizes are
 timed as CUDA-graph replays (see `time_graphed`), training sizes eagerly.
+
+Kernels: ours (cuBLAS, Triton, DeepGEMM where installed) and, where it runs (`torchao_ref.unavailable`),
+torchao's Triton GEMM (`torchao_triton`) on operands its own quantizers made; its cuBLAS path is the cuBLAS row.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import torch
 
 from precision_engine.bench.timing import median, rotation, time_cuda
 
-# (N, K): q/o, k/v, Llama MLP up|gate / down, Qwen3 MLP up|gate / down, fused qkv
+# (N, K): q/o, k/v, Llama MLP up|gate / down, Qwen3 MLP up|gate / down, Llama fused qkv, fused gate+up
 SHAPES_8B: tuple[tuple[int, int], ...] = (
     (4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (12288, 4096), (4096, 12288), (6144, 4096),
+    (28672, 4096),
 )
 TRAIN_M = (8192, 16384)
 DECODE_M = (1, 16, 64)
@@ -28,12 +32,15 @@ def environment() -> dict:
     """Card and software versions recorded with every result."""
     import triton
 
+    from precision_engine.bench import torchao_ref
+
     env = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
+        "torchao": torchao_ref.version(),
     }
     if torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name()
@@ -69,13 +76,16 @@ def timed(fn, sets: list[tuple], *, graphed: bool, warmup: int, reps: int) -> fl
 
 
 def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> list[dict]:
-    """One row per (shape, M): median ms of BF16 and of each FP8 kernel, and their ratios (BF16 ms / FP8 ms)."""
+    """One row per (shape, M): median ms of BF16 and of each FP8 kernel, and their ratios (BF16 ms / FP8 ms);
+    `torchao_note` says why torchao's GEMM has no numbers."""
+    from precision_engine.bench import torchao_ref
     from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
     from precision_engine.numerics.gemm import deep_gemm_available, fp8_gemm
     from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
 
     act, wfmt = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
     kernels = [Kernel.CUBLAS, Kernel.TRITON] + ([Kernel.DEEP_GEMM] if deep_gemm_available() else [])
+    torchao_note = torchao_ref.unavailable()
     shapes = QUICK_SHAPES if quick else SHAPES_8B
     ms_list = (TRAIN_M[:1] + DECODE_M[:1]) if quick else (TRAIN_M + DECODE_M)
     rows = []
@@ -85,19 +95,30 @@ def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> l
             def make():
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
                 w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
-                return x, w, quantize_rows_1xG(x, act), quantize_blocks(w, wfmt)
+                ao = torchao_ref.gemm_operands(x, w) if torchao_note is None else ()
+                return x, w, quantize_rows_1xG(x, act), quantize_blocks(w, wfmt), ao
 
-            sets = rotation(make, (m + n) * k * 3)
+            sets = rotation(make, (m + n) * k * (3 if torchao_note else 4))
             graphed = m <= DECODE_M[-1]
-            bf16 = timed(lambda x, w, xq, wq: torch.mm(x, w.t()), sets, graphed=graphed, warmup=warmup, reps=reps)
+            bf16 = timed(lambda x, w, xq, wq, ao: torch.mm(x, w.t()), sets, graphed=graphed, warmup=warmup,
+                         reps=reps)
             row = {"n": n, "k": k, "m": m, "graphed": graphed, "bf16_ms": bf16}
             for kern in kernels:
                 ms = timed(
-                    lambda x, w, xq, wq, kern=kern: fp8_gemm(xq, wq, kernel=kern, batch_invariant=False),
+                    lambda x, w, xq, wq, ao, kern=kern: fp8_gemm(xq, wq, kernel=kern, batch_invariant=False),
                     sets, graphed=graphed, warmup=warmup, reps=reps,
                 )
                 row[f"{kern.value}_ms"] = ms
                 row[f"{kern.value}_x"] = bf16 / ms
+            if torchao_note is None:
+                try:
+                    ms = timed(lambda x, w, xq, wq, ao: torchao_ref.gemm(*ao), sets, graphed=graphed,
+                               warmup=warmup, reps=reps)
+                    row["torchao_triton_ms"], row["torchao_triton_x"] = ms, bf16 / ms
+                except Exception as err:  # noqa: BLE001 (torchao failing must not lose our rows)
+                    row["torchao_note"] = f"{type(err).__name__}: {str(err)[:200]}"
+            else:
+                row["torchao_note"] = torchao_note
             row["flops"] = 2 * m * n * k
             rows.append(row)
             del sets
@@ -105,7 +126,8 @@ def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> l
 
 
 def format_table(rows: list[dict], kinds: list[str]) -> str:
-    """A fixed-width table: shape, M, BF16 ms, then ms and speed-up for each kind."""
+    """A fixed-width table: shape, M, BF16 ms, then ms and speed-up for each kind ("-": not run), then the
+    distinct notes saying why."""
     head = f"{'N x K':>13} {'M':>6} {'bf16 ms':>9}" + "".join(f" {k + ' ms':>13} {'x':>6}" for k in kinds)
     lines = [head]
     for r in rows:
@@ -113,5 +135,13 @@ def format_table(rows: list[dict], kinds: list[str]) -> str:
         for k in kinds:
             if f"{k}_ms" in r:
                 line += f" {r[f'{k}_ms']:>13.4f} {r[f'{k}_x']:>6.2f}"
+            else:
+                line += f" {'-':>13} {'-':>6}"
         lines.append(line)
-    return "\n".join(lines)
+    return "\n".join(lines + notes(rows))
+
+
+def notes(rows: list[dict]) -> list[str]:
+    """Each distinct `<kind>_note` of the rows, once, as "note (kind): text"."""
+    seen = dict.fromkeys((key[: -len("_note")], r[key]) for r in rows for key in r if key.endswith("_note"))
+    return [f"note ({kind}): {text}" for kind, text in seen]

@@ -1,4 +1,4 @@
-"""`precision bench kernels|linear`: FP8 against BF16 on this machine's GPU, same run, table + JSON."""
+"""`precision bench kernels|linear|block|rollout`: FP8 against BF16 on this machine's GPU, same run, table + JSON."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ QuickOpt = Annotated[bool, typer.Option("--quick", help="Two shapes, one trainin
 
 
 def register(app: typer.Typer) -> None:
-    """`precision bench kernels|linear|rollout`, one sub-command each."""
+    """`precision bench kernels|linear|block|rollout`, one sub-command each."""
     from precision_engine.cli import bench_rollout
 
     group = typer.Typer(help="Benchmarks on this machine's GPU, every ratio against a baseline of the same run.",
@@ -25,9 +25,11 @@ def register(app: typer.Typer) -> None:
 
     @group.command()
     def kernels(out: OutOpt = None, quick: QuickOpt = False) -> None:
-        """The FP8 GEMMs alone (cuBLAS, Triton, DeepGEMM) against the BF16 GEMM, same run, table + JSON.
+        """The FP8 GEMMs alone (cuBLAS, Triton, DeepGEMM, torchao's Triton GEMM) against the BF16 GEMM, same run.
 
-        Shapes: the projections of Llama-3.1-8B and Qwen3-8B at 8192/16384 tokens (training) and 1/16/64 (decode).
+        Shapes: the projections of Llama-3.1-8B (fused qkv and gate+up included) and Qwen3-8B at 8192/16384 tokens
+        (training) and 1/16/64 (decode). torchao's columns show "-" with a note where it is not importable or
+        cannot run.
 
         Examples:
           precision bench kernels --quick
@@ -38,22 +40,83 @@ def register(app: typer.Typer) -> None:
     def linear(out: OutOpt = None, quick: QuickOpt = False) -> None:
         """The FP8 linear layer (forward, forward+backward) against nn.Linear in BF16, same run, table + JSON.
 
+        Beside ours, torchao's Float8BlockwiseLinear (cuBLAS and Triton GEMMs) at training sizes, where torchao
+        is importable and runs ("-" and a note otherwise).
+
         Examples:
           precision bench linear --out bench_linear.json
         """
         _bench("linear", out, quick)
 
+    @group.command()
+    def block(
+        model: Annotated[str | None, typer.Option("--model", help="Model spec (default llama-3.1-8b; --quick: "
+                                                   "tiny-llama); one decoder layer of its shapes is built.")] = None,
+        policy: Annotated[list[str] | None, typer.Option("--policy", help="A policy name or file; repeat for "
+                                                         "several (default: bf16_baseline, jetrl_unified, "
+                                                         "jetrl_unified_kv, fp8rl_rollout_tis).")] = None,
+        mode: Annotated[list[str] | None, typer.Option("--mode", help="fast and/or batch-invariant "
+                                                       "(default both).")] = None,
+        batch: Annotated[int | None, typer.Option("--batch", min=1, help="Sequences (default 4; --quick 2).")] = None,
+        seq: Annotated[int | None, typer.Option("--seq", min=1, help="Tokens per sequence (default 2048; --quick "
+                                                "64).")] = None,
+        reps: Annotated[int | None, typer.Option("--reps", min=1, help="Timed calls, median reported (default "
+                                                 "20; --quick 2).")] = None,
+        device: Annotated[str, typer.Option("--device", help="cuda, or cpu with --quick: a toy-size run of the "
+                                            "wiring, not a measurement.")] = "cuda",
+        out: OutOpt = None,
+        quick: Annotated[bool, typer.Option("--quick", help="tiny-llama, 2 x 64 tokens, 2 reps.")] = False,
+    ) -> None:
+        """One decoder layer (attention + MLP + norms) per policy, training-phase rewrite, fwd and fwd+bwd.
+
+        The layer alone (embedding and lm_head excluded), 4 x 2048 = 8192 tokens by default, BF16 weights
+        marked changed before every call (as after an optimizer step), fast and batch-invariant mode; ratios
+        against bf16_baseline in the same run.
+
+        Examples:
+          precision bench block --out bench_block.json
+          precision bench block --policy bf16_baseline --policy jetrl_unified --mode fast --batch 1 --seq 8192
+          precision bench block --quick --device cpu
+        """
+        if device not in ("cuda", "cpu"):
+            raise UsageError(f"--device {device!r}: use cuda or cpu")
+        if device == "cpu" and not quick:
+            raise UsageError("--device cpu runs only with --quick (8B shapes take minutes on a CPU and measure "
+                             "nothing); drop --device for the GPU")
+        if device == "cpu":
+            check_out(out)
+        else:
+            require_gpu(out, "precision bench block")
+        from precision_engine.bench import block as bench_block
+
+        def echo_row(row: dict) -> None:
+            result = f"{row['ms']:.3f} ms" if "ms" in row else f"failed: {row['error']}"
+            typer.echo(f"  {row['policy']} {row['mode']} {row['pass']}: {result}")
+
+        rows = bench_block.bench_block(
+            model or ("tiny-llama" if quick else "llama-3.1-8b"),
+            policies=tuple(policy) if policy else bench_block.POLICIES, modes=tuple(mode) if mode else None,
+            batch=batch or (2 if quick else 4), seq=seq or (64 if quick else 2048), reps=reps or (2 if quick else 20),
+            warmup=1 if quick else 3, device=device, on_row=echo_row,
+        )
+        _report(bench_block.format_table(rows), rows, out)
+
     bench_rollout.register(group)
     app.add_typer(group, name="bench")
 
 
-def require_gpu(out: Path | None, verb: str) -> None:
-    """Refuse before minutes of benchmarking, not after: an --out whose folder cannot be made, or no GPU."""
+def check_out(out: Path | None) -> None:
+    """Refuse an --out whose folder cannot be made before benchmarking, not after."""
     if out is not None:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise UsageError(f"--out {out}: cannot create its folder ({err.strerror})") from None
+
+
+def require_gpu(out: Path | None, verb: str) -> None:
+    """Refuse before minutes of benchmarking, not after: an --out whose folder cannot be made, or no GPU."""
+    check_out(out)
     import torch
 
     if not torch.cuda.is_available():
@@ -68,10 +131,18 @@ def _bench(what: str, out: Path | None, quick: bool) -> None:
     if what == "kernels":
         rows = gemm.bench_kernels(quick=quick)
         kinds = [k for k in ("cublas", "triton", "deep_gemm") if any(f"{k}_ms" in r for r in rows)]
+        kinds.append("torchao_triton")  # always a column: "-" and a note where torchao does not run
         table = gemm.format_table(rows, kinds)
     else:
         rows = linear.bench_linear(quick=quick)
         table = linear.format_table(rows)
+    _report(table, rows, out)
+
+
+def _report(table: str, rows: list[dict], out: Path | None) -> None:
+    """Print the table; with --out, write the command, the environment and every row as JSON."""
+    from precision_engine.bench import gemm
+
     typer.echo(table)
     if out is not None:
         result = {"command": " ".join(["precision", *sys.argv[1:]]), "env": gemm.environment(), "rows": rows}

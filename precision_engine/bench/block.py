@@ -1,0 +1,171 @@
+"""`precision bench block`: one Llama-3.1-8B decoder layer (attention + MLP + their two norms), per policy.
+
+The layer is the trainer's own: our decoder (`bench.rollout.random_decoder`: HF's random init, BF16 weights drawn
+on the device) cut to one layer of the model's shapes and rewritten for each policy's training phase through the
+pipeline (`pipeline.prepare(phase="train")`: plan, rewrite, KV-scale calibration where the cache is FP8). A policy
+that unifies the phases with an FP8 cache (jetrl_unified_kv) rounds k/v through it in training, as GRPOTrainer
+does. Two modes per policy: fast (cuBLAS FP8 GEMMs, F.linear, SDPA) and batch-invariant (every shipped policy's
+own setting: the Triton fixed-tile GEMMs, norms and attention; the FP8 forward on the Triton kernel).
+
+Timed on `batch` x `seq` tokens (default 4 x 2048 = 8192; attention is causal within each row):
+  fwd      the layer's forward under no_grad
+  fwd+bwd  forward, then backward of a fresh random dy into the input and every weight of the layer
+The input is a hidden-state tensor [B, T, H] that requires grad, as from the layer below: the embedding, the
+final norm and lm_head are not timed. Before every call the weights are marked changed
+(`rewrite.invalidate_weight_caches`, as after an optimizer step), so FP8 weights are re-quantized each time.
+Every policy gets BF16 weights (bf16_baseline's FP32 masters would add a cast per linear; the optimizer is not
+part of this timing). Median of `reps` CUDA-event timings after `warmup` calls (bench.timing), two or more input
+sets rotated. vs_bf16 = bf16_baseline's ms in the same mode and pass / this row's; vs_bf16_fast = against
+bf16_baseline in fast mode.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from precision_engine.bench.rollout import MODES, random_decoder
+from precision_engine.bench.timing import median, rotation, time_cuda
+from precision_engine.errors import UsageError
+from precision_engine.models.decoder import Decoder, _Ops, _RoundKV
+from precision_engine.models.loader import resolve_config
+from precision_engine.pipeline import prepare
+from precision_engine.rewrite import invalidate_weight_caches
+
+POLICIES = ("bf16_baseline", "jetrl_unified", "jetrl_unified_kv", "fp8rl_rollout_tis")
+BASELINE = "bf16_baseline"  # the policy every ratio is relative to
+PASSES = ("fwd", "fwd+bwd")
+
+
+def layer_forward(model: Decoder, x: torch.Tensor) -> torch.Tensor:
+    """`model`'s layers on hidden states x [B, T, H] (whole rows, no padding) -> [B, T, H] before the final
+    norm: `Decoder.forward`'s path (its attend: k/v rounded through `kv_scales` when set) minus the embedding,
+    which becomes the identity for the call, and minus the final norm and lm_head."""
+    b, t, _ = x.shape
+    q_pos = torch.arange(t, device=x.device).repeat(b, 1)
+    lengths = torch.full((b,), t, device=x.device)
+    ops = _Ops(model.batch_invariant)
+    scales = model.kv_scales
+
+    def attend(i: int, q, k, v):
+        if scales is not None:
+            k, v = _RoundKV.apply(k, scales.k[i]), _RoundKV.apply(v, scales.v[i])
+        return ops.attention(q, k, v, q_pos, lengths, model.scaling, None, None)
+
+    embed, compute_dtype = model.model.embed_tokens, model.compute_dtype
+    model.compute_dtype = model._dtype()  # read from the embedding's weight when unset
+    model.model.embed_tokens = nn.Identity()
+    try:
+        return model._hidden(x, q_pos, attend, ops, positions_below=t)
+    finally:
+        model.model.embed_tokens, model.compute_dtype = embed, compute_dtype
+
+
+def _forward(model: Decoder, x: torch.Tensor, dy: torch.Tensor) -> None:
+    invalidate_weight_caches(model)
+    with torch.no_grad():
+        layer_forward(model, x)
+
+
+def _train_step(model: Decoder, x: torch.Tensor, dy: torch.Tensor) -> None:
+    invalidate_weight_caches(model)  # as after an optimizer step: re-quantize every FP8 weight
+    model.zero_grad(set_to_none=True)
+    x.grad = None
+    layer_forward(model, x).backward(dy)
+
+
+def bench_block(model_spec: str = "llama-3.1-8b", *, policies: Sequence[str] = POLICIES,
+                modes: Sequence[str] | None = None, batch: int = 4, seq: int = 2048, reps: int = 20, warmup: int = 3,
+                device: str = "cuda", seed: int = 0, on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """Rows {policy, mode, pass, ms, vs_bf16, vs_bf16_fast, fp8_linears, ...} or {..., error}, one per (policy,
+    mode, pass); `modes` picks from MODES' names (default all); `on_row` sees each row as it is measured
+    (ratios are added once all are). `device` cpu runs the same loop (tests, at toy sizes)."""
+    known = [name for name, _ in MODES]
+    unknown = [m for m in modes or () if m not in known]
+    if unknown:
+        raise UsageError(f"mode {unknown[0]!r}: use {' or '.join(known)}")
+    modes = modes or known
+    config = resolve_config(model_spec)
+    config["num_hidden_layers"] = 1
+    spec = _config_file(config)  # the plan is compiled for the one-layer model
+    model = random_decoder(config, device=device, seed=seed)
+    hidden = model.config.hidden_size
+
+    def make():
+        x = torch.randn(batch, seq, hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
+        return x, torch.randn(batch, seq, hidden, device=device, dtype=torch.bfloat16)
+
+    sets = rotation(make, 2 * batch * seq * hidden * 2)
+    rows: list[dict] = []
+    for name in policies:
+        for mode, invariant in MODES:
+            if mode not in modes:
+                continue
+            base = {"policy": name, "mode": mode, "batch": batch, "seq": seq, "tokens": batch * seq}
+            try:
+                base["fp8_linears"] = _rewrite(model, spec, name, invariant, device)
+            except Exception as err:  # noqa: BLE001 (one policy failing must not lose the others)
+                base["error"] = f"{type(err).__name__}: {err}"
+            for pass_, step in zip(PASSES, (_forward, _train_step)):
+                row = {**base, "pass": pass_}
+                if "error" not in row:
+                    try:
+                        row["ms"] = median(time_cuda(lambda x, dy, step=step: step(model, x, dy), warmup=warmup,
+                                                     reps=reps, inputs_rotation=sets))
+                    except Exception as err:  # noqa: BLE001
+                        row["error"] = f"{type(err).__name__}: {err}"
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+    _add_ratios(rows)
+    return rows
+
+
+def _config_file(config: dict) -> str:
+    """A config.json holding `config`, as a model spec the plan compiler reads."""
+    path = Path(tempfile.mkdtemp(prefix="bench_block.")) / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def _rewrite(model: Decoder, spec: str, policy: str, invariant: bool, device: str) -> int:
+    """`model` rewritten for the policy's training phase in one mode; returns how many linears run FP8."""
+    flag = "true" if invariant else "false"
+    ready = prepare(policy, spec, phase="train", device=device, overrides=(f"numerics.batch_invariant={flag}",),
+                    loader=lambda *_, **__: model)
+    model.batch_invariant = invariant
+    # GRPOTrainer's rule: training sees the FP8 cache's rounding only when both phases share the numerics
+    model.kv_scales = ready.kv_scales if ready.policy.kv_cache.is_fp8 and ready.plan.all_identical else None
+    model.train()
+    return len(ready.report.linears)
+
+
+def _add_ratios(rows: list[dict]) -> None:
+    ms = {(r["policy"], r["mode"], r["pass"]): r["ms"] for r in rows if "ms" in r}
+    for row in rows:
+        if "ms" not in row:
+            continue
+        same, fast = ms.get((BASELINE, row["mode"], row["pass"])), ms.get((BASELINE, MODES[0][0], row["pass"]))
+        if same:
+            row["vs_bf16"] = same / row["ms"]
+        if fast:
+            row["vs_bf16_fast"] = fast / row["ms"]
+
+
+def format_table(rows: list[dict]) -> str:
+    """policy, mode, pass, ms and both ratios (or the error)."""
+    lines = [f"{'policy':20} {'mode':16} {'pass':8} {'fp8 lin':>7} {'ms':>9} {'vs bf16':>8} {'vs bf16 fast':>12}"]
+    for r in rows:
+        lead = f"{r['policy']:20} {r['mode']:16} {r['pass']:8} {r.get('fp8_linears', '-'):>7}"
+        if "error" in r:
+            lines.append(f"{lead} failed: {r['error']}")
+            continue
+        ratios = "".join(f" {r[key]:>{width - 1}.2f}x" if key in r else f" {'-':>{width}}"
+                         for key, width in (("vs_bf16", 8), ("vs_bf16_fast", 12)))
+        lines.append(f"{lead} {r['ms']:9.3f}{ratios}")
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""`bench block`, `bench linear` and the torchao adapter on the CPU: the layer the block bench times is the
+decoder's own training forward (bitwise), the row builders run at toy size (variants that cannot run here leave
+a note, the others run), the CLI runs `block --quick --device cpu` and refuses what it cannot do in one line."""
+
+import importlib.util
+import json
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from precision_engine.bench import torchao_ref
+from precision_engine.bench.block import bench_block, format_table, layer_forward
+from precision_engine.bench.linear import bench_linear
+from precision_engine.bench.linear import format_table as linear_table
+from precision_engine.bench.rollout import random_decoder
+from precision_engine.cli.app import app
+from precision_engine.models.decoder import _Ops
+from precision_engine.models.loader import resolve_config
+from precision_engine.numerics.kv_cache import KVScales
+from precision_engine.numerics.specs import KVScale
+from helpers import sqnr_db
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("invariant", [False, True])
+@pytest.mark.parametrize("fp8_kv", [False, True])
+def test_layer_forward_is_the_decoders_training_forward(invariant, fp8_kv):
+    """Embedding -> layer_forward -> final norm + lm_head gives Decoder.forward's logits bit for bit (fresh
+    random weights and ids, k/v rounded through FP8 or not), and leaves the model as it was."""
+    model = random_decoder(resolve_config("tiny-llama"), device="cpu", seed=5, batch_invariant=invariant)
+    c = model.config
+    if fp8_kv:
+        amax = 1.0 + torch.rand(2, c.num_layers, c.num_kv_heads)
+        model.kv_scales = KVScales.from_amax(amax[0], amax[1], KVScale.PER_HEAD)
+    ids = torch.randint(0, c.vocab_size, (3, 17), generator=torch.Generator().manual_seed(1))
+    embed = model.model.embed_tokens
+    with torch.no_grad():
+        hidden = layer_forward(model, embed(ids))
+        logits = model._logits(hidden, _Ops(invariant))
+        assert torch.equal(logits, model(ids))
+    assert model.model.embed_tokens is embed and model.compute_dtype is None
+
+
+def test_block_rows_at_toy_size():
+    """One layer of tiny-llama, two policies and a missing one, fast mode, 2 x 32 tokens: every row of the real
+    policies has a time and ratios against bf16_baseline of the same run, the missing policy fails alone."""
+    seen = []
+    rows = bench_block("tiny-llama", policies=("bf16_baseline", "jetrl_unified_kv", "no_such_policy"),
+                       modes=("fast",), batch=2, seq=32, reps=1, warmup=0, device="cpu", on_row=seen.append)
+    assert seen == rows
+    assert [(r["policy"], r["pass"]) for r in rows] == [
+        (p, s) for p in ("bf16_baseline", "jetrl_unified_kv", "no_such_policy") for s in ("fwd", "fwd+bwd")]
+    good, bad = rows[:4], rows[4:]
+    assert all(r["ms"] > 0 and r["tokens"] == 64 and "vs_bf16" in r and "vs_bf16_fast" in r for r in good), good
+    assert [r["fp8_linears"] for r in good] == [0, 0, 7, 7]  # q, k, v, o, gate, up, down of the one layer
+    assert rows[0]["vs_bf16"] == 1.0 and all("error" in r and "ms" not in r for r in bad)
+    table = format_table(rows)
+    assert "1.00x" in table and "failed" in table
+
+
+def test_block_rejects_an_unknown_mode():
+    from precision_engine.errors import UsageError
+
+    with pytest.raises(UsageError, match="use fast or batch-invariant"):
+        bench_block("tiny-llama", modes=("slow",), device="cpu")
+
+
+def test_linear_rows_at_toy_size():
+    """256 x 128 at 128 tokens (training: fwd and fwd+bwd) and 1 (decode): BF16 and the batch-invariant linear
+    run; the cuBLAS variant (Hopper only) and torchao (CUDA only) leave their reason; the table shows '-'."""
+    rows = bench_linear(shapes=((256, 128),), ms=(128, 1), reps=1, warmup=0, device="cpu")
+    assert [(r["m"], r["pass"]) for r in rows] == [(128, "fwd"), (128, "fwd+bwd"), (1, "fwd")]
+    for r in rows:
+        assert r["bf16_ms"] > 0 and r["fp8_bi_x"] == r["bf16_ms"] / r["fp8_bi_ms"]
+    train = rows[:2]
+    assert all("fp8_cublas_ms" not in r and "CUDA" in r["fp8_cublas_note"] for r in train)
+    assert all(r["torchao_note"].startswith("torchao") and "torchao_ms" not in r for r in train)
+    assert "torchao_note" not in rows[2]  # decode rows time the rollout path only
+    table = linear_table(rows)
+    assert "note (torchao): torchao" in table and " - " in table
+
+
+def test_kernels_table_shows_torchao_as_a_dash_with_its_note():
+    from precision_engine.bench.gemm import format_table as kernels_table
+
+    rows = [{"n": 6144, "k": 4096, "m": 8192, "bf16_ms": 1.0, "cublas_ms": 0.5, "cublas_x": 2.0,
+             "torchao_note": "torchao not importable (not installed)"}] * 2
+    table = kernels_table(rows, ["cublas", "torchao_triton"])
+    assert "2.00" in table and table.count("note (torchao): torchao not importable") == 1
+    assert table.splitlines()[1].split()[-2:] == ["-", "-"]
+
+
+def test_torchao_adapter_says_why_it_cannot_run(monkeypatch):
+    """Not installed; installed but no CUDA (answered before importing torchao); installed but not importable."""
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert torchao_ref.unavailable("cuda") == "torchao not importable (not installed)"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    monkeypatch.setitem(sys.modules, "torchao.prototype.blockwise_fp8_training", None)  # any import would fail
+    assert "needs CUDA" in torchao_ref.unavailable("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert torchao_ref.unavailable("cuda").startswith("torchao not importable (")
+
+
+def test_cli_block_quick_runs_on_the_cpu(tmp_path):
+    out = tmp_path / "sub" / "block.json"
+    args = ["bench", "block", "--quick", "--device", "cpu", "--policy", "bf16_baseline", "--policy",
+            "jetrl_unified", "--mode", "fast", "--reps", "1", "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "jetrl_unified" in result.output and "vs bf16" in result.output
+    document = json.loads(out.read_text())
+    assert len(document["rows"]) == 4 and "torchao" in document["env"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["block", "--device", "cpu"], "runs only with --quick"),
+    (["block", "--quick", "--device", "tpu"], "use cuda or cpu"),
+    (["block", "--quick", "--device", "cpu", "--mode", "slow"], "use fast or batch-invariant"),
+])
+def test_cli_block_refuses_bad_flags_in_one_line(args, message):
+    result = runner.invoke(app, ["bench", *args])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+@pytest.mark.parametrize("target", ["block", "linear"])
+def test_cli_without_gpu_refuses_in_one_line(target):
+    result = runner.invoke(app, ["bench", target, "--quick"])
+    assert result.exit_code == 2 and "needs a CUDA GPU" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.gpu
+def test_torchao_blockwise_linear_is_the_linear_in_fp8():
+    """Where torchao runs: its module shares the Linear's weight and its fwd/bwd track BF16 (>= 25 dB)."""
+    reason = torchao_ref.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    lin = torch.nn.Linear(512, 256, bias=False, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(384, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(384, 256, device="cuda", dtype=torch.bfloat16)
+    ref = lin(x)
+    ref.backward(dy)
+    ref_dx, ref_dw = x.grad, lin.weight.grad
+    for use_triton in (False, True):
+        x.grad, lin.weight.grad = None, None
+        module = torchao_ref.blockwise_linear(lin, use_triton=use_triton)
+        assert module.weight is lin.weight
+        y = module(x)
+        y.backward(dy)
+        for a, b in ((ref, y), (ref_dx, x.grad), (ref_dw, lin.weight.grad)):
+            assert sqnr_db(a.float(), b.float()) >= 25

@@ -96,6 +96,7 @@ def hf_config(args) -> dict:
 def build(config: dict, config_path: str, policy: str, args, device) -> Decoder:
     """The decoder with `policy`'s training phase applied (same seed on every rank and in the reference)."""
     model = Decoder.from_config(config, seed=args.seed, device=device, batch_invariant=True).train()
+    model.fuse_linears = False  # FSDP2's per-linear units run each projection in its own call: the reference too
     plan = compile_for_model(policy, config_path, overrides=("numerics.batch_invariant=true",))
     apply(plan, model, "train")
     return model

@@ -182,6 +182,10 @@ class Decoder(nn.Module):
         # FP8 rounding of k/v in `forward`: the rollout cache's scales when the policy unifies the phases
         # (jetrl_unified_kv), None otherwise (a rollout-only FP8 KV cache, as FP8-RL's, is not the trainer's).
         self.kv_scales: KVScales | None = None
+        # FP8 q/k/v and gate/up of one numerics as one GEMM each (`numerics.fused_linear`). Off, each projection
+        # runs its own call, which is what FSDP2's per-linear units force: a reference for such a run turns it
+        # off, so both take the same GEMMs (the grouped split-K differs from the separate one on the GPU).
+        self.fuse_linears = True
         self.scaling = c.head_dim**-0.5
         self._inv_freq, self._rope_scale = _rope_parameters(c)
         self._rope: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -331,7 +335,7 @@ class Decoder(nn.Module):
         for i, layer in enumerate(self.model.layers):
             attn = layer.self_attn
             h = ops.norm(layer.input_layernorm, x)
-            q, k, v = ops.linears((attn.q_proj, attn.k_proj, attn.v_proj), h)
+            q, k, v = ops.linears((attn.q_proj, attn.k_proj, attn.v_proj), h, fuse=self.fuse_linears)
             q = q.view(b, t, c.num_heads, c.head_dim)
             k, v = k.view(b, t, c.num_kv_heads, c.head_dim), v.view(b, t, c.num_kv_heads, c.head_dim)
             if c.qk_norm:
@@ -341,7 +345,7 @@ class Decoder(nn.Module):
             x = x + ops.linear(attn.o_proj, out)
             h = ops.norm(layer.post_attention_layernorm, x)
             mlp = layer.mlp
-            gate, up = ops.linears((mlp.gate_proj, mlp.up_proj), h)
+            gate, up = ops.linears((mlp.gate_proj, mlp.up_proj), h, fuse=self.fuse_linears)
             x = x + ops.linear(mlp.down_proj, ops.silu(gate) * up)
         return x
 
@@ -381,12 +385,13 @@ class _Ops:
         weight = module.weight.to(x.dtype)
         return invariant.linear(x, weight, bias) if self.invariant else F.linear(x, weight, bias)
 
-    def linears(self, modules: tuple[nn.Module, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Linears reading the same x (q/k/v, gate/up). FP8 parts of one numerics run as one GEMM per pass
-        (`fused_linear`: x quantized once, no narrow host-bound k/v GEMMs); both phases take this path, so
-        their bits agree. BF16 parts run one by one: stacking their weights would copy them every forward,
-        and the batch-invariant BF16 kernel's split-K depends on N too, so it would buy no shared bits."""
-        if shares_one_gemm(modules):
+    def linears(self, modules: tuple[nn.Module, ...], x: torch.Tensor, *, fuse: bool) -> tuple[torch.Tensor, ...]:
+        """Linears reading the same x (q/k/v, gate/up). With `fuse`, FP8 parts of one numerics run as one GEMM
+        per pass (`fused_linear`: x quantized once, no narrow host-bound k/v GEMMs); both phases take this
+        path, so their bits agree. BF16 parts run one by one: stacking their weights would copy them every
+        forward (they change every step), for one launch saved; the Triton BF16 kernel's split-K depends on N
+        too (`triton_invariant.segment_kb`), so a stack would not even keep the separate calls' bits."""
+        if fuse and shares_one_gemm(modules):
             return fp8_linear_group(modules, x)
         return tuple(self.linear(m, x) for m in modules)
 

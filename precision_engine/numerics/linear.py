@@ -201,6 +201,8 @@ def fp8_linear(
     `wq` = Q(W) (`wt` = Q(W)^T when the backward runs dgrad in FP8, else None), gradients into each weight and
     bias. Every part has a bias or none does. The caller owns the caches; `Fp8Linear.forward` is the one-part
     call."""
+    if len({b is None for b in biases}) > 1:
+        raise OperandError("fp8_linear: every part has a bias or none does (a zero bias would flip -0 to +0)")
     if x_quantized is None:
         xq_data = xq_scale = None
     else:
@@ -221,6 +223,9 @@ def _check_x_quantized(x: torch.Tensor, xq: Quantized, fmt: QuantFormat) -> None
             f"scale {scale_shape} on {x.device}; got {xq.fmt.describe()}, {xq.data.dtype} {tuple(xq.data.shape)}, "
             f"scale {tuple(xq.scale.shape)} on {xq.data.device}"
         )
+
+
+_LEADING_INPUTS = 8  # x, xq_data, xq_scale, w_data, w_scale, wt_data, wt_scale, config: then the parts' params
 
 
 class _Fp8LinearFn(torch.autograd.Function):
@@ -260,7 +265,7 @@ class _Fp8LinearFn(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True: refuse, do not drop, any use of their derivative
             grads = _NoDoubleBackward.apply(*(g if g is None else g.detach().requires_grad_() for g in grads))
         dx, *param_grads = grads
-        return (dx, None, None, None, None, None, None, None, *param_grads)
+        return (dx, *[None] * (_LEADING_INPUTS - 1), *param_grads)
 
     @staticmethod
     def _grads(ctx, dy):
@@ -272,8 +277,8 @@ class _Fp8LinearFn(torch.autograd.Function):
         compute = COMPUTE_TORCH_DTYPE[spec.compute]
         x_data, x_scale, x_hp, wt_data, wt_scale, *weights = ctx.saved_tensors
         parts = len(weights)
-        needs_w = ctx.needs_input_grad[8 : 8 + parts]
-        needs_b = ctx.needs_input_grad[8 + parts :] if ctx.has_bias else (False,) * parts
+        needs_w = ctx.needs_input_grad[_LEADING_INPUTS : _LEADING_INPUTS + parts]
+        needs_b = ctx.needs_input_grad[_LEADING_INPUTS + parts :] if ctx.has_bias else (False,) * parts
         rows = [w.shape[0] for w in weights]
         dy2 = dy.reshape(-1, dy.shape[-1]).to(compute)
         dx, dws, dbs = None, [None] * parts, [None] * parts

@@ -1,8 +1,8 @@
 """The decoder runs FP8 q/k/v and gate/up as one GEMM each (numerics.fused_linear), in both phases.
 
 On the CPU the forward's reference kernel is exact, so the grouped decoder's logits equal the per-module path's
-bitwise (the per-module path is forced by a no-op hook on every FP8 linear, which is also what FSDP2 and
-verify's layer recorder do). Gradients differ where the grouped dgrad sums q/k/v (gate/up) inside one GEMM
+(`fuse_linears` off) bitwise. Modules with hooks (FSDP2's units, verify's layer recorder) run their own calls.
+Gradients differ where the grouped dgrad sums q/k/v (gate/up) inside one GEMM
 instead of adding three BF16 results; a last-bit change there flips E4M3 roundings of the next layer's dy, so
 the difference grows to the FP8 noise level: every parameter's gradient within SQNR >= 20 dB of the per-module
 one (25-26 dB seen), and against the BF16 model's gradients no more than 1.5 dB worse than the per-module one's
@@ -49,8 +49,8 @@ def _ids(b=3, length=19):
     return ids, mask
 
 
-def _per_module(model: Decoder) -> list:
-    """A no-op forward hook on every FP8 linear: each runs its own call, as before grouping."""
+def _hooked(model: Decoder) -> list:
+    """A no-op forward hook on every FP8 linear (as FSDP2's units and verify's recorder hook them)."""
     return [m.register_forward_hook(lambda *_: None) for m in model.modules() if isinstance(m, Fp8Linear)]
 
 
@@ -67,10 +67,8 @@ def test_grouped_equals_per_module_bitwise_forward_close_grads(name):
     model = _fp8_decoder(name)
     ids, mask = _ids()
     grouped, grouped_grads = _logits_and_grads(model, ids, mask)
-    handles = _per_module(model)
+    model.fuse_linears = False
     separate, separate_grads = _logits_and_grads(model, ids, mask)
-    for handle in handles:
-        handle.remove()
     restore(model)
     _, bf16_grads = _logits_and_grads(model, ids, mask)
     assert torch.equal(grouped.view(torch.int16), separate.view(torch.int16))
@@ -104,13 +102,15 @@ def test_one_fp8_gemm_per_group_in_forward_and_backward(monkeypatch):
     assert fprop == [(512, 256), (256, 256), (1024, 256), (256, 512)] * 2
     assert len(calls) == 3 * len(fprop)
 
-    calls.clear()
-    handles = _per_module(model)
-    with torch.no_grad():
-        model(ids, mask)
-    for handle in handles:
-        handle.remove()
-    assert len(calls) == 7 * 2
+    for per_module in ("hooks", "fuse_linears off"):
+        calls.clear()
+        handles = _hooked(model) if per_module == "hooks" else []
+        model.fuse_linears = per_module != "fuse_linears off"
+        with torch.no_grad():
+            model(ids, mask)
+        for handle in handles:
+            handle.remove()
+        assert len(calls) == 7 * 2, per_module
 
 
 def test_rollout_phase_groups_and_keeps_the_training_bits():
@@ -125,3 +125,22 @@ def test_rollout_phase_groups_and_keeps_the_training_bits():
         rollout = model(ids, mask)
     assert model.model.layers[0].self_attn.q_proj._group_cache is not None
     assert torch.equal(train.view(torch.int16), rollout.view(torch.int16))
+
+
+def test_rollout_weights_after_grouping_are_each_parts_own():
+    """Grouped, a part's Q(W) is its rows of the stack (a view): what export and weight sync read stays each
+    module's own block-FP8 weight, shape and bytes (`to_block_fp8`)."""
+    from precision_engine.integrations.hf_export import iter_rollout_weights
+    from precision_engine.numerics.exchange import to_block_fp8
+
+    model = _fp8_decoder("tiny-llama")
+    with torch.no_grad():
+        model(*_ids())
+    assert model.model.layers[0].self_attn.k_proj.quantized_weight().data._base is not None
+    plan = compile_plan(load_policy("policies/jetrl_unified.yaml"), load_inventory("tiny-llama"))
+    weights = dict(iter_rollout_weights(model, plan))
+    for name, module in model.named_modules():
+        if isinstance(module, Fp8Linear):
+            data, scale = to_block_fp8(module.weight.detach())
+            assert torch.equal(weights[f"{name}.weight"].view(torch.uint8), data.view(torch.uint8)), name
+            assert torch.equal(weights[f"{name}.weight_scale_inv"], scale), name

@@ -99,3 +99,25 @@ def test_transpose_operand_is_quantized_transpose():
     direct = quantize_blocks(w.t().contiguous(), WEIGHT)
     assert torch.equal(wt.data.view(torch.uint8), direct.data.view(torch.uint8))
     assert torch.equal(wt.scale, direct.scale)
+
+
+@pytest.mark.parametrize("m,n,k", [(65, 4096, 4096), (200, 1000, 320), (4097, 6144, 4096), (2048, 4096, 14336)])
+def test_gluon_gives_the_triton_kernels_bytes(m, n, k):
+    """The Gluon kernel (what AUTO runs above decode sizes on Hopper) against the Triton kernel's one-program
+    walk over the same segments: the same bytes for every schedule choice, over repeated launches; ragged M,
+    N and K (TMA zero-fills past the edges)."""
+    from precision_engine.numerics.gluon_gemm import TRAINING, gluon_block_scaled_gemm
+    from precision_engine.numerics.triton_gemm import PREFILL, block_scaled_gemm, segment_kb
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Gluon's wgmma kernel is Hopper-only")
+    xq, wq = _operands(m, n, k, seed=m + k)
+    seg = segment_kb(n, k)
+    ref = block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, config=PREFILL, split=False)
+    for cfg in (TRAINING, replace(TRAINING, persistent=False), replace(TRAINING, stages=4, unroll=2),
+                replace(TRAINING, unroll=3, group_m=1)):
+        for _ in range(2):
+            out = gluon_block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, seg_kb=seg,
+                                          config=cfg)
+            assert torch.equal(out.view(torch.uint16), ref.view(torch.uint16)), cfg
+    assert torch.equal(fp8_gemm(xq, wq).view(torch.uint16), ref.view(torch.uint16))  # AUTO dispatches here

@@ -1,0 +1,308 @@
+"""The block-scaled FP8 GEMM of `triton_gemm`, for Hopper above decode sizes, in Gluon.
+
+Why a second kernel: the arithmetic that makes a row's bits independent of M (a fresh FP32 accumulator per
+128-wide K block, scaled by sa * sb before it joins a running segment sum) makes every K block's wgmma wait
+for the one before it to be scaled, and Triton's `tl.dot` cannot overlap the two on Hopper: 0.73-0.99x BF16
+on the 8B shapes. Gluon states the schedule (H200 sweeps, scripts/gluon_sweep.py, 2026-12-01):
+
+- warp specialisation: one TMA warp fills a ring of `stages` shared-memory slots; two MMA warpgroups, each
+  owning 64 rows of a 128x128 tile, wait on the slot's `ready` barrier and give it back through `empty`, never
+  waiting for each other (one 8-warp consumer synchronised both at every K block: 0.66-1.13x);
+- block kb's wgmma is issued asynchronously, then block kb-1's is waited for and scaled while the tensor cores
+  run kb; ptxas serialises every wgmma of a loop that keeps one in flight across its back edge, so each trip
+  issues `unroll` blocks and drains; scales are loaded two blocks ahead (a load after a wgmma wait stalls the
+  promotion for an L2 round trip);
+- persistent: one program per SM walks tiles, so the TMA warp runs into the next tile during an epilogue.
+
+The additions are exactly `triton_gemm`'s: per segment of `segment_kb(N, K)` blocks, seg = 0, then
+seg += D_kb * (sa[m, kb] * sb[n, kb]) in increasing kb; total = 0, then total += seg per segment in order;
+one rounding to the output dtype. So a row computed here has the bits the Triton kernel gives it at decode
+sizes (bitwise across M in tests/numerics/gpu/test_gemm_gpu.py). Two register accumulators are in flight, so
+the running total lives in shared memory (read and written once per segment).
+
+GPU only (Hopper, sm_90): Triton's interpreter does not run Gluon; on the CPU the reference kernel and the
+Triton kernel in the interpreter stand in, and `triton_gemm` keeps every decode size.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from precision_engine.numerics.capabilities import SCALE_BLOCK
+
+BLOCK_K = SCALE_BLOCK
+WARPGROUP_ROWS = gl.constexpr(64)  # wgmma's M: each MMA warpgroup owns 64 rows of a tile
+
+
+@dataclass(frozen=True)
+class GluonConfig:
+    """Tile, load ring and schedule; numerics-neutral (every field, GPU-tested)."""
+
+    block_m: int = 128  # two MMA warpgroups of 64 rows
+    block_n: int = 128
+    stages: int = 5
+    group_m: int = 8  # programs sharing a column of `a` tiles run together (L2 reuse)
+    unroll: int = 4  # K blocks per loop trip (one of them is scaled with the tensor cores idle)
+    persistent: bool = True  # one program per SM walking tiles (else one per tile)
+
+
+
+TRAINING = GluonConfig()
+
+
+@gluon.jit
+def _issue_mma(a_bufs, b_bufs, ready, it, acc, ROW0: gl.constexpr, ROWS: gl.constexpr, STAGES: gl.constexpr):
+    """The FP8 product of the K block at ring position `it`, for this warpgroup's rows, into a fresh
+    accumulator (use_acc=False), asynchronously."""
+    slot = it % STAGES
+    mbarrier.wait(ready.index(slot), (it // STAGES) & 1)
+    a = a_bufs.index(slot).slice(ROW0, ROWS)
+    return warpgroup_mma(a, b_bufs.index(slot).permute((1, 0)), acc, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _load_scales(sa_ptrs, sb_ptrs, kb, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB: gl.constexpr):
+    """Block kb's scales (zeros past the last block), loaded two blocks before they are used: a load issued
+    after a wgmma wait would stall the promotion for a whole L2 round trip."""
+    live = kb < num_kb
+    sa = gl.load(sa_ptrs + kb * stride_sak, mask=mask_m & live, other=0.0)
+    if UNIFORM_SB:
+        sb = gl.load(sb_ptrs + kb * stride_sbk, mask=live, other=0.0)
+    else:
+        sb = gl.load(sb_ptrs + kb * stride_sbk, mask=mask_n & live, other=0.0)
+    return sa, sb
+
+
+@gluon.jit
+def _scaled(d, sa, sb, UNIFORM_SB: gl.constexpr):
+    """D_kb * (sa * sb): the product triton_gemm's _add_block forms. When one scale row covers the whole tile
+    (128x128 weight blocks) sb is one number, so the product is formed per row, with the same value."""
+    if UNIFORM_SB:
+        out = d * (sa * sb)[:, None]
+    else:
+        out = d * (sa[:, None] * sb[None, :])
+    return out
+
+
+@gluon.jit
+def _tile(t, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    """Output tile t's (row, column) offsets, in groups of GROUP_M row tiles that share `b` tiles in L2."""
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    pids_per_group = GROUP_M * gl.cdiv(N, BLOCK_N)
+    first_pid_m = (t // pids_per_group) * GROUP_M
+    group_rows = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (t % pids_per_group) % group_rows
+    pid_n = (t % pids_per_group) // group_rows
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@gluon.jit
+def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb,
+                    GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """The TMA warp: walks this program's tiles and fills each ring slot as soon as both MMA warpgroups have
+    released it, running ahead into the next tile while they finish the last one."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    it = 0
+    for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
+        off_m, off_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        for kb in range(num_kb):
+            slot = it % STAGES
+            mbarrier.wait(empty.index(slot), ((it // STAGES) & 1) ^ 1)  # the first round passes at once
+            bar = ready.index(slot)
+            mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(a_desc, [off_m, kb * BLOCK_K], bar, a_bufs.index(slot))
+            tma.async_copy_global_to_shared(b_desc, [off_n, kb * BLOCK_K], bar, b_bufs.index(slot))
+            it += 1
+
+
+@gluon.jit
+def _release(done, sa, sb, seg, total, empty, it, kb, num_kb, SEG_KB, STAGES: gl.constexpr, mma: gl.constexpr,
+             UNIFORM_SB: gl.constexpr):
+    """Block kb's product is done: hand its ring slot back to the TMA warp, add it to the segment sum, and
+    close the segment into the running total when kb is its last block (all but the last segment: the caller
+    adds that one)."""
+    mbarrier.arrive(empty.index(it % STAGES))
+    seg = seg + _scaled(done, sa, sb, UNIFORM_SB)
+    if ((kb + 1) % SEG_KB == 0) & (kb + 1 < num_kb):
+        total.store(total.load(mma) + seg)
+        seg = gl.zeros_like(seg)
+    return seg
+
+
+@gluon.jit
+def _mma_partition(a_bufs, b_bufs, ready, empty, totals, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
+                   stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                   ROW0: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, SCALE_BN: gl.constexpr,
+                   GROUP_M: gl.constexpr, STAGES: gl.constexpr, UNROLL: gl.constexpr):
+    """One MMA warpgroup: rows ROW0 .. ROW0 + ROWS of each of this program's tiles, a wgmma per K block
+    promoted with its scales, then stored. The two warpgroups share the ring but never wait for each other."""
+    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32])
+    UNIFORM_SB: gl.constexpr = SCALE_BN % BLOCK_N == 0  # one scale row for all the tile's columns
+    zero = gl.zeros([ROWS, BLOCK_N], gl.float32, mma)
+    total = totals.index(ROW0 // ROWS)
+    base = 0  # ring position of the tile's first K block
+    for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
+        off_m, off_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        offs_m = off_m + ROW0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma))
+        offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma))
+        mask_m = offs_m < M
+        mask_n = offs_n < N
+        sa_ptrs = sa_ptr + offs_m * stride_sam
+        if UNIFORM_SB:
+            sb_ptrs = sb_ptr + (off_n // SCALE_BN) * stride_sbn
+        else:
+            sb_ptrs = sb_ptr + (offs_n // SCALE_BN) * stride_sbn
+        total.store(zero)
+        seg = _tile_product(a_bufs, b_bufs, ready, empty, total, zero, base, num_kb, SEG_KB, sa_ptrs, sb_ptrs,
+                            stride_sak, stride_sbk, mask_m, mask_n, ROW0, ROWS, STAGES, UNROLL, UNIFORM_SB, mma)
+        out = total.load(mma) + seg  # the last segment, never closed into the total by _release
+        c_offs = offs_m[:, None].to(gl.int64) * stride_cm + offs_n[None, :] * stride_cn
+        gl.store(c_ptr + c_offs, out.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+        base += num_kb
+
+
+@gluon.jit
+def _tile_product(a_bufs, b_bufs, ready, empty, total, zero, base, num_kb, SEG_KB, sa_ptrs, sb_ptrs,
+                  stride_sak, stride_sbk, mask_m, mask_n, ROW0: gl.constexpr, ROWS: gl.constexpr,
+                  STAGES: gl.constexpr, UNROLL: gl.constexpr, UNIFORM_SB: gl.constexpr, mma: gl.constexpr):
+    """Every K block of one tile: closed segments go to `total`, the open one is returned.
+
+    Two accumulators alternate: one in flight (block kb), one being scaled (kb - 1). ptxas keeps wgmmas
+    asynchronous only while none is in flight across a loop's back edge, so each trip issues UNROLL blocks
+    and drains: the last block of a trip is scaled with no wgmma under it."""
+    seg = zero
+    d_x = zero
+    d_y = zero
+    sa_c, sb_c = _load_scales(sa_ptrs, sb_ptrs, 0, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB)
+    sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, 1, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB)
+    full = num_kb - num_kb % UNROLL
+    for kb0 in range(0, full, UNROLL):
+        d_x = _issue_mma(a_bufs, b_bufs, ready, base + kb0, d_x, ROW0, ROWS, STAGES)
+        for j in gl.static_range(1, UNROLL):
+            sa_f, sb_f = _load_scales(sa_ptrs, sb_ptrs, kb0 + j + 1, num_kb, stride_sak, stride_sbk, mask_m, mask_n,
+                                      UNIFORM_SB)
+            if j % 2 == 1:
+                d_y = _issue_mma(a_bufs, b_bufs, ready, base + kb0 + j, d_y, ROW0, ROWS, STAGES)
+                d_x = warpgroup_mma_wait(num_outstanding=1, deps=(d_x,))
+                seg = _release(d_x, sa_c, sb_c, seg, total, empty, base + kb0 + j - 1, kb0 + j - 1, num_kb, SEG_KB,
+                               STAGES, mma, UNIFORM_SB)
+            else:
+                d_x = _issue_mma(a_bufs, b_bufs, ready, base + kb0 + j, d_x, ROW0, ROWS, STAGES)
+                d_y = warpgroup_mma_wait(num_outstanding=1, deps=(d_y,))
+                seg = _release(d_y, sa_c, sb_c, seg, total, empty, base + kb0 + j - 1, kb0 + j - 1, num_kb, SEG_KB,
+                               STAGES, mma, UNIFORM_SB)
+            sa_c, sb_c, sa_n, sb_n = sa_n, sb_n, sa_f, sb_f
+        sa_f, sb_f = _load_scales(sa_ptrs, sb_ptrs, kb0 + UNROLL + 1, num_kb, stride_sak, stride_sbk, mask_m, mask_n,
+                                  UNIFORM_SB)
+        last = kb0 + UNROLL - 1
+        if UNROLL % 2 == 0:
+            d_y = warpgroup_mma_wait(num_outstanding=0, deps=(d_y,))
+            seg = _release(d_y, sa_c, sb_c, seg, total, empty, base + last, last, num_kb, SEG_KB, STAGES, mma,
+                           UNIFORM_SB)
+        else:
+            d_x = warpgroup_mma_wait(num_outstanding=0, deps=(d_x,))
+            seg = _release(d_x, sa_c, sb_c, seg, total, empty, base + last, last, num_kb, SEG_KB, STAGES, mma,
+                           UNIFORM_SB)
+        sa_c, sb_c, sa_n, sb_n = sa_n, sb_n, sa_f, sb_f
+    for kb in range(full, num_kb):  # the blocks past the last whole trip, one at a time
+        d_x = _issue_mma(a_bufs, b_bufs, ready, base + kb, d_x, ROW0, ROWS, STAGES)
+        d_x = warpgroup_mma_wait(num_outstanding=0, deps=(d_x,))
+        seg = _release(d_x, sa_c, sb_c, seg, total, empty, base + kb, kb, num_kb, SEG_KB, STAGES, mma, UNIFORM_SB)
+        sa_c, sb_c = sa_n, sb_n
+        sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, kb + 2, num_kb, stride_sak, stride_sbk, mask_m, mask_n,
+                                  UNIFORM_SB)
+    return seg
+
+
+@gluon.jit
+def _gluon_block_gemm_kernel(
+    a_desc, b_desc, c_ptr, sa_ptr, sb_ptr,
+    M, N, K, SEG_KB,
+    stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
+    SCALE_BN: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, UNROLL: gl.constexpr,
+):
+    """Persistent: each program walks tiles pid, pid + programs, ... with one TMA warp and two MMA warpgroups."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=BLOCK_M // WARPGROUP_ROWS)  # one arrival per MMA warpgroup
+    total_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WARPGROUP_ROWS, BLOCK_N], gl.float32)
+    totals = gl.allocate_shared_memory(gl.float32, [BLOCK_M // WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N],
+                                       total_layout)
+    num_kb = gl.cdiv(K, BLOCK_K)
+    gl.warp_specialize([
+        (_mma_partition, (a_bufs, b_bufs, ready, empty, totals, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
+                          stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                          0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, UNROLL)),
+        (_mma_partition, (a_bufs, b_bufs, ready, empty, totals, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
+                          stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                          WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, UNROLL)),
+        (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb, GROUP_M, STAGES)),
+    ], [4, 1], [232, 40])
+
+
+_FP8_GL = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
+
+
+def _descriptor(x: torch.Tensor, rows: int) -> TensorDescriptor:
+    layout = gl.NVMMASharedLayout.get_default_for([rows, BLOCK_K], _FP8_GL[x.dtype])
+    return TensorDescriptor.from_tensor(x, [rows, BLOCK_K], layout)
+
+
+def runs(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether this kernel takes these operands: Hopper, FP8, K-major with TMA-legal strides."""
+    def tma_ok(x):
+        return x.dtype in _FP8_GL and x.stride(1) == 1 and x.stride(0) % 16 == 0 and x.data_ptr() % 16 == 0
+
+    return a.is_cuda and _device(a.device.index or 0).major == 9 and tma_ok(a) and tma_ok(b)
+
+
+@functools.cache
+def _device(index: int):
+    return torch.cuda.get_device_properties(index)
+
+
+def gluon_block_scaled_gemm(
+    a: torch.Tensor,
+    a_scale: torch.Tensor,
+    b: torch.Tensor,
+    b_scale: torch.Tensor,
+    *,
+    b_scale_rows: int,
+    seg_kb: int,
+    out_dtype: torch.dtype = torch.bfloat16,
+    config: GluonConfig = TRAINING,
+) -> torch.Tensor:
+    """c = dequant(a) @ dequant(b)^T with `triton_gemm.block_scaled_gemm`'s bits (same `seg_kb`); operands as
+    there, K-major and TMA-legal (`runs`)."""
+    m, k = a.shape
+    n = b.shape[0]
+    c = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    if m == 0 or n == 0:
+        return c
+    tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+    programs = min(tiles, _device(a.device.index or 0).multi_processor_count) if config.persistent else tiles
+    _gluon_block_gemm_kernel[(programs,)](
+        _descriptor(a, config.block_m), _descriptor(b, config.block_n), c, a_scale, b_scale,
+        m, n, k, seg_kb,
+        c.stride(0), c.stride(1), a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
+        SCALE_BN=b_scale_rows, GROUP_M=config.group_m, STAGES=config.stages, UNROLL=config.unroll, num_warps=4,
+    )
+    return c

@@ -2,21 +2,32 @@
 
 One pass over the input per kernel, scales computed in registers, outputs written in the layouts the GEMMs
 read directly (1x128 scales M-major, tokens-transposed data [C, M_pad] with (1, C)-strided scales), so no
-layout copy follows. Three details make them bit-exact rather than merely close:
+layout copy follows. These kernels are instruction-bound long before they are bandwidth-bound (on an H200 the
+measured times track the SASS instruction count per element: about 0.05 ps per instruction and element), so
+every step is chosen for its instruction count as much as for its exactness:
 
-- Division is IEEE round-to-nearest: `_div_by_scale` (one correctly rounded reciprocal per group, then FMA
-  corrections that give exactly RN(x / scale), by Markstein's theorem) or `tl.math.div_rn`. Plain ``/`` on
-  fp32 compiles to PTX ``div.full.f32``, an approximate division that differs from torch's in the last bit
-  now and then. ``div.rn`` per element cost ~15 instructions with a branch and made the kernels
-  instruction-bound (H200, 1x128 kernel: 68-78% of copy bandwidth with it, 77-88% with `_div_by_scale`).
-- amax is an integer max over the bits of ``|x|`` (`_abs_bits`), so the reduction never depends on how a
-  float max treats NaN; a NaN or Inf amax then turns the scale into NaN (contract step 3).
+- Scale, contract step 2: ``RN(a / fmax)`` as ``q = a * RN(1/fmax)`` plus one FMA correction (`_scale_from_amax`):
+  exact for every normal fp32 a, checked on all 2**23 mantissas for 448 and 57344 (the quotient's bits depend
+  on a's mantissa only), and branch-free, unlike ``div.rn`` with its range check and slow path.
+- Division, step 4: ``RN(x / scale)`` from one correctly rounded reciprocal per group and FMA corrections
+  (`_quotient`, Markstein's theorem), or ``div.rn`` per element where asked. Power-of-two scales multiply by
+  the exact reciprocal instead (one instruction). Plain ``/`` on fp32 compiles to the approximate
+  ``div.full.f32`` and is never used.
+- amax is a NaN-propagating float max of ``|x|`` (``max.NaN.f32``, one instruction with the absolute value
+  folded in); a NaN or Inf amax then turns the scale into NaN (contract step 3).
 - The final fp32 -> fp8 rounding: on the GPU the hardware ``cvt.rn.satfinite`` is round-to-nearest-even
-  (checked against torch by tests/numerics/gpu). Triton's CPU interpreter rounds ties and binade carries
-  wrongly (e.g. 124.0 -> 64.0 in E4M3, measured with triton 3.9), so with ``EXACT_ROUND`` the kernels first
-  round to the FP8 grid in fp32 arithmetic (`_round_to_fp8_grid`, exact) and the cast then only sees
-  representable values, which every cast maps exactly. EXACT_ROUND is on under the interpreter and can be
-  forced on the GPU (``exact_round=True``) where the GPU tests compare both paths.
+  (checked against torch by tests/numerics/gpu); the tokens-transposed kernels issue it from inline PTX on four
+  values of consecutive tokens at once (`_fp8_word`), so the bytes arrive packed into the 32-bit words that
+  are transposed and stored (packing single bytes with shifts and ors cost about 4 instructions per element).
+  Triton's CPU interpreter rounds ties and binade carries wrongly (e.g. 124.0 -> 64.0 in E4M3, measured with
+  triton 3.9), so with ``EXACT_ROUND`` the kernels first round to the FP8 grid in fp32 arithmetic
+  (`_round_to_fp8_grid`, exact) and the cast then only sees representable values, which every cast maps
+  exactly. EXACT_ROUND is on under the interpreter and can be forced on the GPU (``exact_round=True``) where
+  the GPU tests compare both paths.
+- Tiles are addressed from a 64-bit base pointer per program plus 32-bit offsets, and loads along a row are
+  capped at `VEC` contiguous elements (`_capped`): each thread then holds fewer columns, and the per-column
+  scale and reciprocal of the tokens-transposed kernels (computed once per column a thread holds) are shared
+  by more of its elements. Masks are compiled in only where a tile can cross the tensor's edge.
 """
 
 from __future__ import annotations
@@ -28,41 +39,94 @@ import torch
 import triton
 import triton.language as tl
 
-from precision_engine.numerics.formats import FP8_MAX, DType, QuantFormat, ScaleKind
+from precision_engine.errors import OperandError
 from precision_engine.numerics.contract import Quantized, fp8_dtype, scale_from_amax
+from precision_engine.numerics.formats import FP8_MAX, DType, QuantFormat, ScaleKind
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_INTERPRET = tl.constexpr(INTERPRET)
 
 # Mantissa bits and smallest normal exponent of each FP8 type: the grid _round_to_fp8_grid rounds onto.
 _FP8_GRID = {DType.FLOAT8_E4M3: (3, -6), DType.FLOAT8_E5M2: (2, -14)}
+# RN(1 / fmax) in fp32, the multiplier of `_scale_from_amax` (an fp32 division, so it is correctly rounded).
+_RECIPROCAL_FMAX = {d: (torch.ones(()) / torch.tensor(fmax)).item() for d, fmax in FP8_MAX.items() if d.is_fp8}
 
 
 # ---------------------------------------------------------------------------------------- shared device code
 
 
 @triton.jit
-def _abs_bits(x):
-    """|x| as int32 bits. Their integer order is the float order of |x| with every finite < Inf < NaN, so an
-    integer max is a NaN-aware amax in two instructions (no compare-and-select, no NaN-sensitive float max): a
-    group holding NaN gets a NaN amax, one holding only Inf an Inf amax, and both then get a NaN scale."""
-    return x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+def _max_nan(a, b):
+    """max that returns NaN if either side is NaN (``max.NaN.f32``): combines |x| into an amax."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
-def _as_float(bits):
-    return bits.to(tl.float32, bitcast=True)
+def _amax(a, axis: tl.constexpr):
+    """max of a = |x| along `axis`, NaN if any element is NaN. The interpreter runs a reduction with a custom
+    combiner element by element in Python, so there the max is taken over the int32 bits instead (for |x|,
+    the integer order is the float order with every finite < Inf < NaN): the same amax, or a NaN for a NaN."""
+    if _INTERPRET:
+        m = tl.max(a.to(tl.int32, bitcast=True), axis).to(tl.float32, bitcast=True)
+    else:
+        m = tl.reduce(a, axis, _max_nan)
+    return m
 
 
 @triton.jit
-def _scale_from_amax(amax, FMAX: tl.constexpr, POW2: tl.constexpr):
-    """Contract steps 2-3 (see quantize.scale_from_amax)."""
-    scale = tl.math.div_rn(tl.maximum(amax, 1e-10), FMAX)
+def _scale_from_amax(amax, FMAX: tl.constexpr, RFMAX: tl.constexpr, POW2: tl.constexpr):
+    """Contract steps 2-3 (see quantize.scale_from_amax): RN(max(amax, eps) / fmax) without a division.
+
+    q = a * RN(1/fmax) is within 1.5 ulps, and one FMA correction makes it exactly RN(a / fmax) for every a
+    in [eps, FLT_MAX] (the quotient is normal there): checked on every fp32 mantissa for both fmax values,
+    which share the mantissa 1.75. POW2 rounds the quotient up to a power of two on the bits (exact, see
+    `numerics.quantize`). A NaN amax passes `maximum` as eps, so the final test is what makes it NaN."""
+    a = tl.maximum(amax, 1e-10)
+    q = a * RFMAX
+    scale = tl.fma(tl.fma(-q, FMAX, a), RFMAX, q)
     if POW2:
         bits = scale.to(tl.int32, bitcast=True)
         exponent = bits & 0x7F800000
         bits = tl.where((bits & 0x007FFFFF) != 0, exponent + 0x00800000, exponent)
         scale = bits.to(tl.float32, bitcast=True)
     return tl.where(amax < float("inf"), scale, float("nan"))  # NaN < inf is false too
+
+
+@triton.jit
+def _reciprocal(scale, POW2: tl.constexpr):
+    """RN(1 / scale), once per group. A power of two's reciprocal is its exponent negated on the bits (scales
+    lie in [2**-42, 2**120], so both are normal); NaN stays NaN."""
+    if POW2:
+        inv = (0x7F000000 - scale.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
+        inv = tl.where(scale == scale, inv, scale)
+    else:
+        inv = tl.math.div_rn(tl.zeros_like(scale) + 1.0, scale)
+    return inv
+
+
+@triton.jit
+def _quotient(x, scale, inv, POW2: tl.constexpr, IEEE_DIV: tl.constexpr):
+    """RN(x / scale) (contract step 4), given inv = RN(1 / scale).
+
+    Power-of-two scales: x * inv is the exact quotient rounded once. Otherwise x * inv is within 1.5 ulps; the
+    first FMA correction brings it within 1 ulp (its remainder is then exact), and by Markstein's theorem
+    (inv correctly rounded, q faithful, remainder exact) the second gives exactly RN(x / scale): 1 + 4
+    instructions where ``div.rn.f32`` takes about 15 with a branch. The theorem assumes no underflow: for
+    |x| below about 2**-100 (the remainder, ~|x| 2**-24, turns subnormal) or a subnormal quotient the last
+    fp32 bits can differ, but scales are at least 2**-43, so such quotients are below 2**-57 and round to a
+    signed FP8 zero either way (tests/numerics/test_triton_quant.py checks 4M pairs, every finite bf16 x
+    included, against IEEE division). The remainder is
+    formed as scale*q - x so that x = -0 keeps its sign. NaN scales stay NaN. IEEE_DIV divides with
+    ``div.rn`` per element instead (the same bits, at the instruction count of a division)."""
+    if POW2:
+        y = x * inv
+    elif IEEE_DIV:
+        y = tl.math.div_rn(x, scale)
+    else:
+        q = x * inv
+        q = tl.fma(-tl.fma(scale, q, -x), inv, q)
+        y = tl.fma(-tl.fma(scale, q, -x), inv, q)
+    return y
 
 
 @triton.jit
@@ -90,49 +154,90 @@ def _round_to_fp8_grid(y, MBITS: tl.constexpr, EMIN: tl.constexpr):
 
 
 @triton.jit
-def _div_by_scale(x, scale):
-    """x / scale rounded to nearest (IEEE), with one division per scale instead of one per element.
-
-    ``div.rn.f32`` per element costs a reciprocal, four FMAs and a range check that branches to a slow path
-    (about 15 instructions, measured in the SASS): it made the quantizers instruction-bound. Here
-    inv = RN(1/scale) is computed once per group; x * inv is within 2 ulps of x/scale, one correction step
-    brings it within 1 ulp, and by Markstein's theorem (inv correctly rounded, q within 1 ulp, FMA remainder
-    exact) the second correction gives exactly RN(x / scale). The theorem assumes no underflow: quotients
-    below 2**-126 can differ in the last fp32 bits, but those are under 2**-20 and round to a signed FP8 zero
-    either way (checked on 2e8 pairs, every finite bf16 x included, against IEEE division). The remainder is
-    formed as scale*q - x so that x = -0 keeps its sign. NaN scales stay NaN.
-    """
-    inv = tl.math.div_rn(tl.zeros_like(scale) + 1.0, scale)
-    q = x * inv
-    rem = tl.fma(scale, q, -x)
-    q = tl.fma(-rem, inv, q)
-    rem = tl.fma(scale, q, -x)
-    return tl.fma(-rem, inv, q)
-
-
-@triton.jit
-def _cast_to_fp8(x, scale, out_ty: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr, EXACT_ROUND: tl.constexpr,
-                 IEEE_DIV: tl.constexpr = False):
-    """Contract step 4: fp8_rne(clamp(x / scale, +-fmax)), NaN propagated.
-
-    No explicit clamp: `scale` always comes from the amax of the very values being cast, so
+def _to_fp8(y, out_ty: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """fp8_rne of a quotient. No clamp: `scale` always comes from the amax of the very values being cast, so
     |x / scale| <= RN(amax / RN(amax / fmax)) <= fmax + 1 fp32 ulp, which FP8 round-to-nearest-even maps to
-    fmax anyway (the next FP8 magnitude is far away); the hardware cast also saturates (``satfinite``, which
-    PTX requires for FP8). NaN stays NaN on both paths.
-
-    IEEE_DIV uses ``div.rn`` per element instead of `_div_by_scale`, for x computed in the kernel (the
-    requantizer's q_in * s_in): its ``mul.f32`` may be contracted by ptxas into the FMA that forms the
-    remainder, which then is no longer exact (seen on an H200: requantized bytes differed from the reference
-    with `_div_by_scale`, and only for non-power-of-two scales, where the remainder is not zero; contraction
-    is the suspected cause, not yet confirmed).
-    """
-    if IEEE_DIV:
-        y = tl.math.div_rn(x, scale)
-    else:
-        y = _div_by_scale(x, scale)
+    fmax anyway; the hardware cast also saturates (``satfinite``). NaN stays NaN on both paths."""
     if EXACT_ROUND:
         y = _round_to_fp8_grid(y, MBITS, EMIN)
     return y.to(out_ty, fp_downcast_rounding="rtne")
+
+
+@triton.jit
+def _fp8_bits(q):
+    return q.to(tl.uint8, bitcast=True).to(tl.uint32)
+
+
+@triton.jit
+def _fp8_word(y0, y1, y2, y3, out_ty: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+              EXACT_ROUND: tl.constexpr, HW_PACK: tl.constexpr):
+    """The FP8 bytes of four quotients as one little-endian uint32 (y0 in the lowest byte).
+
+    HW_PACK: two ``cvt.rn.satfinite.*x2.f32`` and a register move (sm_89+), the same conversion Triton emits
+    for a cast, issued on the four values that share a word. Otherwise casts and shifts (the interpreter)."""
+    if EXACT_ROUND:
+        y0 = _round_to_fp8_grid(y0, MBITS, EMIN)
+        y1 = _round_to_fp8_grid(y1, MBITS, EMIN)
+        y2 = _round_to_fp8_grid(y2, MBITS, EMIN)
+        y3 = _round_to_fp8_grid(y3, MBITS, EMIN)
+    if HW_PACK:
+        if out_ty == tl.float8e4nv:
+            w = tl.inline_asm_elementwise(
+                "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; "
+                "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; mov.b32 $0, {lo, hi}; }",
+                "=r,f,f,f,f", [y0, y1, y2, y3], dtype=tl.uint32, is_pure=True, pack=1)
+        else:
+            w = tl.inline_asm_elementwise(
+                "{ .reg .b16 lo, hi; cvt.rn.satfinite.e5m2x2.f32 lo, $2, $1; "
+                "cvt.rn.satfinite.e5m2x2.f32 hi, $4, $3; mov.b32 $0, {lo, hi}; }",
+                "=r,f,f,f,f", [y0, y1, y2, y3], dtype=tl.uint32, is_pure=True, pack=1)
+    else:
+        w = (_fp8_bits(y0.to(out_ty, fp_downcast_rounding="rtne"))
+             | (_fp8_bits(y1.to(out_ty, fp_downcast_rounding="rtne")) << 8)
+             | (_fp8_bits(y2.to(out_ty, fp_downcast_rounding="rtne")) << 16)
+             | (_fp8_bits(y3.to(out_ty, fp_downcast_rounding="rtne")) << 24))
+    return w
+
+
+@triton.jit
+def _capped(c, VEC: tl.constexpr):
+    """The same offsets as c, seen by the compiler as contiguous in runs of VEC only, which caps the vector
+    width of the accesses (and so the columns per thread) at VEC."""
+    return (c // VEC) * VEC + c % VEC
+
+
+@triton.jit
+def _load_rows(base, rows, cols, stride, row_ok, col_ok, EVEN: tl.constexpr):
+    """base[rows * stride + cols] as fp32 (32-bit offsets), 0 outside the tensor unless EVEN."""
+    offs = rows[:, None] * stride + cols[None, :]
+    if EVEN:
+        x = tl.load(base + offs)
+    else:
+        x = tl.load(base + offs, mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _store_tokens_t(q_ptr, y0, y1, y2, y3, col0, tok0, c, j, col_ok, j_ok, M_pad, PACK: tl.constexpr,
+                    EVEN_C: tl.constexpr, EVEN_T: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                    EXACT_ROUND: tl.constexpr, HW_PACK: tl.constexpr):
+    """Store the quotients y_i [SUB, BLOCK_C] of tokens tok0 + PACK*j + i, transposed, into q [C, M_pad]: as
+    words of four tokens when PACK = 4 (the transpose through shared memory then moves 32-bit words, and the
+    global stores are 16-byte vectors along the output rows), as single bytes otherwise."""
+    out_ty = q_ptr.dtype.element_ty
+    if PACK == 4:
+        w = _fp8_word(y0, y1, y2, y3, out_ty, MBITS, EMIN, EXACT_ROUND, HW_PACK)
+        ptr = q_ptr.to(tl.pointer_type(tl.uint32))
+    else:
+        w = _to_fp8(y0, out_ty, MBITS, EMIN, EXACT_ROUND)
+        ptr = q_ptr
+    pitch = M_pad // PACK
+    base = ptr + col0.to(tl.int64) * pitch + tok0 // PACK
+    offs = c[:, None] * pitch + j[None, :]
+    if EVEN_C and EVEN_T:
+        tl.store(base + offs, tl.trans(w))
+    else:
+        tl.store(base + offs, tl.trans(w), mask=col_ok[:, None] & j_ok[None, :])
 
 
 # ------------------------------------------------------------------------------------------------ kernels
@@ -141,8 +246,8 @@ def _cast_to_fp8(x, scale, out_ty: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.c
 @triton.jit
 def _rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm, stride_sg,
                  G: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_M: tl.constexpr, GROUPS: tl.constexpr,
-                 FMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr,
-                 EXACT_ROUND: tl.constexpr):
+                 FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                 POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
     """1xG groups along K: one program owns BLOCK_M rows x GROUPS consecutive groups (unrolled, so their
     loads are all in flight together). Also per-channel, with G = K and GROUPS = 1."""
     pid_m = tl.program_id(0)
@@ -155,192 +260,195 @@ def _rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm, str
         cols = group * G + offs
         mask = row_ok[:, None] & ((offs < G) & (cols < K))[None, :]
         x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        scale = _scale_from_amax(_as_float(tl.max(_abs_bits(x), axis=1)), FMAX, POW2)
-        q = _cast_to_fp8(x, scale[:, None], q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
-        tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
-        # `0 * rows` broadcasts the group test to a tensor: the interpreter rejects tensor & scalar masks.
-        tl.store(s_ptr + rows * stride_sm + group * stride_sg, scale, mask=row_ok & (group * G + 0 * rows < K))
+        _quantize_row_groups(x, q_ptr, s_ptr, rows, row_ok, cols, mask, group, K, stride_qm, stride_sm, stride_sg,
+                             G, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND)
 
 
 @triton.jit
-def _load_tile(x_ptr, rows, row_ok, cols, col_ok, stride_xm):
-    """x[rows, cols] in fp32, 0 outside the tensor."""
-    mask = row_ok[:, None] & col_ok[None, :]
-    return tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+def _quantize_row_groups(x, q_ptr, s_ptr, rows, row_ok, cols, mask, group, K, stride_qm, stride_sm, stride_sg,
+                         G: tl.constexpr, FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr,
+                         EMIN: tl.constexpr, POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """Quantize one [rows, G] fp32 tile as 1xG groups (one per row) and store data and scales: the body of
+    `_rows_kernel`, shared with the fused producers of `triton_fused_quant`."""
+    scale = _scale_from_amax(_amax(tl.abs(x), 1), FMAX, RFMAX, POW2)
+    y = _quotient(x, scale[:, None], _reciprocal(scale, POW2)[:, None], POW2, False)
+    tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :],
+             _to_fp8(y, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
+    # `0 * rows` broadcasts the group test to a tensor: the interpreter rejects tensor & scalar masks.
+    tl.store(s_ptr + rows * stride_sm + group * stride_sg, scale, mask=row_ok & (group * G + 0 * rows < K))
 
 
 @triton.jit
-def _fp8_bits(q):
-    return q.to(tl.uint8, bitcast=True).to(tl.uint32)
+def _tokens_t_load(x_ptr, s_in_ptr, toks, cols, tok_ok, col_ok, stride_xm, stride_sig, col0,
+                   G_IN: tl.constexpr, BLOCK_C: tl.constexpr, DEQUANT: tl.constexpr, EVEN: tl.constexpr):
+    """x[toks, cols] in fp32 (toks, cols relative to the bases); with DEQUANT, q_in * s_in as `dequantize`
+    computes it (one fp32 multiply, rounded once), s_in read per token when the column block lies inside one
+    input group, per element otherwise."""
+    x = _load_rows(x_ptr, toks, cols, stride_xm, tok_ok, col_ok, EVEN)
+    if DEQUANT:
+        if G_IN % BLOCK_C == 0:
+            if EVEN:
+                s = tl.load(s_in_ptr + toks)
+            else:
+                s = tl.load(s_in_ptr + toks, mask=tok_ok, other=1.0)
+            x = x * s[:, None]
+        else:
+            offs = toks[:, None] + ((col0 + cols) // G_IN - col0 // G_IN)[None, :] * stride_sig
+            if EVEN:
+                s = tl.load(s_in_ptr + offs)
+            else:
+                s = tl.load(s_in_ptr + offs, mask=tok_ok[:, None] & col_ok[None, :], other=1.0)
+            x = x * s
+    return x
 
 
 @triton.jit
-def _store_transposed(q_ptr, q0, q1, q2, q3, cols, col_ok, j, rows_ok, row0, pitch, PACK: tl.constexpr,
-                      EVEN_ROWS: tl.constexpr):
-    """Store FP8 tiles q_i [SUB, BLOCK_C] (row r = row0 + PACK * j + i of the tile, i < PACK) transposed, into
-    q [C, pitch] at q[col, r]. With PACK = 4 the bytes of rows 4j..4j+3 are first packed into one uint32 (all
-    in the same thread, since the four tiles share a layout), so the transpose through shared memory moves
-    32-bit words, not single bytes (the byte transpose measured 1.5 TB/s), and the global stores are 16-byte
-    vectors along the output rows. EVEN_ROWS drops the mask along the contiguous axis, which would otherwise
-    split those stores."""
-    if PACK == 4:
-        words = _fp8_bits(q0) | (_fp8_bits(q1) << 8) | (_fp8_bits(q2) << 16) | (_fp8_bits(q3) << 24)
-        ptr = q_ptr.to(tl.pointer_type(tl.uint32))
-    else:
-        words = q0
-        ptr = q_ptr
-    offs = cols[:, None] * (pitch // PACK) + (row0 // PACK + j)[None, :]
-    if EVEN_ROWS:
-        tl.store(ptr + offs, tl.trans(words), mask=col_ok[:, None])
-    else:
-        tl.store(ptr + offs, tl.trans(words), mask=col_ok[:, None] & rows_ok[None, :])
-
-
-@triton.jit
-def _tokens_t_quantize(x0, x1, x2, x3, a, q_ptr, s_ptr, cols, col_ok, j, sub_ok, pid_t, C, M_pad,
-                       G: tl.constexpr, PACK: tl.constexpr, EVEN_ROWS: tl.constexpr, FMAX: tl.constexpr,
-                       MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
-    """Gx1 quantization of one token group (the PACK row-interleaved tiles x_i, |bits| max-combined in `a`):
-    column scales into row pid_t of the [M_pad/G, C] scale buffer, FP8 data transposed into q [C, M_pad].
-    Padding tokens [M, M_pad) were loaded as 0 and are written as FP8 zeros, as the contract requires."""
-    scale = _scale_from_amax(_as_float(tl.max(a, axis=0)), FMAX, POW2)
-    q0 = _cast_to_fp8(x0, scale[None, :], q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
-    if PACK == 4:
-        q1 = _cast_to_fp8(x1, scale[None, :], q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
-        q2 = _cast_to_fp8(x2, scale[None, :], q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
-        q3 = _cast_to_fp8(x3, scale[None, :], q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
-    else:
-        q1, q2, q3 = q0, q0, q0
-    _store_transposed(q_ptr, q0, q1, q2, q3, cols, col_ok, j, sub_ok, pid_t * G, M_pad, PACK, EVEN_ROWS)
-    tl.store(s_ptr + pid_t * C + cols, scale, mask=col_ok)
-
-
-@triton.jit
-def _tokens_t_kernel(x_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm, G: tl.constexpr, PACK: tl.constexpr,
-                     BLOCK_SUB: tl.constexpr, BLOCK_C: tl.constexpr, CHUNKS: tl.constexpr, FMAX: tl.constexpr,
-                     MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+def _tokens_t_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm, stride_sig,
+                     G: tl.constexpr, G_IN: tl.constexpr, PACK: tl.constexpr, BLOCK_SUB: tl.constexpr,
+                     BLOCK_C: tl.constexpr, CHUNKS: tl.constexpr, VEC: tl.constexpr, DEQUANT: tl.constexpr,
+                     EVEN_M: tl.constexpr, EVEN_C: tl.constexpr, IEEE_DIV: tl.constexpr, HW_PACK: tl.constexpr,
+                     FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                     POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
     """Gx1 groups along tokens, written transposed: q [C, M_pad], scales [M_pad/G, C] (= [C, M_pad/G] with
     strides (1, C)). One program per (token group, CHUNKS x BLOCK_C columns); the group is loaded as PACK
-    tiles of G/PACK rows each (tokens 4j+i in tile i), which `_store_transposed` packs into words."""
+    tiles of G/PACK rows (tokens PACK*j + i in tile i), whose quotients `_store_tokens_t` packs into words.
+    With DEQUANT the input is a saved 1xG_IN FP8 activation (`s_in_ptr`: its M-major scales), dequantized in
+    registers: the wgrad re-quantization, in one pass and with no fp32 copy. Padding tokens [M, M_pad) load as
+    0 and are written as FP8 zeros, as the contract requires."""
     pid_t = tl.program_id(0)
     pid_c = tl.program_id(1)
+    tok0 = pid_t * G
     j = tl.arange(0, BLOCK_SUB)
-    sub_ok = j < G // PACK
-    toks = (pid_t * G + j * PACK).to(tl.int64)  # tile i holds tokens toks + i
+    j_ok = j < G // PACK
+    c = tl.arange(0, BLOCK_C)
+    cv = _capped(c, VEC)
+    even_t: tl.constexpr = BLOCK_SUB * PACK == G
+    even: tl.constexpr = EVEN_M and EVEN_C and even_t
     for ch in tl.static_range(CHUNKS):
-        cols = ((pid_c * CHUNKS + ch) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
-        col_ok = cols < C
-        x0 = _load_tile(x_ptr, toks, sub_ok & (toks < M), cols, col_ok, stride_xm)
-        a = _abs_bits(x0)
+        col0 = (pid_c * CHUNKS + ch) * BLOCK_C
+        col_ok = col0 + c < C
+        xb = x_ptr + tok0.to(tl.int64) * stride_xm + col0
+        sb = s_in_ptr + tok0 + (col0 // G_IN).to(tl.int64) * stride_sig
+        rows = j * PACK
+        x0 = _tokens_t_load(xb, sb, rows, cv, j_ok & (tok0 + rows < M), col_ok, stride_xm, stride_sig, col0,
+                            G_IN, BLOCK_C, DEQUANT, even)
+        a = tl.abs(x0)
         if PACK == 4:
-            x1 = _load_tile(x_ptr, toks + 1, sub_ok & (toks + 1 < M), cols, col_ok, stride_xm)
-            x2 = _load_tile(x_ptr, toks + 2, sub_ok & (toks + 2 < M), cols, col_ok, stride_xm)
-            x3 = _load_tile(x_ptr, toks + 3, sub_ok & (toks + 3 < M), cols, col_ok, stride_xm)
-            a = tl.maximum(tl.maximum(a, _abs_bits(x1)), tl.maximum(_abs_bits(x2), _abs_bits(x3)))
+            x1 = _tokens_t_load(xb, sb, rows + 1, cv, j_ok & (tok0 + rows + 1 < M), col_ok, stride_xm,
+                                stride_sig, col0, G_IN, BLOCK_C, DEQUANT, even)
+            x2 = _tokens_t_load(xb, sb, rows + 2, cv, j_ok & (tok0 + rows + 2 < M), col_ok, stride_xm,
+                                stride_sig, col0, G_IN, BLOCK_C, DEQUANT, even)
+            x3 = _tokens_t_load(xb, sb, rows + 3, cv, j_ok & (tok0 + rows + 3 < M), col_ok, stride_xm,
+                                stride_sig, col0, G_IN, BLOCK_C, DEQUANT, even)
+            a = _max_nan(_max_nan(a, tl.abs(x1)), _max_nan(tl.abs(x2), tl.abs(x3)))
+        scale = _scale_from_amax(_amax(a, 0), FMAX, RFMAX, POW2)
+        s2 = scale[None, :]
+        inv = _reciprocal(scale, POW2)[None, :]
+        y0 = _quotient(x0, s2, inv, POW2, IEEE_DIV)
+        if PACK == 4:
+            y1 = _quotient(x1, s2, inv, POW2, IEEE_DIV)
+            y2 = _quotient(x2, s2, inv, POW2, IEEE_DIV)
+            y3 = _quotient(x3, s2, inv, POW2, IEEE_DIV)
         else:
-            x1, x2, x3 = x0, x0, x0
-        _tokens_t_quantize(x0, x1, x2, x3, a, q_ptr, s_ptr, cols, col_ok, j, sub_ok, pid_t, C, M_pad, G, PACK,
-                           BLOCK_SUB * PACK == G, FMAX, MBITS, EMIN, POW2, EXACT_ROUND)
+            y1, y2, y3 = y0, y0, y0
+        _store_tokens_t(q_ptr, y0, y1, y2, y3, col0, tok0, c, j, col_ok, j_ok, M_pad, PACK, EVEN_C, even_t,
+                        MBITS, EMIN, EXACT_ROUND, HW_PACK)
+        if EVEN_C:
+            tl.store(s_ptr + pid_t * C + col0 + c, scale)
+        else:
+            tl.store(s_ptr + pid_t * C + col0 + c, scale, mask=col_ok)
 
 
 @triton.jit
-def _requant_tokens_t_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm, stride_sim, stride_sig,
-                             G: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr, G_IN: tl.constexpr,
-                             FMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr,
-                             EXACT_ROUND: tl.constexpr):
-    """Saved 1xG_IN FP8 activation -> Gx1 tokens-transposed operand in one pass: x = q_in * s_in in fp32 (as
-    `dequantize`), then the tokens-transposed quantization, one program per (token group, BLOCK_C columns).
-
-    Still the first kernel's plain layout (byte-wise transposed stores, IEEE division per element): the packed
-    layout of `_tokens_t_kernel` with `_div_by_scale` gave wrong bytes here on an H200 (see `_cast_to_fp8`),
-    and a packed version with IEEE division has not yet been run on a GPU."""
-    pid_g = tl.program_id(0)
-    pid_c = tl.program_id(1)
-    t = tl.arange(0, BLOCK_G)
-    toks = (pid_g * G + t).to(tl.int64)
-    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    col_ok = cols < C
-    tok_ok = (t < G) & (toks < M)
-    mask = tok_ok[:, None] & col_ok[None, :]
-    x = tl.load(x_ptr + toks[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    if G_IN % BLOCK_C == 0:  # the column block lies inside one input group: one scale per token
-        s_in = tl.load(s_in_ptr + toks * stride_sim + (pid_c * BLOCK_C // G_IN) * stride_sig, mask=tok_ok, other=1.0)
-        x = x * s_in[:, None]
+def _rows_part(x, qr_ptr, sr_ptr, toks, tok_ok, c, col_ok, group, M, C, EVEN: tl.constexpr,
+               FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+               POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """The 1xG half of the grad-output kernel on one [tokens, G] tile: `_rows_kernel`'s arithmetic. Returns
+    |x| for the column amax (the absolute value is computed once for both halves)."""
+    a = tl.abs(x)
+    scale = _scale_from_amax(_amax(a, 1), FMAX, RFMAX, POW2)
+    y = _quotient(x, scale[:, None], _reciprocal(scale, POW2)[:, None], POW2, False)
+    q = _to_fp8(y, qr_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
+    offs = toks[:, None] * C + c[None, :]
+    if EVEN:
+        tl.store(qr_ptr + offs, q)
+        tl.store(sr_ptr + toks + group * M, scale)
     else:
-        s_in = tl.load(s_in_ptr + toks[:, None] * stride_sim + (cols // G_IN)[None, :] * stride_sig, mask=mask,
-                       other=1.0)
-        x = x * s_in
-    scale = _scale_from_amax(_as_float(tl.max(_abs_bits(x), axis=0)), FMAX, POW2)
-    q = _cast_to_fp8(x, scale[None, :], q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND, IEEE_DIV=True)
-    tl.store(q_ptr + cols[None, :].to(tl.int64) * M_pad + toks[:, None], q, mask=(t < G)[:, None] & col_ok[None, :])
-    tl.store(s_ptr + pid_g * C + cols, scale, mask=col_ok)
-
-
-@triton.jit
-def _rows_part(x, a, q_ptr, s_ptr, toks, tok_ok, cols, col_ok, group, M, C, GR: tl.constexpr, FMAX: tl.constexpr,
-               MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
-    """The 1xGR half of the fused grad-output kernel on one [tokens, GR] tile: `_rows_kernel`'s arithmetic."""
-    scale = _scale_from_amax(_as_float(tl.max(a, axis=1)), FMAX, POW2)
-    q = _cast_to_fp8(x, scale[:, None], q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
-    tl.store(q_ptr + toks[:, None] * C + cols[None, :], q, mask=tok_ok[:, None] & col_ok[None, :])
-    # `0 * toks` broadcasts the group test to a tensor: the interpreter rejects tensor & scalar masks.
-    tl.store(s_ptr + toks + group * M, scale, mask=tok_ok & (group * GR + 0 * toks < C))
+        tl.store(qr_ptr + offs, q, mask=tok_ok[:, None] & col_ok[None, :])
+        tl.store(sr_ptr + toks + group * M, scale, mask=tok_ok)
+    return a
 
 
 @triton.jit
 def _rows_and_tokens_t_kernel(x_ptr, qr_ptr, sr_ptr, qt_ptr, st_ptr, M, C, M_pad, stride_xm,
                               GR: tl.constexpr, GT: tl.constexpr, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
-                              BLOCK_SUB: tl.constexpr, CHUNKS: tl.constexpr,
-                              FMAX_R: tl.constexpr, MBITS_R: tl.constexpr, EMIN_R: tl.constexpr,
-                              POW2_R: tl.constexpr, FMAX_T: tl.constexpr, MBITS_T: tl.constexpr,
+                              BLOCK_SUB: tl.constexpr, VEC: tl.constexpr, EVEN_M: tl.constexpr,
+                              EVEN_C: tl.constexpr, HW_PACK: tl.constexpr,
+                              FMAX_R: tl.constexpr, RFMAX_R: tl.constexpr, MBITS_R: tl.constexpr,
+                              EMIN_R: tl.constexpr, POW2_R: tl.constexpr,
+                              FMAX_T: tl.constexpr, RFMAX_T: tl.constexpr, MBITS_T: tl.constexpr,
                               EMIN_T: tl.constexpr, POW2_T: tl.constexpr, EXACT_ROUND: tl.constexpr):
-    """Both grad-output layouts from one read of dy [M, C]: per [GT, GR] tile the row amax gives the 1xGR
-    operand (data [M, C], scales [M, C/GR] M-major, for dgrad) and the column amax the GTx1 tokens-transposed
-    operand (data [C, M_pad], scales [M_pad/GT, C], for wgrad). Each half is the same arithmetic as the rows
-    and tokens-transposed kernels, so the bytes equal the two separate quantizers'."""
+    """Both grad-output layouts from one read of dy [M, C], one program per [GT, GR] tile, kept in registers
+    as PACK row-interleaved tiles: each tile's row amax gives the 1xGR operand (data [M, C], scales [M, C/GR]
+    M-major, for dgrad) and the column amax over all of them the GTx1 tokens-transposed operand (data
+    [C, M_pad], scales [M_pad/GT, C], for wgrad). The same arithmetic as the rows and tokens-transposed
+    kernels, so the bytes equal the two separate quantizers'."""
     pid_t = tl.program_id(0)
     pid_c = tl.program_id(1)
+    tok0 = pid_t * GT
+    col0 = pid_c * GR
     j = tl.arange(0, BLOCK_SUB)
-    sub_ok = j < GT // PACK
-    toks = (pid_t * GT + j * PACK).to(tl.int64)
+    j_ok = j < GT // PACK
     c = tl.arange(0, BLOCK_R)
-    for ch in tl.static_range(CHUNKS):
-        group = pid_c * CHUNKS + ch
-        cols = (group * GR + c).to(tl.int64)
-        col_ok = (c < GR) & (cols < C)
-        ok0 = sub_ok & (toks < M)
-        x0 = _load_tile(x_ptr, toks, ok0, cols, col_ok, stride_xm)
-        a0 = _abs_bits(x0)
-        _rows_part(x0, a0, qr_ptr, sr_ptr, toks, ok0, cols, col_ok, group, M, C, GR, FMAX_R, MBITS_R, EMIN_R,
+    cv = _capped(c, VEC)
+    col_ok = (c < GR) & (col0 + c < C)
+    even_t: tl.constexpr = BLOCK_SUB * PACK == GT
+    even: tl.constexpr = EVEN_M and EVEN_C and even_t and BLOCK_R == GR
+    xb = x_ptr + tok0.to(tl.int64) * stride_xm + col0
+    qrb = qr_ptr + tok0.to(tl.int64) * C + col0
+    srb = sr_ptr + tok0 + pid_c.to(tl.int64) * M
+    rows = j * PACK
+    ok0 = j_ok & (tok0 + rows < M)
+    x0 = _load_rows(xb, rows, cv, stride_xm, ok0, col_ok, even)
+    a = _rows_part(x0, qrb, srb, rows, ok0, cv, col_ok, 0, M, C, even, FMAX_R, RFMAX_R, MBITS_R, EMIN_R,
                    POW2_R, EXACT_ROUND)
-        if PACK == 4:
-            ok1 = sub_ok & (toks + 1 < M)
-            x1 = _load_tile(x_ptr, toks + 1, ok1, cols, col_ok, stride_xm)
-            a1 = _abs_bits(x1)
-            _rows_part(x1, a1, qr_ptr, sr_ptr, toks + 1, ok1, cols, col_ok, group, M, C, GR, FMAX_R, MBITS_R,
-                       EMIN_R, POW2_R, EXACT_ROUND)
-            ok2 = sub_ok & (toks + 2 < M)
-            x2 = _load_tile(x_ptr, toks + 2, ok2, cols, col_ok, stride_xm)
-            a2 = _abs_bits(x2)
-            _rows_part(x2, a2, qr_ptr, sr_ptr, toks + 2, ok2, cols, col_ok, group, M, C, GR, FMAX_R, MBITS_R,
-                       EMIN_R, POW2_R, EXACT_ROUND)
-            ok3 = sub_ok & (toks + 3 < M)
-            x3 = _load_tile(x_ptr, toks + 3, ok3, cols, col_ok, stride_xm)
-            a3 = _abs_bits(x3)
-            _rows_part(x3, a3, qr_ptr, sr_ptr, toks + 3, ok3, cols, col_ok, group, M, C, GR, FMAX_R, MBITS_R,
-                       EMIN_R, POW2_R, EXACT_ROUND)
-            a0 = tl.maximum(tl.maximum(a0, a1), tl.maximum(a2, a3))
-        else:
-            x1, x2, x3 = x0, x0, x0
-        _tokens_t_quantize(x0, x1, x2, x3, a0, qt_ptr, st_ptr, cols, col_ok, j, sub_ok, pid_t, C, M_pad, GT, PACK,
-                           BLOCK_SUB * PACK == GT, FMAX_T, MBITS_T, EMIN_T, POW2_T, EXACT_ROUND)
+    if PACK == 4:
+        ok1 = j_ok & (tok0 + rows + 1 < M)
+        x1 = _load_rows(xb, rows + 1, cv, stride_xm, ok1, col_ok, even)
+        a1 = _rows_part(x1, qrb, srb, rows + 1, ok1, cv, col_ok, 0, M, C, even, FMAX_R, RFMAX_R, MBITS_R,
+                        EMIN_R, POW2_R, EXACT_ROUND)
+        ok2 = j_ok & (tok0 + rows + 2 < M)
+        x2 = _load_rows(xb, rows + 2, cv, stride_xm, ok2, col_ok, even)
+        a2 = _rows_part(x2, qrb, srb, rows + 2, ok2, cv, col_ok, 0, M, C, even, FMAX_R, RFMAX_R, MBITS_R,
+                        EMIN_R, POW2_R, EXACT_ROUND)
+        ok3 = j_ok & (tok0 + rows + 3 < M)
+        x3 = _load_rows(xb, rows + 3, cv, stride_xm, ok3, col_ok, even)
+        a3 = _rows_part(x3, qrb, srb, rows + 3, ok3, cv, col_ok, 0, M, C, even, FMAX_R, RFMAX_R, MBITS_R,
+                        EMIN_R, POW2_R, EXACT_ROUND)
+        a = _max_nan(_max_nan(a, a1), _max_nan(a2, a3))
+    scale = _scale_from_amax(_amax(a, 0), FMAX_T, RFMAX_T, POW2_T)
+    s2 = scale[None, :]
+    inv = _reciprocal(scale, POW2_T)[None, :]
+    y0 = _quotient(x0, s2, inv, POW2_T, False)
+    if PACK == 4:
+        y1 = _quotient(x1, s2, inv, POW2_T, False)
+        y2 = _quotient(x2, s2, inv, POW2_T, False)
+        y3 = _quotient(x3, s2, inv, POW2_T, False)
+    else:
+        y1, y2, y3 = y0, y0, y0
+    _store_tokens_t(qt_ptr, y0, y1, y2, y3, col0, tok0, c, j, col_ok, j_ok, M_pad, PACK, even, even_t,
+                    MBITS_T, EMIN_T, EXACT_ROUND, HW_PACK)
+    if even:
+        tl.store(st_ptr + pid_t * C + col0 + c, scale)
+    else:
+        tl.store(st_ptr + pid_t * C + col0 + c, scale, mask=col_ok)
 
 
 @triton.jit
 def _blocks_kernel(w_ptr, q_ptr, s_ptr, N, K, stride_wn, stride_qn, stride_sn,
                    BR: tl.constexpr, BC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
-                   FMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr,
-                   EXACT_ROUND: tl.constexpr):
+                   FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                   POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
     """One program per BRxBC weight block (partial at the edges)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -350,9 +458,10 @@ def _blocks_kernel(w_ptr, q_ptr, s_ptr, N, K, stride_wn, stride_qn, stride_sn,
     cols = pid_k * BC + c
     mask = ((r < BR) & (rows < N))[:, None] & ((c < BC) & (cols < K))[None, :]
     w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    scale = _scale_from_amax(_as_float(tl.max(tl.max(_abs_bits(w), axis=1), axis=0)), FMAX, POW2)
-    q = _cast_to_fp8(w, scale, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
-    tl.store(q_ptr + rows[:, None] * stride_qn + cols[None, :], q, mask=mask)
+    scale = _scale_from_amax(_amax(_amax(tl.abs(w), 1), 0), FMAX, RFMAX, POW2)
+    y = _quotient(w, scale, _reciprocal(scale, POW2), POW2, False)
+    tl.store(q_ptr + rows[:, None] * stride_qn + cols[None, :],
+             _to_fp8(y, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
     tl.store(s_ptr + pid_n * stride_sn + pid_k, scale)
 
 
@@ -361,38 +470,47 @@ def _amax_partial_kernel(x_ptr, part_ptr, n, BLOCK: tl.constexpr):
     """Per-tensor pass 1: one partial amax per BLOCK elements (NaN if any is NaN; reduced on the device by torch)."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
-    tl.store(part_ptr + tl.program_id(0), _as_float(tl.max(_abs_bits(x), axis=0)))
+    tl.store(part_ptr + tl.program_id(0), _amax(tl.abs(x), 0))
 
 
 @triton.jit
-def _scaled_cast_kernel(x_ptr, s_ptr, q_ptr, n, BLOCK: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
-                        EXACT_ROUND: tl.constexpr):
+def _scaled_cast_kernel(x_ptr, s_ptr, q_ptr, n, BLOCK: tl.constexpr, POW2: tl.constexpr, MBITS: tl.constexpr,
+                        EMIN: tl.constexpr, EXACT_ROUND: tl.constexpr):
     """Per-tensor pass 2: cast with the one device-resident scale (no host sync)."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    q = _cast_to_fp8(x, tl.load(s_ptr), q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
-    tl.store(q_ptr + offs, q, mask=mask)
+    scale = tl.load(s_ptr)
+    y = _quotient(x, scale, _reciprocal(scale, POW2), POW2, False)
+    tl.store(q_ptr + offs, _to_fp8(y, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
 
 
 # 1x128 launch config: 64 rows x one 128-group per program, 8 warps. H200 sweeps (triton 3.6, bf16,
-# bench/quant.py --sweep): fastest or within 1% at 16384x4096, 8192x14336 and 16384x14336 both before and after
-# `_div_by_scale` (77-88% of copy bandwidth after). Fixed rather than autotuned: no tuning stall when M changes
-# between RL steps, and the result never depends on the config (each row's groups are independent). Small M
-# gets 16-row programs so decode-sized calls spread over more SMs (not measured yet).
+# bench/quant.py --sweep): fastest or within 1% at 16384x4096, 8192x14336 and 16384x14336 (77-88% of copy
+# bandwidth). Fixed rather than autotuned: no tuning stall when M changes between RL steps, and the result
+# never depends on the config (each row's groups are independent). Small M gets 16-row programs so
+# decode-sized calls spread over more SMs (not measured yet).
 _ROWS_CONFIG = {"BLOCK_M": 64, "GROUPS": 1, "num_warps": 8}
 _ROWS_CONFIG_SMALL_M = {"BLOCK_M": 16, "GROUPS": 1, "num_warps": 4}
 _ROWS_SMALL_M = 2048
 _INTERPRET_ROWS = {"BLOCK_M": 8, "GROUPS": 2}
-# Tokens-transposed: one 128-token group x CHUNKS x BLOCK_C columns per program. The H200 sweep (same run) put
-# 32 columns x 1 chunk x 2 warps first at all four activation shapes (59-67% of copy; 64x1x4 56-64%, 128-column
-# tiles 44-52%). Fused grad-output kernel: 1 chunk (one 1x128 group) per program; 8 warps were 5-8% faster
-# than 16 there, both far behind the two separate kernels (see `quantize_rows_and_tokens_transposed`).
-_TOKENS_CONFIG = {"BLOCK_C": 32, "CHUNKS": 1, "num_warps": 2}
-_DUAL_CONFIG = {"CHUNKS": 1, "num_warps": 8}
-_INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2}
-_REQUANT_BLOCK_C = 64  # the first kernel's config
-_INTERPRET_DUAL = {"CHUNKS": 2}
+# Tokens-transposed (quantize and re-quantize): one 128-token group x CHUNKS x BLOCK_C columns per program,
+# loads VEC elements wide. Chosen by SASS instruction count per element (sm_90, triton 3.9, offline): 64
+# columns, 4 warps, 4-wide loads: ~12 instructions per element for bf16 input, ~15 for the FP8 re-quantization
+# (10 with power-of-two scales), against 20 and 46 for the previous kernels, which ran at 59-67% and 22-24% of
+# copy on the H200. Not yet timed on a GPU: bench/quant.py --sweep times the neighbours.
+_TOKENS_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
+_REQUANT_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
+_INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}
+# The re-quantizer's division: Markstein (False) or div.rn per element (True); the same bits either way, and
+# the GPU tests check both. An earlier re-quantizer gave wrong bytes with the Markstein form on an H200
+# (non-power-of-two scales only); its cause was not found, and the rewritten kernel compiles the re-quantizer
+# without FP contraction (`enable_fp_fusion=False`), which rules the suspected cause out.
+REQUANT_IEEE_DIV = False
+# Grad-output kernel: one [128, 128] tile per program, 8 warps, 8-wide loads (each thread then holds 2 rows
+# of each interleaved tile and 8 columns, the fewest row + column scales per element).
+_DUAL_CONFIG = {"VEC": 8, "num_warps": 8}
+_INTERPRET_DUAL = {"VEC": 8}
 
 
 # ------------------------------------------------------------------------------------------------ wrappers
@@ -401,10 +519,17 @@ _INTERPRET_DUAL = {"CHUNKS": 2}
 @functools.lru_cache(maxsize=None)
 def _fmt_args(fmt: QuantFormat, exact_round: bool | None, suffix: str = "") -> dict:
     mbits, emin = _FP8_GRID[fmt.dtype]
-    args = {"FMAX": FP8_MAX[fmt.dtype], "MBITS": mbits, "EMIN": emin, "POW2": fmt.scale is ScaleKind.POW2}
+    args = {"FMAX": FP8_MAX[fmt.dtype], "RFMAX": _RECIPROCAL_FMAX[fmt.dtype], "MBITS": mbits, "EMIN": emin,
+            "POW2": fmt.scale is ScaleKind.POW2}
     args = {name + suffix: value for name, value in args.items()}
     args["EXACT_ROUND"] = INTERPRET if exact_round is None else exact_round
     return args
+
+
+@functools.lru_cache(maxsize=None)
+def _hw_pack(device: torch.device) -> bool:
+    """Whether `_fp8_word` may issue ``cvt.rn.satfinite.*x2.f32`` (PTX on sm_89 and newer; not the interpreter)."""
+    return not INTERPRET and torch.cuda.get_device_capability(device) >= (8, 9)
 
 
 def _rowmajor(x: torch.Tensor) -> torch.Tensor:
@@ -475,63 +600,71 @@ def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | No
     return Quantized(q, scale, fmt)
 
 
-def _tokens_t_buffers(x: torch.Tensor, fmt: QuantFormat) -> tuple[torch.Tensor, torch.Tensor]:
-    m, c = x.shape
+def _tokens_t_buffers(m: int, c: int, fmt: QuantFormat, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     m_pad = -(-m // fmt.group) * fmt.group
-    q = torch.empty((c, m_pad), dtype=fp8_dtype(fmt), device=x.device)
-    return q, torch.empty((m_pad // fmt.group, c), dtype=torch.float32, device=x.device)
+    q = torch.empty((c, m_pad), dtype=fp8_dtype(fmt), device=device)
+    return q, torch.empty((m_pad // fmt.group, c), dtype=torch.float32, device=device)
+
+
+def _launch_tokens_t(x: torch.Tensor, s_in: torch.Tensor | None, g_in: int, fmt: QuantFormat, config: dict,
+                     exact_round: bool | None, ieee_div: bool) -> Quantized:
+    m, c = x.shape
+    g = fmt.group
+    q, scale = _tokens_t_buffers(m, c, fmt, x.device)
+    if q.numel():
+        config = dict(config)
+        block_c, chunks = config["BLOCK_C"], config["CHUNKS"]
+        pack = _pack(g)
+        dequant = s_in is not None
+        _tokens_t_kernel[(q.shape[1] // g, triton.cdiv(c, block_c * chunks))](
+            x, s_in if dequant else x, q, scale, m, c, q.shape[1], x.stride(0),
+            s_in.stride(1) if dequant else 0,
+            G=g, G_IN=g_in, PACK=pack, BLOCK_SUB=_pow2_block(g // pack), DEQUANT=dequant,
+            EVEN_M=m % g == 0, EVEN_C=c % (block_c * chunks) == 0, IEEE_DIV=ieee_div, HW_PACK=_hw_pack(x.device),
+            **_fmt_args(fmt, exact_round), **config,
+            # The re-quantizer multiplies in the kernel before it divides; no contraction may touch that product.
+            **({"enable_fp_fusion": False} if dequant and not INTERPRET else {}),
+        )
+    return Quantized(q, scale.t(), fmt, tokens=m)
 
 
 def quantize_tokens_transposed(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None = None,
                                config: dict | None = None) -> Quantized:
-    """Gx1 along tokens, transposed. `config` ({"BLOCK_C", "CHUNKS", "num_warps"}) is for benchmarks."""
-    x = _rowmajor(x)
-    m, c = x.shape
-    g = fmt.group
-    q, scale = _tokens_t_buffers(x, fmt)
-    if q.numel():
-        config = config or (_INTERPRET_TOKENS if INTERPRET else _TOKENS_CONFIG)
-        pack = _pack(g)
-        _tokens_t_kernel[(q.shape[1] // g, triton.cdiv(c, config["BLOCK_C"] * config["CHUNKS"]))](
-            x, q, scale, m, c, q.shape[1], x.stride(0), G=g, PACK=pack, BLOCK_SUB=_pow2_block(g // pack),
-            **_fmt_args(fmt, exact_round), **config,
-        )
-    return Quantized(q, scale.t(), fmt, tokens=m)
+    """Gx1 along tokens, transposed. `config` ({"BLOCK_C", "CHUNKS", "VEC", "num_warps"}) is for benchmarks."""
+    config = config or (_INTERPRET_TOKENS if INTERPRET else _TOKENS_CONFIG)
+    return _launch_tokens_t(_rowmajor(x), None, 1, fmt, config, exact_round, False)
 
 
-def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, *, exact_round: bool | None = None) -> Quantized:
-    """Saved 1xG FP8 activation -> tokens-transposed operand, dequantized in registers (one kernel)."""
-    x = q_in.data
-    m, c = x.shape
-    g = fmt.group
-    q, scale = _tokens_t_buffers(x, fmt)
-    if q.numel():
-        _requant_tokens_t_kernel[(q.shape[1] // g, triton.cdiv(c, _REQUANT_BLOCK_C))](
-            x, q_in.scale, q, scale, m, c, q.shape[1], x.stride(0), q_in.scale.stride(0), q_in.scale.stride(1),
-            G=g, BLOCK_G=_pow2_block(g), BLOCK_C=_REQUANT_BLOCK_C, G_IN=q_in.fmt.group,
-            **_fmt_args(fmt, exact_round), num_warps=8,
-        )
-    return Quantized(q, scale.t(), fmt, tokens=m)
+def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, *, exact_round: bool | None = None,
+                                 config: dict | None = None, ieee_div: bool | None = None) -> Quantized:
+    """Saved 1xG FP8 activation -> tokens-transposed operand, dequantized in registers (one kernel).
+
+    `config` as for quantize_tokens_transposed; `ieee_div` overrides REQUANT_IEEE_DIV (benchmarks, tests)."""
+    if q_in.scale.stride(0) != 1:
+        raise OperandError("requantize_tokens_transposed needs M-major input scales (strides (1, M))")
+    config = config or (_INTERPRET_TOKENS if INTERPRET else _REQUANT_CONFIG)
+    ieee_div = REQUANT_IEEE_DIV if ieee_div is None else ieee_div
+    return _launch_tokens_t(_rowmajor(q_in.data), q_in.scale, q_in.fmt.group, fmt, config, exact_round, ieee_div)
 
 
 def quantize_rows_and_tokens_transposed(x: torch.Tensor, rows_fmt: QuantFormat, tokens_fmt: QuantFormat, *,
                                         exact_round: bool | None = None,
                                         config: dict | None = None) -> tuple[Quantized, Quantized]:
     """The grad output's two operands from one read of x: 1xG along K (dgrad) and Gx1 tokens-transposed
-    (wgrad), the same bytes as quantize_rows and quantize_tokens_transposed. `config`: {"CHUNKS", "num_warps"}."""
+    (wgrad), the same bytes as quantize_rows and quantize_tokens_transposed. `config`: {"VEC", "num_warps"}."""
     x = _rowmajor(x)
     m, c = x.shape
     gr, gt = rows_fmt.group, tokens_fmt.group
-    m_pad = -(-m // gt) * gt
     q_r = torch.empty((m, c), dtype=fp8_dtype(rows_fmt), device=x.device)
     scale_r = torch.empty((-(-c // gr), m), dtype=torch.float32, device=x.device).t()
-    q_t = torch.empty((c, m_pad), dtype=fp8_dtype(tokens_fmt), device=x.device)
-    scale_t = torch.empty((m_pad // gt, c), dtype=torch.float32, device=x.device)
+    q_t, scale_t = _tokens_t_buffers(m, c, tokens_fmt, x.device)
     if m and c:
         config = config or (_INTERPRET_DUAL if INTERPRET else _DUAL_CONFIG)
-        _rows_and_tokens_t_kernel[(m_pad // gt, triton.cdiv(c, gr * config["CHUNKS"]))](
-            x, q_r, scale_r, q_t, scale_t, m, c, m_pad, x.stride(0),
-            GR=gr, GT=gt, PACK=_pack(gt), BLOCK_R=_pow2_block(gr), BLOCK_SUB=_pow2_block(gt // _pack(gt)),
+        pack = _pack(gt)
+        _rows_and_tokens_t_kernel[(q_t.shape[1] // gt, triton.cdiv(c, gr))](
+            x, q_r, scale_r, q_t, scale_t, m, c, q_t.shape[1], x.stride(0),
+            GR=gr, GT=gt, PACK=pack, BLOCK_R=_pow2_block(gr), BLOCK_SUB=_pow2_block(gt // pack),
+            EVEN_M=m % gt == 0, EVEN_C=c % gr == 0, HW_PACK=_hw_pack(x.device),
             **{**_fmt_args(rows_fmt, exact_round, "_R"), **_fmt_args(tokens_fmt, exact_round, "_T")}, **config,
         )
     return Quantized(q_r, scale_r, rows_fmt), Quantized(q_t, scale_t.t(), tokens_fmt, tokens=m)
@@ -548,7 +681,8 @@ def quantize_tensor(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | No
         _amax_partial_kernel[(parts.numel(),)](flat, parts, n, BLOCK=block)
     scale = scale_from_amax(parts.amax(), fmt)
     if n:
-        cast_args = {k: v for k, v in _fmt_args(fmt, exact_round).items() if k not in ("FMAX", "POW2")}
+        cast_args = {k: v for k, v in _fmt_args(fmt, exact_round).items() if k in ("POW2", "MBITS", "EMIN",
+                                                                                      "EXACT_ROUND")}
         _scaled_cast_kernel[(parts.numel(),)](flat, scale, q.view(-1), n, BLOCK=block, **cast_args)
     return Quantized(q, scale, fmt)
 

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("triton")
 
 from precision_engine.numerics import quantize as Q  # noqa: E402
-from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat  # noqa: E402
+from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind  # noqa: E402
 
 from helpers import BASE, FORMATS, assert_bitwise  # noqa: E402
 
@@ -110,3 +110,130 @@ def test_fused_grad_output_empty(shape):
     ref_r, ref_t = Q.quantize_rows_and_tokens_transposed(torch.randn(shape), fmt, BASE[3], backend="reference")
     assert got_r.data.shape == ref_r.data.shape and got_r.scale.shape == ref_r.scale.shape
     assert got_t.data.shape == ref_t.data.shape and got_t.scale.shape == ref_t.scale.shape
+
+
+# ------------------------------------------------------------- exactness of the device arithmetic, exhaustively
+
+ALL_MANTISSAS = torch.arange(2**23, dtype=torch.int32) | (127 << 23)  # the bits of every fp32 in [1, 2)
+PROBE = 1 << 20  # elements per probe program (Triton's largest block)
+
+
+@pytest.mark.parametrize("dtype", [DType.FLOAT8_E4M3, DType.FLOAT8_E5M2])
+@pytest.mark.parametrize("pow2", [False, True], ids=["fp32", "pow2"])
+def test_scale_without_division_equals_the_contract_on_every_mantissa(dtype, pow2):
+    """`_scale_from_amax` (a * RN(1/fmax) plus one FMA) is RN(a / fmax) for all 2**23 mantissas (the quotient's
+    bits depend on a's mantissa only), at the exponents of tiny, ordinary and huge amaxes; probe kernels
+    in the interpreter, whose fma rounds once as the GPU's does (~1 s)."""
+    if DEVICE == "cuda":
+        pytest.skip("interpreter test (the GPU runs the kernels on full-size tensors in tests/numerics/gpu)")
+    fmt = QuantFormat(dtype, Granularity.GROUP, group=128, axis=Axis.K,
+                      scale=ScaleKind.POW2 if pow2 else ScaleKind.FP32)
+    args = T._fmt_args(fmt, None)
+    for exponent in (-33, 0, 100):
+        amax = ALL_MANTISSAS.view(torch.float32) * 2.0**exponent
+        got = torch.empty_like(amax)
+        _scale_probe[(amax.numel() // PROBE,)](amax, got, BLOCK=PROBE, FMAX=args["FMAX"], RFMAX=args["RFMAX"],
+                                               POW2=pow2)
+        assert torch.equal(got, Q.scale_from_amax(amax, fmt))
+
+
+def test_quotient_equals_ieee_division_on_requantized_values():
+    """`_quotient` (Markstein) against IEEE division on 4M pairs shaped as the re-quantizer meets them:
+    x = RN(q8 * s_in) for every E4M3 byte and non-power-of-two s_in over 30 binades, divided by the scale of a
+    column whose amax is at least |x|; plus x from every finite bf16 (~2 s in the interpreter)."""
+    if DEVICE == "cuda":
+        pytest.skip("interpreter test")
+    gen = torch.Generator().manual_seed(12)
+    q8 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    q8 = q8[torch.isfinite(q8)].repeat(1 << 14)
+    s_in = torch.exp(torch.randn(q8.numel(), generator=gen) * 7)
+    x = q8 * s_in
+    bf16 = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    x = torch.cat([x, bf16[torch.isfinite(bf16)]])
+    amax = (x.abs() * torch.exp(torch.rand(x.numel(), generator=gen) * 20)).clamp(max=torch.finfo().max)
+    scale = Q.scale_from_amax(amax, BASE[2])
+    x, scale = x[: x.numel() // PROBE * PROBE], scale[: x.numel() // PROBE * PROBE]
+    got = torch.empty_like(x)
+    _quotient_probe[(x.numel() // PROBE,)](x, scale, got, BLOCK=PROBE)
+    expected = x / scale
+    # Markstein's theorem needs no underflow (of the quotient, or of the remainder, ~|x| 2**-24): below
+    # |x| = 2**-100 the quotient is under 2**-57 (scales are at least 2**-43), an FP8 signed zero either way.
+    normal = (expected.abs() >= 2.0**-126) & (x.abs() >= 2.0**-100)
+    assert torch.equal(got[normal], expected[normal])
+    assert torch.equal(got[~normal].to(torch.float8_e4m3fn).view(torch.uint8),
+                       expected[~normal].to(torch.float8_e4m3fn).view(torch.uint8))
+
+
+if DEVICE == "cpu":
+    import triton
+    import triton.language as tl
+
+    from precision_engine.numerics import triton_quant as T
+
+    @triton.jit
+    def _scale_probe(a_ptr, o_ptr, BLOCK: tl.constexpr, FMAX: tl.constexpr, RFMAX: tl.constexpr,
+                     POW2: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(o_ptr + offs, T._scale_from_amax(tl.load(a_ptr + offs), FMAX, RFMAX, POW2))
+
+    @triton.jit
+    def _quotient_probe(x_ptr, s_ptr, o_ptr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        scale = tl.load(s_ptr + offs)
+        tl.store(o_ptr + offs, T._quotient(tl.load(x_ptr + offs), scale, T._reciprocal(scale, False), False, False))
+
+
+# ------------------------------------------------------------------------- every kernel path, on tiny shapes
+
+TOKENS_FMTS = [f for f in GROUP_FORMATS if f.axis is Axis.TOKENS]
+# (BLOCK_C, CHUNKS, VEC): the interpreter default, one that leaves column tiles ragged, and wide loads.
+TOKENS_CONFIGS = [{"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}, {"BLOCK_C": 32, "CHUNKS": 1, "VEC": 8},
+                  {"BLOCK_C": 128, "CHUNKS": 1, "VEC": 16}]
+
+
+def _wide_rows(shape, seed):
+    """Gaussian rows whose magnitudes span ~1e-6..1e6 (non-power-of-two scales everywhere), never zero."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=gen) * torch.exp(torch.randn(shape[0], 1, generator=gen) * 3)
+
+
+@pytest.mark.parametrize("config", TOKENS_CONFIGS, ids=str)
+@pytest.mark.parametrize("shape", [(128, 256), (256, 96), (131, 64)], ids=["even", "ragged-cols", "ragged-tokens"])
+def test_tokens_transposed_tiles_even_and_ragged(shape, config):
+    """Masks compiled in or out (EVEN_M / EVEN_C) and every load width give the reference's bytes."""
+    from precision_engine.numerics import triton_quant as T
+
+    for fmt in TOKENS_FMTS[::3]:
+        x = _wide_rows(shape, seed=shape[0] + len(config)).to(torch.bfloat16)
+        got = T.quantize_tokens_transposed(x.to(DEVICE), fmt, config=config)
+        assert_bitwise(to_cpu(got), Q.quantize_tokens_transposed(x, fmt, backend="reference"))
+
+
+@pytest.mark.parametrize("ieee_div", [False, True], ids=["markstein", "div-rn"])
+@pytest.mark.parametrize("shape", [(128, 256), (72, 160)], ids=["even", "ragged"])
+@pytest.mark.parametrize("g_in", [128, 32], ids=["scale-per-token", "scale-gather"])
+def test_requantize_every_division_and_tile(g_in, shape, ieee_div):
+    """The re-quantizer (both divisions, each launch config) equals quantize_tokens_transposed(dequantize(q))
+    bitwise, non-power-of-two scales included (the case that once broke on the GPU)."""
+    from precision_engine.numerics import triton_quant as T
+
+    for rows_fmt in [replace(f, group=g_in) for f in GROUP_FORMATS if f.axis is Axis.K][::3]:
+        x = _wide_rows(shape, seed=g_in + shape[1]).to(torch.bfloat16)
+        x[1, :7] = -x[1, :7].abs() * 1e-30  # FP8 underflow to signed zeros
+        saved = Q.quantize_rows_1xG(x, rows_fmt, backend="reference")
+        ref = Q.requantize_tokens_transposed(saved, backend="reference")
+        on_device = replace(saved, data=saved.data.to(DEVICE), scale=saved.scale.to(DEVICE))
+        for config in TOKENS_CONFIGS[:2]:
+            got = T.requantize_tokens_transposed(on_device, ref.fmt, config=config, ieee_div=ieee_div)
+            assert_bitwise(to_cpu(got), ref)
+
+
+@pytest.mark.parametrize("shape", [(64, 128), (96, 160)], ids=["even", "ragged"])
+def test_fused_grad_output_even_tiles(shape):
+    """The grad-output kernel without masks (M and C multiples of the groups) and with them."""
+    rows_fmt = replace(BASE[2], group=32)
+    tokens_fmt = replace(BASE[3], group=32, scale=ScaleKind.POW2)
+    x = _wide_rows(shape, seed=3).to(torch.bfloat16)
+    got_r, got_t = Q.quantize_rows_and_tokens_transposed(x.to(DEVICE), rows_fmt, tokens_fmt, backend="triton")
+    assert_bitwise(to_cpu(got_r), Q.quantize_rows_1xG(x, rows_fmt, backend="reference"))
+    assert_bitwise(to_cpu(got_t), Q.quantize_tokens_transposed(x, tokens_fmt, backend="reference"))

@@ -2,9 +2,15 @@
 
 Bytes are the floor each kernel must move (input read once, FP8 data and fp32 scales written once), so
 ``% copy`` is directly the fraction of achievable HBM bandwidth reached (issue 3 target for the 1x128
-activation quantizer: >= 80%). The fused grad-output quantizer's floor is one read of dy and both layouts
-written; the "two kernels" row times the unfused pair against that same floor, so the two compare directly.
-Each timed call gets the next of several freshly drawn input sets whose total exceeds the L2 several times. Run: ``python -m precision_engine.bench.quant [--json out.json] [--sweep]``.
+activation quantizer: >= 80%; issue 12 for the re-quantizer: >= 80%). Fused kernels are timed beside the
+unfused pair they replace, both against the fused kernel's floor, so the rows compare directly: the grad-output
+quantizer (one read of dy, both layouts written), RMSNorm -> 1x128 (x read, y and its FP8 bytes written) and
+SiLU(gate) * up -> 1x128 (gate and up read, h and its FP8 bytes written). ``--sweep`` adds every launch config
+of the 1x128, tokens-transposed, re-quantizing, grad-output and SiLU-mul kernels, and both divisions of the
+re-quantizer (rows named "<kernel> <config>"): the shipped defaults in numerics/triton_quant.py and
+triton_fused_quant.py are one-line choices among them.
+Each timed call gets the next of several freshly drawn input sets whose total exceeds the L2 several times.
+Run: ``python -m precision_engine.bench.quant [--json out.json] [--sweep]``.
 """
 
 from __future__ import annotations
@@ -24,10 +30,17 @@ ACT_SHAPES = [(8192, 4096), (16384, 4096), (8192, 14336), (16384, 14336)]  # tok
 WEIGHT_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]  # q/o, gate/up, down projections
 # 1x128 launch configs timed by --sweep (BLOCK_M rows x GROUPS groups per program, warps).
 ROWS_SWEEP = [(8, 4, 4), (16, 2, 4), (16, 4, 4), (16, 4, 8), (32, 2, 8), (32, 4, 8), (64, 1, 8), (64, 2, 8), (128, 1, 8)]
-# Tokens-transposed configs (BLOCK_C columns x CHUNKS per 128-token program, warps).
-TOKENS_SWEEP = [(32, 1, 2), (64, 1, 2), (64, 1, 4), (64, 2, 4), (128, 1, 4), (128, 1, 8)]
-# Fused grad-output configs (128x128 tiles per program, warps).
-DUAL_SWEEP = [(1, 8), (1, 16)]
+# Tokens-transposed and re-quantizing configs (BLOCK_C columns x CHUNKS per 128-token program, load width
+# VEC, warps): the shipped (64, 1, 4, 4), the fewest instructions per element (64, 1, 4, 2: 128 elements per
+# thread, 168 registers), and neighbours.
+TOKENS_SWEEP = [(64, 1, 4, 4), (64, 1, 4, 2), (32, 1, 4, 2), (32, 1, 4, 1), (128, 1, 4, 8), (128, 1, 4, 4),
+                (64, 2, 4, 4), (64, 1, 8, 4), (128, 1, 8, 8)]
+# Fused grad-output configs (load width VEC, warps; one 128x128 tile per program).
+DUAL_SWEEP = [(8, 8), (4, 8), (8, 16), (16, 8)]
+# SiLU-mul configs (BLOCK_M rows x GROUPS groups per program, warps).
+SILU_SWEEP = [(64, 1, 8), (32, 1, 8), (32, 2, 8), (16, 1, 4), (128, 1, 8)]
+NORM_SHAPES = [(8192, 4096), (16384, 4096), (8192, 8192)]  # tokens x hidden (8B; 70B)
+MLP_SHAPES = [(8192, 14336), (16384, 14336)]  # tokens x intermediate (8B)
 
 
 def copy_bandwidth(nbytes: int = 1 << 30, *, reps: int = 30) -> float:
@@ -44,21 +57,38 @@ def _act_bytes(m: int, k: int, in_bytes: int = 2) -> int:
 
 def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[], tuple], int]]:
     """(kernel, shape, fn, make_inputs, bytes) for every measurement."""
+    from dataclasses import replace
+
+    from precision_engine.numerics import fused_quant as F
+    from precision_engine.numerics import invariant
     from precision_engine.numerics import quantize as Q
+    from precision_engine.numerics import triton_fused_quant as TF
     from precision_engine.numerics import triton_quant as T
+    from precision_engine.numerics.formats import ScaleKind
 
     act, tok = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_group_tokens"]
     blk, ten = PRESET_FORMATS["fp8_block_weight"], PRESET_FORMATS["fp8_tensor"]
+    act_pow2, tok_pow2 = replace(act, scale=ScaleKind.POW2), replace(tok, scale=ScaleKind.POW2)
 
-    def bf16(shape):
-        return lambda: (torch.randn(shape, device="cuda", dtype=torch.bfloat16),)
+    def bf16(*shapes):
+        return lambda: tuple(torch.randn(shape, device="cuda", dtype=torch.bfloat16) for shape in shapes)
 
-    def saved(shape):
-        return lambda: (Q.quantize_rows_1xG(torch.randn(shape, device="cuda", dtype=torch.bfloat16), act),)
+    def saved(shape, fmt=act):
+        return lambda: (Q.quantize_rows_1xG(torch.randn(shape, device="cuda", dtype=torch.bfloat16), fmt),)
+
+    def norm_inputs(shape):
+        return lambda: (torch.randn(shape, device="cuda", dtype=torch.bfloat16),
+                        (1 + 0.1 * torch.randn(shape[1], device="cuda")).to(torch.bfloat16))
 
     def separate(x):
         Q.quantize_rows_1xG(x, act)
         Q.quantize_tokens_transposed(x, tok)
+
+    def unfused_norm(x, w):
+        Q.quantize_rows_1xG(invariant.rms_norm(x, w, 1e-5), act)
+
+    def unfused_silu(gate, up):
+        Q.quantize_rows_1xG(invariant.silu(gate) * up, act)
 
     cases = []
     for m, k in ACT_SHAPES:
@@ -79,29 +109,56 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
         cases.append(("128x1 tokens^T", shape, lambda x: Q.quantize_tokens_transposed(x, tok), bf16(shape), nbytes))
         cases.append(("requant fp8 -> tokens^T", shape, lambda q: Q.requantize_tokens_transposed(q),
                       saved(shape), requant_bytes))
+        cases.append(("requant pow2 -> tokens^T", shape, lambda q: Q.requantize_tokens_transposed(q),
+                      saved(shape, act_pow2), requant_bytes))
         cases.append(("dy 1x128+tokens^T fused", shape,
                       lambda x: Q.quantize_rows_and_tokens_transposed(x, act, tok), bf16(shape), dual_bytes))
         cases.append(("dy 1x128+tokens^T 2 kernels", shape, separate, bf16(shape), dual_bytes))
         if sweep:
-            for bc, chunks, warps in TOKENS_SWEEP:
-                config = {"BLOCK_C": bc, "CHUNKS": chunks, "num_warps": warps}
-                tag = f"c{bc} x{chunks} w{warps}"
+            for bc, chunks, vec, warps in TOKENS_SWEEP:
+                config = {"BLOCK_C": bc, "CHUNKS": chunks, "VEC": vec, "num_warps": warps}
+                tag = f"c{bc} x{chunks} v{vec} w{warps}"
                 cases.append((f"tokens^T {tag}", shape,
                               lambda x, c=config: T.quantize_tokens_transposed(x, tok, config=c), bf16(shape), nbytes))
-            for chunks, warps in DUAL_SWEEP:
-                config = {"CHUNKS": chunks, "num_warps": warps}
-                cases.append((f"dy fused x{chunks} w{warps}", shape,
+                for ieee in (False, True):
+                    cases.append((f"requant {tag} {'div.rn' if ieee else 'markstein'}", shape,
+                                  lambda q, c=config, i=ieee: T.requantize_tokens_transposed(q, tok, config=c,
+                                                                                            ieee_div=i),
+                                  saved(shape), requant_bytes))
+                cases.append((f"requant pow2 {tag}", shape,
+                              lambda q, c=config: T.requantize_tokens_transposed(q, tok_pow2, config=c),
+                              saved(shape, act_pow2), requant_bytes))
+            for vec, warps in DUAL_SWEEP:
+                config = {"VEC": vec, "num_warps": warps}
+                cases.append((f"dy fused v{vec} w{warps}", shape,
                               lambda x, c=config: T.quantize_rows_and_tokens_transposed(x, act, tok, config=c),
                               bf16(shape), dual_bytes))
         cases.append(("per-tensor (2 passes)", shape, lambda x: Q.quantize(x, ten), bf16(shape), 3 * m * k))
+    for m, h in NORM_SHAPES:
+        nbytes = 2 * m * h + 2 * h + _act_bytes(m, h)  # x and w read, y written, its FP8 bytes and scales
+        cases.append(("rmsnorm+1x128 fused", (m, h), lambda x, w: F.rms_norm_quantize(x, w, 1e-5, act),
+                      norm_inputs((m, h)), nbytes))
+        cases.append(("rmsnorm+1x128 2 kernels", (m, h), unfused_norm, norm_inputs((m, h)), nbytes))
+    for m, k in MLP_SHAPES:
+        nbytes = 2 * m * k + _act_bytes(m, k)  # gate and up read, h written, its FP8 bytes and scales
+        cases.append(("silu*up+1x128 fused", (m, k), lambda g, u: F.silu_mul_quantize(g, u, act),
+                      bf16((m, k), (m, k)), nbytes))
+        cases.append(("silu*up+1x128 unfused", (m, k), unfused_silu, bf16((m, k), (m, k)), nbytes))
+        if sweep:
+            for bm, groups, warps in SILU_SWEEP:
+                config = {"BLOCK_M": bm, "GROUPS": groups, "num_warps": warps}
+                cases.append((f"silu*up bm{bm} g{groups} w{warps}", (m, k),
+                              lambda g, u, c=config: TF.silu_mul_quantize(g, u, act, config=c),
+                              bf16((m, k), (m, k)), nbytes))
     for n, k in WEIGHT_SHAPES:
         nbytes = 3 * n * k + 4 * -(-n // 128) * -(-k // 128)
         cases.append(("128x128 weight", (n, k), lambda w: Q.quantize_blocks(w, blk), bf16((n, k)), nbytes))
     return cases
 
 
-def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False) -> dict:
-    """Measure every case; returns {"meta": ..., "copy_gbps": ..., "rows": [...]} (rows as in the table)."""
+def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str, ...] = ()) -> dict:
+    """Measure every case (those whose name contains one of `only`, if given); returns {"meta": ...,
+    "copy_gbps": ..., "rows": [...]} (rows as in the table)."""
     if not torch.cuda.is_available():
         raise RuntimeError("the quantizer benchmark needs a CUDA GPU")
     import triton
@@ -109,6 +166,8 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False) -> dict:
     copy_gbps = copy_bandwidth()
     rows = []
     for kernel, shape, fn, make_inputs, nbytes in _cases(sweep):
+        if only and not any(part in kernel for part in only):
+            continue
         sets = rotation(make_inputs, nbytes)
         ms = median(time_cuda(fn, warmup=warmup, reps=reps, inputs_rotation=sets))
         del sets
@@ -130,10 +189,10 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False) -> dict:
 def format_table(result: dict) -> str:
     lines = [f"{result['meta']['device']}  torch {result['meta']['torch']}  triton {result['meta']['triton']}  "
              f"device copy {result['copy_gbps']:.0f} GB/s (read+write)",
-             f"{'kernel':<28} {'shape':>13} {'ms':>8} {'GB/s':>7} {'% copy':>7}"]
+             f"{'kernel':<36} {'shape':>13} {'ms':>8} {'GB/s':>7} {'% copy':>7}"]
     for r in result["rows"]:
         shape = "x".join(str(s) for s in r["shape"])
-        lines.append(f"{r['kernel']:<28} {shape:>13} {r['ms']:>8.3f} {r['gbps']:>7.0f} {r['pct_copy']:>6.1f}%")
+        lines.append(f"{r['kernel']:<36} {shape:>13} {r['ms']:>8.3f} {r['gbps']:>7.0f} {r['pct_copy']:>6.1f}%")
     return "\n".join(lines)
 
 
@@ -142,11 +201,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--sweep", action="store_true", help="also time every launch config of the 1x128, "
-                        "tokens-transposed and fused grad-output kernels")
+                        "tokens-transposed, re-quantizing, fused grad-output and SiLU-mul kernels")
+    parser.add_argument("--only", default="", help="comma-separated parts of kernel names to time, e.g. "
+                        "'requant,dy' (default: all)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("error: the quantizer benchmark needs a CUDA GPU")
-    result = run(reps=args.reps, sweep=args.sweep)
+    result = run(reps=args.reps, sweep=args.sweep, only=tuple(p for p in args.only.split(",") if p))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -1,4 +1,5 @@
-"""Quantizer kernels on a real GPU at full size: bitwise against the reference, both rounding paths.
+"""Quantizer kernels on a real GPU at full size: bitwise against the reference, both rounding paths, every
+launch config the benchmark sweeps; the fused RMSNorm / SiLU-mul producers against the unfused ops.
 
 The CUDA reference (the same torch ops on the GPU) is itself cross-checked against the CPU reference, so a
 pass here means: compiled Triton kernel == torch on CUDA == torch on CPU, byte for byte.
@@ -81,12 +82,25 @@ def test_nonfinite_and_denormal_inputs(fmt, exact_round):
     assert_bitwise(triton_quantize(x, fmt, exact_round), Q.quantize(x, fmt, backend="reference"))
 
 
-@pytest.mark.parametrize("fmt", [BASE[2], replace(BASE[2], dtype=DType.FLOAT8_E5M2, scale=ScaleKind.POW2)],
-                         ids=lambda f: f.describe())
-def test_fused_requantize_full_size(fmt):
+ACT_VARIANTS = [replace(BASE[2], dtype=d, scale=k) for d in (DType.FLOAT8_E4M3, DType.FLOAT8_E5M2) for k in ScaleKind]
+# The shipped tokens-transposed configs and their neighbours in bench/quant.py's sweep.
+TOKENS_CONFIGS = [dict(zip(("BLOCK_C", "CHUNKS", "VEC", "num_warps"), c)) for c in
+                  [(64, 1, 4, 4), (64, 1, 4, 2), (32, 1, 4, 2), (128, 1, 4, 8), (64, 2, 4, 4), (64, 1, 8, 4)]]
+
+
+@pytest.mark.parametrize("ieee_div", [False, True], ids=["markstein", "div-rn"])
+@pytest.mark.parametrize("fmt", ACT_VARIANTS, ids=lambda f: f.describe())
+def test_fused_requantize_full_size(fmt, ieee_div):
+    """Both divisions of the re-quantizer, both rounding paths, every swept config where scales are not powers
+    of two (the case that once broke), a ragged last token group: quantize_tokens_transposed(dequantize(q))."""
+    from precision_engine.numerics import triton_quant as T
+
     saved = Q.quantize_rows_1xG(random_input((8192 + 7, 4096), seed=3), fmt)
-    got = Q.requantize_tokens_transposed(saved)
-    assert_bitwise(got, Q.requantize_tokens_transposed(saved, backend="reference"))
+    ref = Q.requantize_tokens_transposed(saved, backend="reference")
+    assert_bitwise(Q.requantize_tokens_transposed(saved), ref)
+    assert_bitwise(T.requantize_tokens_transposed(saved, ref.fmt, ieee_div=ieee_div, exact_round=True), ref)
+    for config in TOKENS_CONFIGS if fmt.scale is ScaleKind.FP32 else TOKENS_CONFIGS[:1]:
+        assert_bitwise(T.requantize_tokens_transposed(saved, ref.fmt, config=config, ieee_div=ieee_div), ref)
 
 
 def test_layouts_feed_scaled_mm_without_copies():
@@ -107,10 +121,6 @@ def test_layouts_feed_scaled_mm_without_copies():
     assert (dw.float() - dw_ref).norm() / dw_ref.norm() < 1e-2
 
 
-TOKENS_CONFIGS = [{"BLOCK_C": 64, "CHUNKS": 1, "num_warps": 2}, {"BLOCK_C": 64, "CHUNKS": 2, "num_warps": 4},
-                  {"BLOCK_C": 128, "CHUNKS": 1, "num_warps": 8}, {"BLOCK_C": 32, "CHUNKS": 1, "num_warps": 2}]
-
-
 @pytest.mark.parametrize("exact_round", [False, True], ids=["hw-cvt", "exact-round"])
 @pytest.mark.parametrize("rows_fmt", [BASE[2], replace(BASE[2], dtype=DType.FLOAT8_E5M2, scale=ScaleKind.POW2)],
                          ids=lambda f: f.describe())
@@ -120,16 +130,90 @@ def test_fused_grad_output_full_size(rows_fmt, exact_round):
     tokens_fmt = replace(rows_fmt, axis=Axis.TOKENS)
     x = random_input((8192 + 13, 4096 + 64), seed=11)
     x[7, 9] = math.nan
-    for config in (None, {"CHUNKS": 1, "num_warps": 8}, {"CHUNKS": 2, "num_warps": 8}):
+    for config in (None, {"VEC": 8, "num_warps": 8}, {"VEC": 4, "num_warps": 8}, {"VEC": 8, "num_warps": 16}):
         got_r, got_t = T.quantize_rows_and_tokens_transposed(x, rows_fmt, tokens_fmt, exact_round=exact_round,
                                                              config=config)
         assert_bitwise(got_r, Q.quantize_rows_1xG(x, rows_fmt, backend="reference"))
         assert_bitwise(got_t, Q.quantize_tokens_transposed(x, tokens_fmt, backend="reference"))
 
 
+@pytest.mark.parametrize("shape", [(4096 + 13, 4096 + 64), (4096, 4096)], ids=["ragged", "even"])
 @pytest.mark.parametrize("config", TOKENS_CONFIGS, ids=str)
-def test_tokens_transposed_every_config(config):
+def test_tokens_transposed_every_config(config, shape):
     from precision_engine.numerics import triton_quant as T
 
-    x = random_input((4096 + 13, 4096 + 64), seed=5)
-    assert_bitwise(T.quantize_tokens_transposed(x, BASE[3], config=config), Q.quantize(x, BASE[3], backend="reference"))
+    x = random_input(shape, seed=5)
+    for fmt in (BASE[3], replace(BASE[3], dtype=DType.FLOAT8_E5M2, scale=ScaleKind.POW2)):
+        assert_bitwise(T.quantize_tokens_transposed(x, fmt, config=config), Q.quantize(x, fmt, backend="reference"))
+
+
+# ----------------------------------------------------------- fused producers (numerics/fused_quant.py)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int16)
+
+
+@pytest.mark.parametrize("fmt", ACT_VARIANTS[::3], ids=lambda f: f.describe())
+@pytest.mark.parametrize("shape", [(8192, 4096), (8192 + 5, 14336)], ids=["8B-hidden", "14336"])
+def test_rms_norm_quantize_full_size(shape, fmt):
+    """y is the batch-invariant RMSNorm kernel's (invariant.rms_norm on CUDA), bit for bit, and its FP8 half
+    the 1x128 quantizer's of that y; the quantization is also cross-checked against the CPU reference."""
+    from precision_engine.numerics import fused_quant as F
+    from precision_engine.numerics import invariant
+
+    x = random_input(shape, seed=21)
+    w = (1 + 0.1 * torch.randn(shape[1], device="cuda")).to(torch.bfloat16)
+    y, q = F.rms_norm_quantize(x, w, 1e-5, fmt)
+    assert torch.equal(_bits(y), _bits(invariant.rms_norm(x, w, 1e-5)))
+    assert_bitwise(q, Q.quantize_rows_1xG(y, fmt))
+    cpu = Q.quantize_rows_1xG(y[:512].cpu(), fmt, backend="reference")
+    assert torch.equal(q.data[:512].cpu().view(torch.uint8), cpu.data.view(torch.uint8))
+
+
+@pytest.mark.parametrize("fmt", ACT_VARIANTS[::3], ids=lambda f: f.describe())
+@pytest.mark.parametrize("shape", [(8192, 14336), (1000, 4096 + 64)], ids=["8B-mlp", "ragged"])
+def test_silu_mul_quantize_full_size(shape, fmt):
+    """h is torch's invariant.silu(gate) * up on CUDA, bit for bit; the FP8 half is quantize_rows_1xG(h)'s."""
+    from precision_engine.numerics import fused_quant as F
+    from precision_engine.numerics import invariant
+
+    gate = (random_input(shape, seed=22).float().clamp(-1e3, 1e3) * 0.1).to(torch.bfloat16)
+    up = random_input(shape, seed=23)
+    h, q = F.silu_mul_quantize(gate, up, fmt)
+    assert torch.equal(_bits(h), _bits(invariant.silu(gate) * up))
+    assert_bitwise(q, Q.quantize_rows_1xG(h, fmt))
+
+
+def test_silu_mul_every_bf16_gate():
+    """Every bf16 bit pattern as gate (subnormals, +-0, exp overflow and underflow, Inf, NaN), against torch."""
+    from precision_engine.numerics import fused_quant as F
+    from precision_engine.numerics import invariant
+
+    gate = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32, device="cuda").to(torch.int16).view(torch.bfloat16)
+    gate = gate.reshape(512, 128)
+    up = random_input((512, 128), seed=24)
+    h, q = F.silu_mul_quantize(gate, up, BASE[2])
+    ref = invariant.silu(gate) * up
+    assert torch.equal(torch.isnan(h), torch.isnan(ref))
+    keep = ~torch.isnan(ref)
+    assert torch.equal(_bits(h)[keep], _bits(ref)[keep])
+    assert_bitwise(q, Q.quantize_rows_1xG(h, BASE[2]))
+
+
+def test_fused_producers_differentiate_as_the_unfused_ops():
+    from precision_engine.numerics import fused_quant as F
+    from precision_engine.numerics import invariant
+
+    x = random_input((300, 4096), seed=25).requires_grad_()
+    w = torch.ones(4096, device="cuda", dtype=torch.bfloat16).requires_grad_()
+    gy = random_input((300, 4096), seed=26)
+    y, _ = F.rms_norm_quantize(x, w, 1e-5, BASE[2])
+    got = torch.autograd.grad(y, (x, w), gy)
+    ref = torch.autograd.grad(invariant.rms_norm(x, w, 1e-5), (x, w), gy)
+    assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(got, ref))
+    gate, up = random_input((300, 4096), seed=27).requires_grad_(), random_input((300, 4096), seed=28).requires_grad_()
+    h, _ = F.silu_mul_quantize(gate, up, BASE[2])
+    got = torch.autograd.grad(h, (gate, up), gy)
+    ref = torch.autograd.grad(invariant.silu(gate) * up, (gate, up), gy)
+    assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(got, ref))

@@ -1,0 +1,144 @@
+"""Activation quantization fused into the op before the FP8 linear: RMSNorm -> 1xG and SiLU(gate) * up -> 1xG.
+
+Jet-RL fuses the 1x128 quantization of every linear's input into the op that produces it. Our ops in front of
+the linears are the norms (before q/k/v and gate/up) and the SwiGLU product (before down). Each function
+returns the op's output, bit for bit what the unfused op gives, and its `quantize_rows_1xG` quantization, bit
+for bit what quantizing that output gives; an FP8 linear that takes the quantized input then skips its own
+quantizer. The output stays in the graph: autograd differentiates it as the unfused op (the backward
+recomputes that op from the saved inputs, the same arithmetic as its own backward), the FP8 half carries no
+gradient.
+
+``backend``: "auto" runs one Triton kernel per call for CUDA tensors (`triton_fused_quant`) and the composed
+unfused ops otherwise; "reference" always composes the unfused ops (on CUDA: the batch-invariant RMSNorm
+kernel, torch's SiLU ops and the 1xG Triton quantizer, the bits the fused kernel must equal); "triton" forces
+the fused kernel (on the CPU under TRITON_INTERPRET=1). A group size the RMSNorm kernel cannot tile (not a
+power of two, or longer than the row's block) composes the unfused kernels instead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from precision_engine.errors import OperandError
+from precision_engine.numerics import invariant
+from precision_engine.numerics.contract import Quantized
+from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
+from precision_engine.numerics.quantize import BACKENDS, quantize_rows_1xG
+
+
+def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, fmt: QuantFormat, *,
+                      backend: str = "auto") -> tuple[torch.Tensor, Quantized]:
+    """(invariant.rms_norm(x, weight, eps), quantize_rows_1xG(that, fmt)); x [..., H], the FP8 half [tokens, H]."""
+    _check_fmt(fmt)
+    if weight.shape != (x.shape[-1],):
+        raise OperandError(f"rms_norm_quantize: weight {tuple(weight.shape)} does not fit x {tuple(x.shape)}")
+    return _apply(_RMS_NORM, x, weight, eps, fmt, backend)
+
+
+def silu_mul_quantize(gate: torch.Tensor, up: torch.Tensor, fmt: QuantFormat, *,
+                      backend: str = "auto") -> tuple[torch.Tensor, Quantized]:
+    """(invariant.silu(gate) * up, quantize_rows_1xG(that, fmt)): the SwiGLU product in front of down_proj."""
+    _check_fmt(fmt)
+    if gate.shape != up.shape:
+        raise OperandError(f"silu_mul_quantize: gate {tuple(gate.shape)} and up {tuple(up.shape)} differ")
+    return _apply(_SILU_MUL, gate, up, None, fmt, backend)
+
+
+def rms_norm_quantize_reference(x, weight, eps, fmt):
+    """The unfused pair the fused RMSNorm kernel equals: invariant.rms_norm, then quantize_rows_1xG."""
+    y = invariant.rms_norm(x, weight, eps)
+    return y, quantize_rows_1xG(y, fmt)
+
+
+def silu_mul_quantize_reference(gate, up, fmt):
+    """The unfused pair the fused SiLU-mul kernel equals: invariant.silu(gate) * up, then quantize_rows_1xG."""
+    h = invariant.silu(gate) * up
+    return h, quantize_rows_1xG(h, fmt)
+
+
+def _rms_norm_forward(x, weight, eps, fmt, fused):
+    x2 = _rows(x)
+    if fused:
+        from precision_engine.numerics import triton_fused_quant
+
+        fused = triton_fused_quant.rms_norm_fits(x.shape[-1], fmt)
+    if fused:
+        y, q = triton_fused_quant.rms_norm_quantize(x2, weight, eps, fmt)
+    else:
+        y, q = rms_norm_quantize_reference(x2, weight, eps, fmt)
+    return y.reshape(x.shape), q
+
+
+def _rms_norm_op(x, weight, eps):
+    """What autograd differentiates: the unfused op's own backward arithmetic (triton_invariant's RMSNorm
+    backward is autograd through `rms_norm_twin`, recomputed; on the CPU it is the torch ops themselves)."""
+    if x.is_cuda:
+        from precision_engine.numerics.triton_invariant import rms_norm_twin
+
+        return rms_norm_twin(x, weight, eps)
+    return invariant.rms_norm(x, weight, eps)
+
+
+def _silu_mul_forward(gate, up, eps, fmt, fused):
+    g2, u2 = _rows(gate), _rows(up)
+    if fused:
+        from precision_engine.numerics import triton_fused_quant
+
+        h, q = triton_fused_quant.silu_mul_quantize(g2, u2, fmt)
+    else:
+        h, q = silu_mul_quantize_reference(g2, u2, fmt)
+    return h.reshape(gate.shape), q
+
+
+def _silu_mul_op(gate, up, eps):
+    return invariant.silu(gate) * up
+
+
+_RMS_NORM = (_rms_norm_forward, _rms_norm_op)
+_SILU_MUL = (_silu_mul_forward, _silu_mul_op)
+
+
+def _apply(op, a, b, eps, fmt, backend):
+    if backend not in BACKENDS:
+        raise OperandError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    fused = backend == "triton" or (backend == "auto" and a.is_cuda)
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        out, data, scale = _Fused.apply(a, b, op, eps, fmt, fused)
+        return out, Quantized(data, scale, fmt)
+    return op[0](a, b, eps, fmt, fused)
+
+
+class _Fused(torch.autograd.Function):
+    """Forward: the fused kernel (or the composed reference). Backward: autograd through the op, recomputed
+    from the saved inputs. The FP8 data and scales are outputs without a gradient."""
+
+    @staticmethod
+    def forward(ctx, a, b, op, eps, fmt, fused):
+        out, q = op[0](a, b, eps, fmt, fused)
+        ctx.recompute, ctx.eps = op[1], eps
+        ctx.save_for_backward(a, b)
+        ctx.mark_non_differentiable(q.data, q.scale)
+        return out, q.data, q.scale
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_data, _grad_scale):
+        a, b = ctx.saved_tensors
+        wanted = ctx.needs_input_grad[:2]
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(w) for t, w in zip((a, b), wanted)]
+            out = ctx.recompute(leaves[0], leaves[1], ctx.eps)
+            grads = iter(torch.autograd.grad(out, [t for t, w in zip(leaves, wanted) if w], grad_out))
+        return (*(next(grads) if w else None for w in wanted), None, None, None, None)
+
+
+def _check_fmt(fmt: QuantFormat) -> None:
+    if not fmt.is_quantized or fmt.granularity is not Granularity.GROUP or fmt.axis is not Axis.K:
+        raise OperandError(f"fused activation quantization needs a 1xG FP8 format (axis=k), got {fmt.describe()}")
+    if not (fmt.group and fmt.group > 0):
+        raise OperandError("group granularity needs a positive group size")
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """[..., K] as [tokens, K] with unit stride along K (the kernels' layout)."""
+    t2 = t.reshape(-1, t.shape[-1])
+    return t2 if t2.stride(-1) == 1 else t2.contiguous()

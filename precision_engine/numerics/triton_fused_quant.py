@@ -1,0 +1,175 @@
+"""Triton kernels that quantize an op's output as they produce it: RMSNorm -> 1xG FP8 and SiLU(gate) * up ->
+1xG FP8 (the ops in front of the FP8 linears). `numerics.fused_quant` is the public side.
+
+Each kernel reads its inputs once and writes the op's output and its FP8 bytes and M-major scales, where the
+unfused pair reads the output back (RMSNorm on 8B shapes: 5 bytes per element instead of 7; SiLU-mul: 7
+instead of 9, plus one launch fewer). The output's bits are the unfused op's and the quantization is
+`triton_quant`'s 1xG arithmetic on those bits, so both halves equal the two separate kernels byte for byte:
+
+- `_rms_norm_quant_kernel` repeats `triton_invariant._rms_norm_kernel` statement for statement, with its
+  block size, warp count and compile options (one program per row, the same reduction tree), then views the
+  row as [BLOCK_H/G, G] groups in registers for the quantization.
+- `_silu_mul_quant_kernel` computes ``invariant.silu(gate) * up`` as torch does on CUDA, one rounding per op:
+  ``RN(g / (1 + exp(-g)))`` with libdevice's ``expf`` (what torch's CUDA ``exp`` runs) and IEEE division,
+  rounded to the input dtype, then the product rounded to the output dtype. It compiles without FP
+  contraction and without libdevice's flush-to-zero (where this Triton has the option), as nvcc builds torch.
+  Triton's interpreter has no libdevice; there ``exp`` is numpy's (tests/numerics/test_fused_quant.py checks
+  the rest of the arithmetic against numpy's exp, the GPU tests against torch).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import libdevice
+
+from precision_engine.numerics.contract import Quantized, fp8_dtype
+from precision_engine.numerics.formats import QuantFormat
+from precision_engine.numerics.triton_invariant import _interpreting, _round
+from precision_engine.numerics.triton_quant import (
+    _INTERPRET,
+    INTERPRET,
+    _amax,
+    _fmt_args,
+    _quantize_row_groups,
+    _quotient,
+    _reciprocal,
+    _scale_from_amax,
+    _to_fp8,
+)
+
+
+@triton.jit
+def _rms_norm_quant_kernel(x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, q_ptr, s_ptr, M,
+                           BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr, G: tl.constexpr,
+                           FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                           POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """HF Llama RMSNorm of one row (the parameters and statements of `_rms_norm_kernel`), then its 1xG
+    quantization."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_H)
+    mask = offs < H
+    x_in = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
+    x = x_in.to(tl.float32)
+    inv = tl.rsqrt(tl.sum(x * x, axis=0) / H + eps)
+    h = _round(x * inv, x_in.dtype, INTERPRET).to(tl.float32)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    y = _round(w * h, o_ptr.dtype.element_ty, INTERPRET)
+    tl.store(o_ptr + row * stride_o + offs, y, mask=mask)
+    # The row is read back as [groups, G] (the program's own stores, visible after the barrier): nothing
+    # below depends on x, so the code above compiles exactly as `_rms_norm_kernel` does (reusing y in
+    # registers changed LLVM's FMA contraction of the sum of squares, and with it the bits).
+    tl.debug_barrier()
+    g = tl.arange(0, BLOCK_H // G)
+    c = tl.arange(0, G)
+    cols = g[:, None] * G + c[None, :]
+    groups = tl.load(o_ptr + row * stride_o + cols, mask=cols < H, other=0.0).to(tl.float32)
+    scale = _scale_from_amax(_amax(tl.abs(groups), 1), FMAX, RFMAX, POW2)
+    quotient = _quotient(groups, scale[:, None], _reciprocal(scale, POW2)[:, None], POW2, False)
+    tl.store(q_ptr + row * H + cols, _to_fp8(quotient, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND),
+             mask=cols < H)
+    tl.store(s_ptr + row + g * M, scale, mask=g * G < H)
+
+
+@triton.jit
+def _silu(g):
+    """g / (1 + exp(-g)) in fp32, each op rounded once (invariant.silu before its cast)."""
+    if _INTERPRET:
+        e = tl.exp(-g)
+    else:
+        e = libdevice.exp(-g)
+    return tl.math.div_rn(g, 1.0 + e)
+
+
+@triton.jit
+def _silu_mul_quant_kernel(g_ptr, u_ptr, h_ptr, q_ptr, s_ptr, M, K, stride_g, stride_u, stride_h,
+                           G: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_M: tl.constexpr, GROUPS: tl.constexpr,
+                           INTERPRET: tl.constexpr, FMAX: tl.constexpr, RFMAX: tl.constexpr,
+                           MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr,
+                           EXACT_ROUND: tl.constexpr):
+    """h = silu(gate) * up on BLOCK_M rows x GROUPS 1xG groups, stored, then quantized as `_rows_kernel` does."""
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    row_ok = rows < M
+    offs = tl.arange(0, BLOCK_G)
+    for i in tl.static_range(GROUPS):
+        group = pid_k * GROUPS + i
+        cols = group * G + offs
+        mask = row_ok[:, None] & ((offs < G) & (cols < K))[None, :]
+        gate = tl.load(g_ptr + rows[:, None] * stride_g + cols[None, :], mask=mask, other=0.0)
+        up = tl.load(u_ptr + rows[:, None] * stride_u + cols[None, :], mask=mask, other=0.0)
+        s = _round(_silu(gate.to(tl.float32)), gate.dtype, INTERPRET).to(tl.float32)
+        h = _round(s * up.to(tl.float32), h_ptr.dtype.element_ty, INTERPRET)
+        tl.store(h_ptr + rows[:, None] * stride_h + cols[None, :], h, mask=mask)
+        _quantize_row_groups(h.to(tl.float32), q_ptr, s_ptr, rows, row_ok, cols, mask, group, K, K, 1, M,
+                             G, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND)
+
+
+# SiLU-mul launch: the 1x128 quantizer's (64 rows x one group, 8 warps; 16 rows below 2048). Not yet timed.
+_SILU_CONFIG = {"BLOCK_M": 64, "GROUPS": 1, "num_warps": 8}
+_SILU_CONFIG_SMALL_M = {"BLOCK_M": 16, "GROUPS": 1, "num_warps": 4}
+_SILU_SMALL_M = 2048
+_INTERPRET_SILU = {"BLOCK_M": 8, "GROUPS": 2}
+
+
+@functools.lru_cache(maxsize=None)
+def _exact_options() -> dict:
+    """Compile options that keep the SiLU arithmetic as written: no FP contraction, and libdevice without
+    flush-to-zero (an option since triton 3.x; older versions keep their default)."""
+    if INTERPRET:
+        return {}
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    options = {"enable_fp_fusion": False}
+    if "enable_reflect_ftz" in CUDAOptions.__dataclass_fields__:
+        options["enable_reflect_ftz"] = False
+    return options
+
+
+def _rows_buffers(m: int, k: int, fmt: QuantFormat, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    q = torch.empty((m, k), dtype=fp8_dtype(fmt), device=device)
+    return q, torch.empty((-(-k // fmt.group), m), dtype=torch.float32, device=device).t()
+
+
+def rms_norm_fits(h: int, fmt: QuantFormat) -> bool:
+    """Whether the fused kernel takes rows of length h: power-of-two groups that tile the row's block."""
+    g = fmt.group
+    return g & (g - 1) == 0 and g <= triton.next_power_of_2(h)
+
+
+def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, fmt: QuantFormat, *,
+                      exact_round: bool | None = None) -> tuple[torch.Tensor, Quantized]:
+    """x [M, H] (row-major rows) -> (rms_norm(x) as `triton_invariant.rms_norm`, its 1xG quantization)."""
+    m, h = x.shape
+    y = torch.empty((m, h), dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
+    q, scale = _rows_buffers(m, h, fmt, x.device)
+    if m and h:
+        block = triton.next_power_of_2(h)
+        _rms_norm_quant_kernel[(m,)](
+            x, weight.contiguous(), y, h, x.stride(0), y.stride(0), eps, q, scale, m,
+            BLOCK_H=block, INTERPRET=_interpreting(), G=fmt.group, **_fmt_args(fmt, exact_round),
+            num_warps=8 if block >= 4096 else 4,
+        )
+    return y, Quantized(q, scale, fmt)
+
+
+def silu_mul_quantize(gate: torch.Tensor, up: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None = None,
+                      config: dict | None = None) -> tuple[torch.Tensor, Quantized]:
+    """gate, up [M, K] (row-major rows) -> (invariant.silu(gate) * up, its 1xG quantization)."""
+    m, k = gate.shape
+    h = torch.empty((m, k), dtype=torch.promote_types(gate.dtype, up.dtype), device=gate.device)
+    q, scale = _rows_buffers(m, k, fmt, gate.device)
+    if m and k:
+        if config is None:
+            config = _INTERPRET_SILU if INTERPRET else _SILU_CONFIG if m >= _SILU_SMALL_M else _SILU_CONFIG_SMALL_M
+        grid = (triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(-(-k // fmt.group), config["GROUPS"]))
+        _silu_mul_quant_kernel[grid](
+            gate, up, h, q, scale, m, k, gate.stride(0), up.stride(0), h.stride(0),
+            G=fmt.group, BLOCK_G=triton.next_power_of_2(fmt.group), INTERPRET=_interpreting(),
+            **_fmt_args(fmt, exact_round), **config, **_exact_options(),
+        )
+    return h, Quantized(q, scale, fmt)

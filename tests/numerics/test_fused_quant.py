@@ -1,0 +1,152 @@
+"""Fused producer + 1xG quantization (numerics/fused_quant.py) against the unfused ops, bitwise.
+
+Without CUDA the kernels run in Triton's CPU interpreter (tiny shapes; the file takes ~3 s on one core):
+- rms_norm_quantize: y equals triton_invariant.rms_norm (the same interpreter arithmetic) and the CPU
+  twin invariant.rms_norm; the FP8 half equals quantize_rows_1xG(y) in bytes, scales and scale layout.
+- silu_mul_quantize: the interpreter has no libdevice, so the kernel's exp is numpy's; h is checked against
+  the twin's formula evaluated with numpy's exp (every other rounding is the kernel's own), and the FP8 half
+  against quantize_rows_1xG(h). The GPU tests compare h with torch's own ops on all bf16 values.
+- autograd: the output's gradients equal the unfused op's, bitwise; the FP8 half carries none.
+Inputs are fresh Gaussians with row magnitudes spanning ~1e-5..1e5 (never zeros), some groups ragged, and no
+subnormal bf16 (the interpreter's bf16 -> fp32 conversion gets those wrong, triton 3.9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from precision_engine.errors import OperandError  # noqa: E402
+from precision_engine.numerics import fused_quant as F  # noqa: E402
+from precision_engine.numerics import invariant  # noqa: E402
+from precision_engine.numerics import quantize as Q  # noqa: E402
+from precision_engine.numerics.formats import DType, ScaleKind  # noqa: E402
+
+from helpers import BASE, assert_bitwise  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ACT = BASE[2]  # e4m3 1x128
+FMTS = [ACT, replace(ACT, dtype=DType.FLOAT8_E5M2, scale=ScaleKind.POW2), replace(ACT, group=32)]
+
+
+def _rows(shape, seed, spread=2.5):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=gen)
+    return (x * torch.exp(torch.randn(*shape[:-1], 1, generator=gen) * spread)).to(torch.bfloat16)
+
+
+def _bits(t):
+    return t.contiguous().view(torch.int16)
+
+
+def _on_cpu(q):
+    return replace(q, data=q.data.cpu(), scale=q.scale.cpu())
+
+
+@pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.describe())
+@pytest.mark.parametrize("shape", [(3, 256), (5, 384), (2, 3, 128)], ids=["even", "ragged-group", "leading-dims"])
+def test_rms_norm_quantize_equals_the_unfused_pair(shape, fmt):
+    from precision_engine.numerics import triton_invariant as TI
+
+    x = _rows(shape, seed=shape[-1] + fmt.group)
+    w = (1 + 0.2 * torch.randn(shape[-1], generator=torch.Generator().manual_seed(1))).to(torch.bfloat16)
+    y, q = F.rms_norm_quantize(x.to(DEVICE), w.to(DEVICE), 1e-6, fmt, backend="triton")
+    assert y.shape == x.shape and q.data.shape == (x.numel() // shape[-1], shape[-1])
+    assert torch.equal(_bits(y.cpu()), _bits(TI.rms_norm(x.to(DEVICE), w.to(DEVICE), 1e-6).cpu()))
+    if DEVICE == "cpu":
+        assert torch.equal(_bits(y), _bits(invariant.rms_norm(x, w, 1e-6)))
+    assert_bitwise(_on_cpu(q), Q.quantize_rows_1xG(y.cpu(), fmt, backend="reference"))
+
+
+@pytest.mark.parametrize("fmt", [replace(ACT, group=48), ACT], ids=["group-48", "group-over-row"])
+def test_rms_norm_quantize_groups_the_kernel_cannot_tile_compose_the_unfused_ops(fmt):
+    """A non-power-of-two group, or a group longer than the row's block, takes the two unfused kernels."""
+    h = 200 if fmt.group == 48 else 64
+    x, w = _rows((4, h), seed=2), torch.ones(h, dtype=torch.bfloat16)
+    y, q = F.rms_norm_quantize(x.to(DEVICE), w.to(DEVICE), 1e-5, fmt, backend="triton")
+    ref_y, ref_q = F.rms_norm_quantize_reference(x.to(DEVICE), w.to(DEVICE), 1e-5, fmt)
+    assert torch.equal(_bits(y), _bits(ref_y))
+    assert_bitwise(_on_cpu(q), _on_cpu(ref_q))
+
+
+def _silu_mul_with_numpy_exp(gate, up):
+    """invariant.silu(gate) * up, one rounding per op, with numpy's fp32 exp (the interpreter's)."""
+    g = gate.float()
+    e = torch.from_numpy(np.exp(-g.numpy()))
+    return (g / (1.0 + e)).to(gate.dtype) * up
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")
+@pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.describe())
+@pytest.mark.parametrize("shape", [(9, 256), (4, 200), (2, 3, 128)], ids=["even", "ragged-group", "leading-dims"])
+def test_silu_mul_quantize_equals_the_unfused_pair(shape, fmt):
+    gate = (_rows(shape, seed=7, spread=1.5).float() * 4).to(torch.bfloat16)
+    # exp overflows (s = -0), s is tiny, exp underflows, s is g / 2. (No bf16 subnormal anywhere: the
+    # interpreter converts those to fp32 wrongly, triton 3.9; the GPU tests run every bf16 value.)
+    gate.view(-1)[:4] = torch.tensor([-100.0, -85.0, 90.0, 1e-30])
+    up = _rows(shape, seed=8)
+    h, q = F.silu_mul_quantize(gate.to(DEVICE), up.to(DEVICE), fmt, backend="triton")
+    assert h.shape == gate.shape and h.dtype == torch.bfloat16
+    if DEVICE == "cuda":
+        expected = invariant.silu(gate.to(DEVICE)) * up.to(DEVICE)
+    else:
+        expected = _silu_mul_with_numpy_exp(gate, up)
+    assert torch.equal(_bits(h.cpu()), _bits(expected.cpu()))
+    assert_bitwise(_on_cpu(q), Q.quantize_rows_1xG(h.cpu(), fmt, backend="reference"))
+
+
+def test_cpu_tensors_compose_the_unfused_ops_by_default():
+    x, w = _rows((3, 256), seed=4), torch.ones(256, dtype=torch.bfloat16)
+    y, q = F.rms_norm_quantize(x, w, 1e-6, ACT)
+    assert torch.equal(_bits(y), _bits(invariant.rms_norm(x, w, 1e-6)))
+    assert_bitwise(q, Q.quantize_rows_1xG(y, ACT))
+    gate, up = _rows((3, 256), seed=5), _rows((3, 256), seed=6)
+    h, q = F.silu_mul_quantize(gate, up, ACT)
+    assert torch.equal(_bits(h), _bits(invariant.silu(gate) * up))
+    assert_bitwise(q, Q.quantize_rows_1xG(h, ACT))
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_gradients_are_the_unfused_ops(backend):
+    """Autograd through the fused call gives the unfused op's gradients bit for bit (its backward recomputes
+    that op), for the input and the weight / for gate and up; the FP8 half is not differentiable."""
+    x = _rows((4, 256), seed=9).to(DEVICE).requires_grad_()
+    w = (1 + 0.1 * torch.randn(256)).to(torch.bfloat16).to(DEVICE).requires_grad_()
+    gy = _rows((4, 256), seed=10).to(DEVICE)
+    y, q = F.rms_norm_quantize(x, w, 1e-6, ACT, backend=backend)
+    assert not q.data.requires_grad and not q.scale.requires_grad
+    gx, gw = torch.autograd.grad(y, (x, w), gy)
+    op = invariant.rms_norm if DEVICE == "cpu" else __import__(
+        "precision_engine.numerics.triton_invariant", fromlist=["rms_norm"]).rms_norm
+    rx, rw = torch.autograd.grad(op(x, w, 1e-6), (x, w), gy)
+    assert torch.equal(_bits(gx), _bits(rx)) and torch.equal(_bits(gw), _bits(rw))
+
+    gate = _rows((4, 256), seed=11).to(DEVICE).requires_grad_()
+    up = _rows((4, 256), seed=12).to(DEVICE)  # only gate needs a gradient here
+    h, _ = F.silu_mul_quantize(gate, up, ACT, backend=backend)
+    (gg,) = torch.autograd.grad(h, (gate,), gy)
+    (rg,) = torch.autograd.grad(invariant.silu(gate) * up, (gate,), gy)
+    assert torch.equal(_bits(gg), _bits(rg))
+
+
+def test_empty_token_batch():
+    y, q = F.rms_norm_quantize(torch.zeros(0, 256, dtype=torch.bfloat16).to(DEVICE),
+                               torch.ones(256, dtype=torch.bfloat16).to(DEVICE), 1e-6, ACT, backend="triton")
+    assert y.shape == (0, 256) and q.data.shape == (0, 256) and q.scale.shape == (0, 2)
+
+
+def test_bad_requests_are_refused():
+    x, w = torch.randn(2, 128), torch.ones(128)
+    with pytest.raises(OperandError, match="1xG FP8 format"):
+        F.rms_norm_quantize(x, w, 1e-6, BASE[3])
+    with pytest.raises(OperandError, match="does not fit"):
+        F.rms_norm_quantize(x, torch.ones(64), 1e-6, ACT)
+    with pytest.raises(OperandError, match="differ"):
+        F.silu_mul_quantize(x, torch.randn(2, 64), ACT)
+    with pytest.raises(OperandError, match="backend"):
+        F.silu_mul_quantize(x, x, ACT, backend="cuda")

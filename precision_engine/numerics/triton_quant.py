@@ -495,10 +495,11 @@ _ROWS_CONFIG_SMALL_M = {"BLOCK_M": 16, "GROUPS": 1, "num_warps": 4}
 _ROWS_SMALL_M = 2048
 _INTERPRET_ROWS = {"BLOCK_M": 8, "GROUPS": 2}
 # Tokens-transposed (quantize and re-quantize): one 128-token group x CHUNKS x BLOCK_C columns per program,
-# loads VEC elements wide. Chosen by SASS instruction count per element (sm_90, triton 3.9, offline): 64
-# columns, 4 warps, 4-wide loads: ~12 instructions per element for bf16 input, ~15 for the FP8 re-quantization
-# (10 with power-of-two scales), against 20 and 46 for the previous kernels, which ran at 59-67% and 22-24% of
-# copy on the H200. Not yet timed on a GPU: bench/quant.py --sweep times the neighbours.
+# loads VEC elements wide. Chosen by SASS instruction count per element (sm_90, triton 3.9, compiled offline):
+# 64 columns, 4 warps, 4-wide loads: 13 instructions per element for bf16 input, 15 for the FP8
+# re-quantization (10 with power-of-two scales), against 20 and 46 for the previous kernels, which ran at
+# 59-67% and 22-24% of copy on the H200. 2 warps on the same tile take 11 and 12 but 168 registers. Not yet
+# timed on a GPU: bench/quant.py --sweep times these and their neighbours.
 _TOKENS_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
 _REQUANT_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
 _INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}
@@ -508,7 +509,9 @@ _INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}
 # without FP contraction (`enable_fp_fusion=False`), which rules the suspected cause out.
 REQUANT_IEEE_DIV = False
 # Grad-output kernel: one [128, 128] tile per program, 8 warps, 8-wide loads (each thread then holds 2 rows
-# of each interleaved tile and 8 columns, the fewest row + column scales per element).
+# of each interleaved tile and 8 columns, the fewest row + column scales per element): 26 instructions per
+# element for both layouts, the sum of the two separate kernels' 12 + 13 (each layout divides every element by
+# its own scale); it saves the second read of dy and a launch, and 127 registers against the old kernel's 184.
 _DUAL_CONFIG = {"VEC": 8, "num_warps": 8}
 _INTERPRET_DUAL = {"VEC": 8}
 

@@ -503,11 +503,13 @@ _INTERPRET_ROWS = {"BLOCK_M": 8, "GROUPS": 2}
 _TOKENS_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
 _REQUANT_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
 _INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}
-# The re-quantizer's division: Markstein (False) or div.rn per element (True); the same bits either way, and
-# the GPU tests check both. An earlier re-quantizer gave wrong bytes with the Markstein form on an H200
-# (non-power-of-two scales only); its cause was not found, and the rewritten kernel compiles the re-quantizer
-# without FP contraction (`enable_fp_fusion=False`), which rules the suspected cause out.
-REQUANT_IEEE_DIV = False
+# The re-quantizer's division: div.rn per element (True, IEEE: the reference's own division, so the same bits by
+# construction) or Markstein (False). On the H200 (2026-12-01, tests/numerics/gpu/test_quant_gpu.py) the
+# Markstein form gave wrong bytes again for e4m3 with fp32 scales, as an earlier re-quantizer's did, even
+# compiled without FP contraction, while the tokens-transposed quantizer's Markstein division of bf16 inputs was
+# bitwise; the re-quantizer divides full fp32 dequantized values. So div.rn is the default; the div.rn path of
+# this kernel has not run on a GPU since (that test checks it first on the next GPU run).
+REQUANT_IEEE_DIV = True
 # Grad-output kernel: one [128, 128] tile per program, 8 warps, 8-wide loads (each thread then holds 2 rows
 # of each interleaved tile and 8 columns, the fewest row + column scales per element): 26 instructions per
 # element for both layouts, the sum of the two separate kernels' 12 + 13 (each layout divides every element by

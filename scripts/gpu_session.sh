@@ -11,12 +11,11 @@
 # Only the wheels whose module does not import on the device are installed (into /tmp/site); the package itself
 # runs from the checkout (PYTHONPATH=.), nothing is pip-installed from a registry.
 #
-# Phases (limits in seconds): 1. three pytest runs side by side (correctness only; 120 each): the Triton
-# kernels, the engine (tests/rl/gpu), a quick FP8 linear / quantizer subset (the full numerics GPU suite passed
-# on 2026-12-01 and runs on its own); 2. bench.invariant --quick (30); 3. bench.rollout on Llama-3.1-8B shapes,
-# batch 64, 128 + 256 tokens (220; rows are written as they finish, so a cut run keeps what it measured);
-# 4. bench.rollout --profile 20: kernels per decode step and the top 15 by GPU time, BF16 and W8A8 + FP8 KV,
-# fast mode (60). Worst case ~7.2 minutes.
+# Phases (limits in seconds): 1. three pytest runs side by side (correctness only; 200 each): every GPU-marked
+# numerics test, the engine (tests/rl/gpu), the rest (bench, models, rewrite, verify); 2. bench.invariant --quick
+# (30); 3. bench.rollout on Llama-3.1-8B shapes, batch 64, 128 + 256 tokens (220; rows are written as they
+# finish, so a cut run keeps what it measured); 4. bench.rollout --profile 20: kernels per decode step and the
+# top 15 by GPU time, BF16 and W8A8 + FP8 KV, fast mode (60). Worst case ~8.5 minutes.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -64,10 +63,9 @@ pytest_gpu() {  # NAME LIMIT ARGS...: one pytest run of GPU-marked tests with a 
   step "$name" "$limit" $PY -m pytest -q -m gpu -p no:cacheprovider --junitxml="$OUT/$name.xml" "$@"
 }
 
-pytest_gpu test_triton_invariant 120 tests/numerics/gpu/test_triton_invariant_gpu.py \
-  tests/numerics/gpu/test_triton_attention_fp8kv_gpu.py &
-pytest_gpu test_engine 120 tests/rl/gpu/ &  # no -x: every engine property reports
-pytest_gpu test_numerics 120 -x tests/numerics/gpu/test_linear_gpu.py tests/numerics/gpu/test_quant_gpu.py &
+pytest_gpu test_numerics 200 tests/numerics/ &  # every GPU-marked numerics test: kernels, linear, quantizers
+pytest_gpu test_engine 200 tests/rl/gpu/ &  # no -x: every engine property reports
+pytest_gpu test_rest 200 tests/bench tests/models tests/rewrite tests/verify &
 wait
 
 step bench_invariant 30 $PY -m precision_engine.bench.invariant --quick
@@ -83,7 +81,7 @@ import xml.etree.ElementTree as ET
 out = pathlib.Path(sys.argv[1])
 print((out / "env.txt").read_text().strip())
 print("\n== tests (exit status: 0 passed, 124/137 timed out)")
-for name in ("test_triton_invariant", "test_engine", "test_numerics"):
+for name in ("test_numerics", "test_engine", "test_rest"):
     rc = (out / f"{name}.rc").read_text().strip() if (out / f"{name}.rc").exists() else "?"
     line = f"{name:<24} rc={rc}"
     if (out / f"{name}.xml").exists():

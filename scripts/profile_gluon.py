@@ -17,7 +17,7 @@ w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
 xq = quantize_rows_1xG(x, PRESET_FORMATS["fp8_group_act"])
 wq = quantize_blocks(w, PRESET_FORMATS["fp8_block_weight"])
 seg = segment_kb(n, k)
-cfg = GluonConfig(*map(int, sys.argv[1:5])) if len(sys.argv) > 4 else GluonConfig()
+cfg = GluonConfig()
 for _ in range(3):
     gluon_block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, seg_kb=seg, config=cfg)
     block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, seg_kb=seg, config=PREFILL)

@@ -12,7 +12,8 @@ Kernels (`Kernel`):
              then scaled and summed over K blocks in increasing order, rounded once to out_dtype.
   emulated   both operands dequantized to fp32, one fp32 matmul: within fp32 rounding of `reference`, several
              times faster on a CPU, not batch-invariant (CPU GEMM libraries block by M). AUTO's CPU backward.
-  triton     `triton_gemm`: fixed K order and a split-K fixed by (N, K), so a row has the same bits at any M.
+  triton     `triton_gemm`: fixed K order and a split-K fixed by (N, K), so a row has the same bits at any M;
+             above decode sizes on Hopper `gluon_gemm` runs the same additions (same bits), faster.
   cublas     torch._scaled_mm blockwise on Hopper; its algorithm choice depends on M, so it is not
              batch-invariant. M is zero-padded to a multiple of 16, ceil(K/128) to a multiple of 4 and N
              to a multiple of 128 (copies, only for shapes that need them).

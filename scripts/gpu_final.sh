@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One bounded GPU call (H200, <= ~8 minutes) for the end of a session with little device time left: the GPU
+# tests that guard what changed (GEMM dispatch, fused linears, quantizers, on-policy bitwise), then the rollout
+# bench, the decoder-block bench and the FP8 linear bench --quick beside torchao. Logs and JSON in $OUT.
+#
+#   run(command="bash scripts/gpu_final.sh", carry=[".whl"])
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_out}
+LOG=/tmp/gpu_final  # the device returns a few files only: logs stay here, $OUT gets JSON + test logs + summary
+mkdir -p "$OUT" "$LOG"
+PY=python3
+for wheel in .whl/*.whl; do
+  case $(basename "$wheel") in
+    torchao-*) $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/ao "$wheel" ;;
+    *) module=$(basename "$wheel" | cut -d- -f1 | tr A-Z a-z); module=${module/google_re2/re2}; module=${module/rpds_py/rpds}
+       $PY -c "import $module" 2>/dev/null || $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheel" ;;
+  esac
+done > "$LOG/install.log" 2>&1
+export PYTHONPATH=/tmp/site:$PWD
+CLI="from precision_engine.cli.app import main; main()"
+{ nvidia-smi -L; $PY -c "import torch, triton, transformers; print(torch.__version__, torch.version.cuda, triton.__version__, transformers.__version__)"; } > "$LOG/env.txt" 2>&1
+
+t() {  # NAME LIMIT CMD...: bounded, logged, exit status kept
+  local name=$1 limit=$2
+  shift 2
+  timeout -k 5 "$limit" "$@" > "$LOG/$name.log" 2>&1
+  echo $? > "$LOG/$name.rc"
+}
+t test_numerics 140 $PY -m pytest -q -m gpu -p no:cacheprovider tests/numerics/gpu/test_gemm_gpu.py \
+  tests/numerics/gpu/test_quant_gpu.py tests/numerics/gpu/test_linear_gpu.py tests/numerics/test_fused_linear.py &
+t test_engine 140 $PY -m pytest -q -m gpu -p no:cacheprovider tests/rl/gpu &
+wait
+t bench_rollout 180 $PY -m precision_engine.bench.rollout --model llama-3.1-8b --batch 64 --prompt 128 --gen 256 \
+  --runs 2 --hf-runs 1 --out "$OUT/bench_rollout.json"
+t bench_block 90 $PY -c "$CLI" bench block --reps 10 --out "$OUT/bench_block.json"
+PYTHONPATH=/tmp/ao:$PYTHONPATH t bench_linear 60 $PY -c "$CLI" bench linear --quick --out "$OUT/bench_linear.json"
+
+cp "$LOG/test_numerics.log" "$LOG/test_engine.log" "$OUT/"
+{
+  cat "$LOG/env.txt"
+  for name in test_numerics test_engine bench_rollout bench_block bench_linear; do
+    echo "== $name rc=$(cat "$LOG/$name.rc")"
+    grep -v "^\[W\|^STAGE:\|Warning\|warn(" "$LOG/$name.log" | tail -n 28 | cut -c1-220
+  done
+} > "$OUT/summary.txt" 2>&1
+tail -c 11000 "$OUT/summary.txt"

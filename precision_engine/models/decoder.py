@@ -4,7 +4,10 @@ Why our own and not transformers' modelling code: true on-policy RL needs every 
 same bits in a decode step and in the trainer's full-sequence forward. With `batch_invariant` on, every op goes
 through `numerics.invariant` (GEMMs of the linears the plan keeps in BF16, lm_head included; RMSNorm; SiLU;
 attention; the FP8 linears are batch-invariant already); off, the fast torch ops run (F.linear, SDPA, F.silu).
-FP8 q/k/v and gate/up with one numerics run as one GEMM each (`numerics.fused_linear`), in both phases.
+FP8 q/k/v and gate/up with one numerics run as one GEMM each (`numerics.fused_linear`), in both phases. In
+batch-invariant mode, an RMSNorm or SiLU(gate) * up whose readers are FP8 linears of one input format also makes
+their 1xG quantization in the same kernel (`numerics.fused_quant`), so the linears do not read and quantize the
+activation again; the bits are the unfused ops' (those kernels equal `numerics.invariant`'s, not the fast ops).
 Submodule names equal HF's (`model.layers.{i}.self_attn.q_proj`, ..., `lm_head`), so compiled plans and
 `rewrite.apply` work unchanged and HF safetensors load as they are.
 
@@ -31,7 +34,10 @@ from torch import nn
 
 from precision_engine.errors import ModelError, UnsupportedError, UsageError
 from precision_engine.numerics import invariant
+from precision_engine.numerics.contract import Quantized
+from precision_engine.numerics.formats import QuantFormat
 from precision_engine.numerics.fused_linear import fp8_linear_group, shares_one_gemm
+from precision_engine.numerics.fused_quant import rms_norm_quantize, silu_mul_quantize
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.policy import KVScale
@@ -333,9 +339,10 @@ class Decoder(nn.Module):
         cos, sin = self._cos_sin(positions.clamp(min=0), x.dtype, positions_below)
         b, t, _ = x.shape
         for i, layer in enumerate(self.model.layers):
-            attn = layer.self_attn
-            h = ops.norm(layer.input_layernorm, x)
-            q, k, v = ops.linears((attn.q_proj, attn.k_proj, attn.v_proj), h, fuse=self.fuse_linears)
+            attn, mlp = layer.self_attn, layer.mlp
+            qkv, gate_up = (attn.q_proj, attn.k_proj, attn.v_proj), (mlp.gate_proj, mlp.up_proj)
+            h, hq = ops.norm_into(layer.input_layernorm, x, qkv)
+            q, k, v = ops.linears(qkv, h, fuse=self.fuse_linears, x_quantized=hq)
             q = q.view(b, t, c.num_heads, c.head_dim)
             k, v = k.view(b, t, c.num_kv_heads, c.head_dim), v.view(b, t, c.num_kv_heads, c.head_dim)
             if c.qk_norm:
@@ -343,10 +350,10 @@ class Decoder(nn.Module):
             q, k = invariant.rope(q, cos, sin), invariant.rope(k, cos, sin)  # [B, H, T, D], exact: both modes
             out = attend(i, q, k, v.transpose(1, 2)).transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim)
             x = x + ops.linear(attn.o_proj, out)
-            h = ops.norm(layer.post_attention_layernorm, x)
-            mlp = layer.mlp
-            gate, up = ops.linears((mlp.gate_proj, mlp.up_proj), h, fuse=self.fuse_linears)
-            x = x + ops.linear(mlp.down_proj, ops.silu(gate) * up)
+            h, hq = ops.norm_into(layer.post_attention_layernorm, x, gate_up)
+            gate, up = ops.linears(gate_up, h, fuse=self.fuse_linears, x_quantized=hq)
+            h, hq = ops.swiglu_into(gate, up, mlp.down_proj)
+            x = x + ops.linear(mlp.down_proj, h, x_quantized=hq)
         return x
 
     def _logits(self, hidden: torch.Tensor, ops: _Ops) -> torch.Tensor:
@@ -378,22 +385,55 @@ class _Ops:
     def __init__(self, batch_invariant: bool) -> None:
         self.invariant = batch_invariant
 
-    def linear(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def linear(self, module: nn.Module, x: torch.Tensor, *, x_quantized: Quantized | None = None) -> torch.Tensor:
+        if x_quantized is not None:  # module is an Fp8Linear of x_quantized's format (`fused_input`)
+            return module(x, x_quantized=x_quantized)
         if isinstance(module, Fp8Linear) or not isinstance(module, nn.Linear):
             return module(x)  # FP8 linears are batch-invariant through their own GEMM
         bias = None if module.bias is None else module.bias.to(x.dtype)
         weight = module.weight.to(x.dtype)
         return invariant.linear(x, weight, bias) if self.invariant else F.linear(x, weight, bias)
 
-    def linears(self, modules: tuple[nn.Module, ...], x: torch.Tensor, *, fuse: bool) -> tuple[torch.Tensor, ...]:
+    def linears(
+        self, modules: tuple[nn.Module, ...], x: torch.Tensor, *, fuse: bool, x_quantized: Quantized | None = None
+    ) -> tuple[torch.Tensor, ...]:
         """Linears reading the same x (q/k/v, gate/up). With `fuse`, FP8 parts of one numerics run as one GEMM
         per pass (`fused_linear`: x quantized once, no narrow host-bound k/v GEMMs); both phases take this
         path, so their bits agree. BF16 parts run one by one: stacking their weights would copy them every
         forward (they change every step), for one launch saved; the Triton BF16 kernel's split-K depends on N
-        too (`triton_invariant.segment_kb`), so a stack would not even keep the separate calls' bits."""
+        too (`triton_invariant.segment_kb`), so a stack would not even keep the separate calls' bits.
+        `x_quantized`: Q(x) from the op that made x (`norm_into`), then every part reads it."""
         if fuse and shares_one_gemm(modules):
-            return fp8_linear_group(modules, x)
-        return tuple(self.linear(m, x) for m in modules)
+            return fp8_linear_group(modules, x, x_quantized=x_quantized)
+        return tuple(self.linear(m, x, x_quantized=x_quantized) for m in modules)
+
+    def fused_input(self, readers: tuple[nn.Module, ...]) -> QuantFormat | None:
+        """The 1xG format `readers` would quantize their input to, when the op before them may make it instead
+        (`numerics.fused_quant`): in batch-invariant mode only (the fused kernels equal `numerics.invariant`'s
+        RMSNorm and SiLU, not F.rms_norm / F.silu), and when every reader is an Fp8Linear of that one input
+        format; a BF16 reader, or two formats, leave the op unfused. Python attributes only: no host sync."""
+        if not self.invariant or not all(isinstance(m, Fp8Linear) for m in readers):
+            return None
+        formats = {m.spec.input for m in readers}
+        return formats.pop() if len(formats) == 1 else None
+
+    def norm_into(
+        self, module: RMSNorm, x: torch.Tensor, readers: tuple[nn.Module, ...]
+    ) -> tuple[torch.Tensor, Quantized | None]:
+        """(norm(x), its quantization for `readers` or None): one kernel makes both when `fused_input` allows."""
+        fmt = self.fused_input(readers)
+        if fmt is None:
+            return self.norm(module, x), None
+        return rms_norm_quantize(x, module.weight.to(x.dtype), module.eps, fmt)
+
+    def swiglu_into(
+        self, gate: torch.Tensor, up: torch.Tensor, reader: nn.Module
+    ) -> tuple[torch.Tensor, Quantized | None]:
+        """(silu(gate) * up, its quantization for `reader` or None), fused as `norm_into`."""
+        fmt = self.fused_input((reader,))
+        if fmt is None:
+            return self.silu(gate) * up, None
+        return silu_mul_quantize(gate, up, fmt)
 
     def norm(self, module: RMSNorm, x: torch.Tensor) -> torch.Tensor:
         if self.invariant:  # weight in the activations' dtype: FP32 master weights must not promote x to FP32

@@ -150,3 +150,17 @@ def test_bad_requests_are_refused():
         F.silu_mul_quantize(x, torch.randn(2, 64), ACT)
     with pytest.raises(OperandError, match="backend"):
         F.silu_mul_quantize(x, x, ACT, backend="cuda")
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")
+def test_silu_mul_quantize_reads_column_views_of_the_grouped_gate_up_output():
+    """The decoder hands over gate and up as column halves of one [B, T, 2I] GEMM output (row stride 2I): the
+    kernel must give the bytes it gives their contiguous copies (Triton's interpreter on the CPU)."""
+    fmt = FMTS[0]
+    both = (_rows((2, 3, 512), seed=9).float() * 2).to(torch.bfloat16).to(DEVICE)
+    gate, up = both[..., :256], both[..., 256:]
+    assert gate.stride(-2) == 512
+    h, q = F.silu_mul_quantize(gate, up, fmt, backend="triton")
+    h_ref, q_ref = F.silu_mul_quantize(gate.contiguous(), up.contiguous(), fmt, backend="triton")
+    assert torch.equal(_bits(h.cpu()), _bits(h_ref.cpu()))
+    assert_bitwise(_on_cpu(q), _on_cpu(q_ref))

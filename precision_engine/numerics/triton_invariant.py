@@ -37,6 +37,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -819,8 +820,10 @@ def attention_reference(q, k, v, q_pos, kv_len, *, scale: float) -> torch.Tensor
 
 
 class _Attention(torch.autograd.Function):
-    """Forward: the batch-invariant kernel. Backward (not bitwise): recompute `attention_reference` in fp32 from
-    the saved q, k, v for one kv head (its G query heads) at a time and differentiate it with autograd."""
+    """Forward: the batch-invariant kernel. Backward (not bitwise, need not be): PyTorch's fused SDPA recomputed
+    in q's dtype with the same visibility mask, GQA as G x T queries per kv head (k and v read once). The fp32
+    recomputation this replaces materialised every T x S score matrix one kv head at a time: it made the 8B
+    decoder layer's batch-invariant backward 3x its fast one on the H200 (BENCHMARKS.md, bench block)."""
 
     @staticmethod
     def forward(ctx, q, k, v, q_pos, kv_len, scale):
@@ -831,15 +834,21 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         q, k, v, q_pos, kv_len = ctx.saved_tensors
-        g = q.shape[1] // k.shape[1]
-        gq, gk, gv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        for h in range(k.shape[1]):
-            heads = slice(h * g, (h + 1) * g)
-            with torch.enable_grad():
-                qh, kh, vh = (t.detach().requires_grad_() for t in (q[:, heads], k[:, h:h + 1], v[:, h:h + 1]))
-                out = attention_reference(qh, kh, vh, q_pos, kv_len, scale=ctx.scale)
-                dq, dk, dv = torch.autograd.grad(out, (qh, kh, vh), grad[:, heads].to(out.dtype))
-            gq[:, heads], gk[:, h:h + 1], gv[:, h:h + 1] = dq, dk, dv
+        b, hq, t, d = q.shape
+        hkv, s = k.shape[1], k.shape[2]
+        group = hq // hkv
+        seen = _seen(q_pos, kv_len, s)[:, 0]  # [B, T, S]
+        blind = ~seen.any(-1)  # queries that see nothing: output 0 and no gradient, as the reference's
+        seen = seen | (blind[:, :, None] & (torch.arange(s, device=q.device) == 0))  # any finite row for SDPA
+        mask = seen[:, None, None].expand(b, 1, group, t, s).reshape(b, 1, group * t, s)
+        grad = grad.masked_fill(blind[:, None, :, None], 0)
+        with torch.enable_grad():
+            qh, kh, vh = (x.detach().requires_grad_() for x in (q, k, v))
+            kf, vf = (torch.where((torch.arange(s, device=x.device) < kv_len[:, None])[:, None, :, None], x, 0)
+                      for x in (kh, vh))  # slots past kv_len may hold anything (a preallocated cache)
+            out = F.scaled_dot_product_attention(qh.reshape(b, hkv, group * t, d), kf, vf, attn_mask=mask,
+                                                 scale=ctx.scale)
+            gq, gk, gv = torch.autograd.grad(out, (qh, kh, vh), grad.reshape(b, hkv, group * t, d).to(out.dtype))
         return gq, gk, gv, None, None, None
 
 

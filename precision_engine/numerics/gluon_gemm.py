@@ -259,6 +259,7 @@ def _gluon_block_gemm_kernel(
 
 
 _FP8_GL = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
+_TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
 
 
 def _descriptor(x: torch.Tensor, rows: int) -> TensorDescriptor:
@@ -266,12 +267,18 @@ def _descriptor(x: torch.Tensor, rows: int) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(x, [rows, BLOCK_K], layout)
 
 
+# Gluon's API moves between Triton releases (3.9 replaced the TMA copies this kernel calls), so it runs only on
+# the release its bits were checked on; any other takes the Triton kernel, which gives the same bits.
+GLUON_TRITON = (3, 6)
+
+
 def runs(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether this kernel takes these operands: Hopper, FP8, K-major with TMA-legal strides."""
+    """Whether this kernel takes these operands: Triton 3.6, Hopper, FP8, K-major with TMA-legal strides."""
     def tma_ok(x):
         return x.dtype in _FP8_GL and x.stride(1) == 1 and x.stride(0) % 16 == 0 and x.data_ptr() % 16 == 0
 
-    return a.is_cuda and _device(a.device.index or 0).major == 9 and tma_ok(a) and tma_ok(b)
+    return (_TRITON == GLUON_TRITON and a.is_cuda and _device(a.device.index or 0).major == 9 and tma_ok(a)
+            and tma_ok(b))
 
 
 @functools.cache

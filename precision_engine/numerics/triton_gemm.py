@@ -232,7 +232,7 @@ def _gluon_runs(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     try:
         from precision_engine.numerics.gluon_gemm import runs
-    except ImportError:  # a Triton without Gluon's Hopper API (before 3.5): the Triton kernel, same bits
+    except ImportError:  # a Triton whose Gluon lacks these names: the Triton kernel, same bits
         return False
     return runs(a, b)
 
@@ -260,7 +260,7 @@ def block_scaled_gemm(
     `config` defaults to `config_for(M, N, K)`, `seg_kb` to `segment_kb(N, K)` (changing it changes the bits);
     `split` (one program per segment, then an in-order sum of the segments) defaults to on when the tiles
     alone would leave SMs idle. Neither config nor split changes a bit of the result. Above decode sizes on
-    Hopper, with neither given and block-scaled b, `gluon_gemm` runs instead: the same additions, so the
+    Hopper with Triton 3.6, with neither given and block-scaled b, `gluon_gemm` runs instead: the same additions, so the
     same bits (GPU-tested), 1.2-1.4x the speed of this kernel's tiles there.
     """
     m, k = a.shape

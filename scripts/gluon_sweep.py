@@ -23,12 +23,12 @@ ACT, WEIGHT = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"
 SHAPES = [(4096, 4096), (1024, 4096), (6144, 4096), (14336, 4096), (28672, 4096), (4096, 14336)]
 MS = [8192, 16384]
 CONFIGS = {  # the sweep that chose TRAINING (p_s5u4), 2026-12-01
-    "p_s5u4": GluonConfig(128, 128, 5, 8, 4, True),
-    "p_s4u4": GluonConfig(128, 128, 4, 8, 4, True),
-    "p_s5u2": GluonConfig(128, 128, 5, 8, 2, True),
-    "p_s5u4g16": GluonConfig(128, 128, 5, 16, 4, True),
-    "p_s5u4g4": GluonConfig(128, 128, 5, 4, 4, True),
-    "s5u4": GluonConfig(128, 128, 5, 8, 4, False),
+    "p_s5u4": GluonConfig(128, 5, 8, 4, True),
+    "p_s4u4": GluonConfig(128, 4, 8, 4, True),
+    "p_s5u2": GluonConfig(128, 5, 8, 2, True),
+    "p_s5u4g16": GluonConfig(128, 5, 16, 4, True),
+    "p_s5u4g4": GluonConfig(128, 5, 4, 4, True),
+    "s5u4": GluonConfig(128, 5, 8, 4, False),
 }
 REPS, WARMUP = 30, 5
 

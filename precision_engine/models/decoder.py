@@ -43,6 +43,7 @@ from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.policy import KVScale
 
 SUPPORTED_TYPES = ("llama", "qwen2", "qwen3")
+_HF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 _MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 _DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
            "fp32": torch.float32, "float32": torch.float32}
@@ -108,10 +109,17 @@ class DecoderConfig:
             hf=dict(config),
         )
 
-    # The two accessors of transformers' configs that the pipeline and the KV calibrator read.
+    # The accessors of transformers' configs that the pipeline, the KV calibrator and export read.
     @property
     def num_hidden_layers(self) -> int:
         return self.num_layers
+
+    def to_dict(self) -> dict:
+        """The config.json this decoder came from, with the HF class name loaders dispatch on (SGLang, vLLM and
+        transformers read `architectures`, not our class name)."""
+        config = dict(self.hf)
+        config.setdefault("architectures", [_HF_ARCHITECTURES[self.model_type]])
+        return config
 
     def get_text_config(self, decoder: bool = True) -> DecoderConfig:
         return self

@@ -37,16 +37,17 @@ t test_numerics 140 $PY -m pytest -q -m gpu -p no:cacheprovider tests/numerics/g
   tests/numerics/gpu/test_quant_gpu.py tests/numerics/gpu/test_linear_gpu.py tests/numerics/test_fused_linear.py \
   tests/numerics/gpu/test_triton_invariant_gpu.py tests/numerics/test_fused_quant.py &
 t test_engine 140 $PY -m pytest -q -m gpu -p no:cacheprovider tests/rl/gpu &
+t test_gluon_compile 60 $PY -m pytest -q -p no:cacheprovider tests/numerics/test_gluon_compile.py &
 wait
 t bench_rollout 180 $PY -m precision_engine.bench.rollout --model llama-3.1-8b --batch 64 --prompt 128 --gen 256 \
   --runs 2 --hf-runs 1 --out "$OUT/bench_rollout.json"
 t bench_block 90 $PY -c "$CLI" bench block --reps 10 --out "$OUT/bench_block.json"
 PYTHONPATH=/tmp/ao:$PYTHONPATH t bench_linear 150 $PY -c "$CLI" bench linear --quick --out "$OUT/bench_linear.json"
 
-cp "$LOG/test_numerics.log" "$LOG/test_engine.log" "$OUT/"
+cp "$LOG/test_numerics.log" "$LOG/test_engine.log" "$LOG/test_gluon_compile.log" "$OUT/"
 {
   cat "$LOG/env.txt"
-  for name in test_numerics test_engine bench_rollout bench_block bench_linear; do
+  for name in test_numerics test_engine test_gluon_compile bench_rollout bench_block bench_linear; do
     echo "== $name rc=$(cat "$LOG/$name.rc")"
     grep -v "^\[W\|^STAGE:\|Warning\|warn(" "$LOG/$name.log" | tail -n 28 | cut -c1-220
   done

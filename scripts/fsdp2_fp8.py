@@ -20,7 +20,7 @@ batch, and rank 0 compares. Reported per policy (JSON on stdout, and in --out):
 - that every Fp8Linear forward saw a plain full-shape weight, not its DTensor shard (FSDP2 unshards first);
 - seconds per optimizer step (first step excluded: allocation, Triton compilation).
 
-What FSDP2 wraps: its hooks fire only in a module's `__call__`, and `models.decoder.Decoder._hidden` reads each
+What FSDP2 wraps: its hooks fire only in a module's `__call__`, and `models.decoder.Decoder._layers` reads each
 layer's submodules (norms, BF16 linears) directly instead of calling the layer, so `fully_shard` on a decoder
 layer would leave that layer's parameters sharded during forward. The units are therefore every rewritten
 `Fp8Linear` (which the decoder calls) and the root (embeddings, norms, lm_head and any BF16 linear: gathered for

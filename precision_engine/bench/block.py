@@ -10,8 +10,8 @@ own setting: the Triton fixed-tile GEMMs, norms and attention; the FP8 forward o
 Timed on `batch` x `seq` tokens (default 4 x 2048 = 8192; attention is causal within each row):
   fwd      the layer's forward under no_grad
   fwd+bwd  forward, then backward of a fresh random dy into the input and every weight of the layer
-The input is a hidden-state tensor [B, T, H] that requires grad, as from the layer below: the embedding, the
-final norm and lm_head are not timed. Before every call the weights are marked changed
+The input is a hidden-state tensor [B, T, H] that requires grad, as from the layer below (`Decoder.layers`): the
+embedding, the final norm and lm_head are not timed. Before every call the weights are marked changed
 (`rewrite.invalidate_weight_caches`, as after an optimizer step), so FP8 weights are re-quantized each time.
 Every policy gets BF16 weights (bf16_baseline's FP32 masters would add a cast per linear; the optimizer is not
 part of this timing). Median of `reps` CUDA-event timings after `warmup` calls (bench.timing), two or more input
@@ -27,12 +27,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from precision_engine.bench.rollout import MODES, random_decoder
 from precision_engine.bench.timing import median, rotation, time_cuda
 from precision_engine.errors import UsageError
-from precision_engine.models.decoder import Decoder, _Ops, _RoundKV
+from precision_engine.models.decoder import Decoder
 from precision_engine.models.loader import resolve_config
 from precision_engine.pipeline import prepare
 from precision_engine.rewrite import invalidate_weight_caches
@@ -42,41 +41,17 @@ BASELINE = "bf16_baseline"  # the policy every ratio is relative to
 PASSES = ("fwd", "fwd+bwd")
 
 
-def layer_forward(model: Decoder, x: torch.Tensor) -> torch.Tensor:
-    """`model`'s layers on hidden states x [B, T, H] (whole rows, no padding) -> [B, T, H] before the final
-    norm: `Decoder.forward`'s path (its attend: k/v rounded through `kv_scales` when set) minus the embedding,
-    which becomes the identity for the call, and minus the final norm and lm_head."""
-    b, t, _ = x.shape
-    q_pos = torch.arange(t, device=x.device).repeat(b, 1)
-    lengths = torch.full((b,), t, device=x.device)
-    ops = _Ops(model.batch_invariant)
-    scales = model.kv_scales
-
-    def attend(i: int, q, k, v):
-        if scales is not None:
-            k, v = _RoundKV.apply(k, scales.k[i]), _RoundKV.apply(v, scales.v[i])
-        return ops.attention(q, k, v, q_pos, lengths, model.scaling, None, None)
-
-    embed, compute_dtype = model.model.embed_tokens, model.compute_dtype
-    model.compute_dtype = model._dtype()  # read from the embedding's weight when unset
-    model.model.embed_tokens = nn.Identity()
-    try:
-        return model._hidden(x, q_pos, attend, ops, positions_below=t)
-    finally:
-        model.model.embed_tokens, model.compute_dtype = embed, compute_dtype
-
-
 def _forward(model: Decoder, x: torch.Tensor, dy: torch.Tensor) -> None:
     invalidate_weight_caches(model)
     with torch.no_grad():
-        layer_forward(model, x)
+        model.layers(x)
 
 
 def _train_step(model: Decoder, x: torch.Tensor, dy: torch.Tensor) -> None:
     invalidate_weight_caches(model)  # as after an optimizer step: re-quantize every FP8 weight
     model.zero_grad(set_to_none=True)
     x.grad = None
-    layer_forward(model, x).backward(dy)
+    model.layers(x).backward(dy)
 
 
 def bench_block(model_spec: str = "llama-3.1-8b", *, policies: Sequence[str] = POLICIES,

@@ -49,14 +49,8 @@ def random_decoder(config: Mapping, *, device: str | torch.device = "cuda", seed
         model = Decoder(dict(config), batch_invariant=batch_invariant)
     model = model.to(dtype=dtype).to_empty(device=device)
     generator = torch.Generator(device=device).manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            elif name.endswith("bias"):
-                param.zero_()
-            else:
-                param.normal_(0.0, model.config.initializer_range, generator=generator)
+    std = model.config.initializer_range
+    model.init_weights_(lambda param: param.normal_(0.0, std, generator=generator))
     return model.eval()
 
 

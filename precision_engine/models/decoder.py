@@ -40,6 +40,7 @@ from precision_engine.numerics.fused_linear import fp8_linear_group, shares_one_
 from precision_engine.numerics.fused_quant import rms_norm_quantize, silu_mul_quantize
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
 from precision_engine.numerics.linear import Fp8Linear
+from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
 from precision_engine.policy import KVScale
 
 SUPPORTED_TYPES = ("llama", "qwen2", "qwen3")
@@ -219,15 +220,20 @@ class Decoder(nn.Module):
             config = resolve_config(config)
         model = cls(config, batch_invariant=batch_invariant)
         generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if name.endswith("norm.weight"):
-                    param.fill_(1.0)
-                elif name.endswith("bias"):
-                    param.zero_()
-                else:
-                    param.copy_(torch.randn(param.shape, generator=generator) * model.config.initializer_range)
+        std = model.config.initializer_range
+        model.init_weights_(lambda param: param.copy_(torch.randn(param.shape, generator=generator) * std))
         return model.to(device=device, dtype=_torch_dtype(dtype)).eval()
+
+    @torch.no_grad()
+    def init_weights_(self, fill_random: Callable[[torch.Tensor], object]) -> None:
+        """HF's init rule in place: norm weights 1, biases 0, every other parameter `fill_random(param)`."""
+        for name, param in self.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            elif name.endswith("bias"):
+                param.zero_()
+            else:
+                fill_random(param)
 
     @classmethod
     def from_pretrained(
@@ -292,7 +298,8 @@ class Decoder(nn.Module):
             k_all, v_all, k_scale, v_scale = cache.read(i, read_len)
             return ops.attention(q, k_all, v_all, positions, kv_len, self.scaling, k_scale, v_scale, cached=True)
 
-        hidden = self._hidden(input_ids, positions, attend, ops, positions_below=read_len)
+        x = self.model.embed_tokens(input_ids).to(self._dtype())
+        hidden = self._layers(x, positions, attend, ops, positions_below=read_len)
         if logits_index is not None:
             hidden = hidden[torch.arange(hidden.shape[0], device=hidden.device), logits_index]
         return self._logits(hidden, ops)
@@ -324,6 +331,28 @@ class Decoder(nn.Module):
         valid = cols < lengths[:, None]
         q_pos = torch.where(valid, cols, -1)
         ops = _Ops(self.batch_invariant)
+        x = self.model.embed_tokens(ids).to(self._dtype())
+        attend = self._teacher_forcing_attend(q_pos, lengths, ops, valid, record)
+        logits = self._logits(self._layers(x, q_pos, attend, ops, positions_below=length), ops)
+        if shifted:
+            back = (cols - start[:, None]).clamp(min=0)
+            logits = logits.gather(1, back[:, :, None].expand(b, length, logits.shape[-1]))
+        return torch.where(mask[:, :, None], logits, 0).to(logits.dtype)
+
+    def layers(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The decoder layers alone on hidden states [B, T, H] of whole rows (no padding), as `forward` runs
+        them (k/v rounded through `kv_scales` when set), before the final norm: for callers that own the
+        embedding and the head, e.g. `bench block`."""
+        b, t, _ = hidden.shape
+        q_pos = torch.arange(t, device=hidden.device).repeat(b, 1)
+        lengths = torch.full((b,), t, device=hidden.device)
+        ops = _Ops(self.batch_invariant)
+        attend = self._teacher_forcing_attend(q_pos, lengths, ops)
+        return self._layers(hidden.to(self._dtype()), q_pos, attend, ops, positions_below=t)
+
+    def _teacher_forcing_attend(self, q_pos, lengths, ops: _Ops, valid=None, record=None) -> Attend:
+        """Attention of a full-sequence forward: k/v rounded as the rollout cache stores them when the policy
+        unifies the phases; with `record`, each layer's (k amax, v amax) over `valid` tokens is appended."""
         scales = self.kv_scales
 
         def attend(i: int, q, k, v):
@@ -333,17 +362,12 @@ class Decoder(nn.Module):
                 k, v = _RoundKV.apply(k, scales.k[i]), _RoundKV.apply(v, scales.v[i])
             return ops.attention(q, k, v, q_pos, lengths, self.scaling, None, None)
 
-        logits = self._logits(self._hidden(ids, q_pos, attend, ops, positions_below=length), ops)
-        if shifted:
-            back = (cols - start[:, None]).clamp(min=0)
-            logits = logits.gather(1, back[:, :, None].expand(b, length, logits.shape[-1]))
-        return torch.where(mask[:, :, None], logits, 0).to(logits.dtype)
+        return attend
 
-    def _hidden(self, input_ids, positions, attend: Attend, ops: _Ops, *, positions_below: int) -> torch.Tensor:
-        """Embeddings through every layer: [B, T, H] before the final norm. Every position is below
+    def _layers(self, x, positions, attend: Attend, ops: _Ops, *, positions_below: int) -> torch.Tensor:
+        """Hidden states [B, T, H] through every layer, before the final norm. Every position is below
         `positions_below` (a Python int: sizing the RoPE table needs no host sync)."""
         c = self.config
-        x = self.model.embed_tokens(input_ids).to(self._dtype())
         cos, sin = self._cos_sin(positions.clamp(min=0), x.dtype, positions_below)
         b, t, _ = x.shape
         for i, layer in enumerate(self.model.layers):
@@ -462,17 +486,7 @@ class _Ops:
             return invariant.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale)
         if k_scale is not None:
             k, v = dequantize_kv(k, k_scale, q.dtype), dequantize_kv(v, v_scale, q.dtype)
-        b, hq, t, d = q.shape
-        hkv, s = k.shape[1], k.shape[2]
-        group = hq // hkv
-        slot = torch.arange(s, device=q.device)
-        visible = (slot <= q_pos[:, :, None]) & (slot < kv_len[:, None, None])
-        visible = visible | ((q_pos[:, :, None] < 0) & (slot == 0))  # padding queries: any finite output
-        # GQA as G * T queries per kv head (rows g * T + t), k and v read once: SDPA's enable_gqa with a mask
-        # falls back to the math kernel on CUDA, which repeats the cache G times.
-        mask = visible[:, None, None].expand(b, 1, group, t, s).reshape(b, 1, group * t, s)
-        out = F.scaled_dot_product_attention(q.reshape(b, hkv, group * t, d), k, v, attn_mask=mask, scale=scale)
-        return out.reshape(b, hq, t, d)
+        return masked_sdpa(q, k, v, visible_slots(q_pos, kv_len, k.shape[2]), scale=scale)
 
 
 class _RoundKV(torch.autograd.Function):

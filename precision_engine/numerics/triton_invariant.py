@@ -37,12 +37,12 @@ import os
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
 from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.triton_gemm import _sm_count, _tile_counters
+from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
 from precision_engine.numerics.triton_quant import _round_to_fp8_grid
 
 LOG2E = 1.4426950408889634
@@ -761,12 +761,6 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
     return out
 
 
-def _seen(q_pos, kv_len, s):
-    """[B, 1, Tq, S] bool: query i of sequence b sees slot j iff j <= q_pos[b, i] and j < kv_len[b]."""
-    slots = torch.arange(s, device=q_pos.device)
-    return ((slots <= q_pos[:, :, None]) & (slots < kv_len[:, None, None]))[:, None]
-
-
 def _cached_slots(k, v, kv_len, g):
     """k, v with slots >= kv_len zeroed (a preallocated cache may hold NaN there) and kv heads repeated g times."""
     filled = (torch.arange(k.shape[2], device=k.device) < kv_len[:, None])[:, None, :, None]
@@ -782,7 +776,7 @@ def attention_twin(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scal
     b, hq, tq, d = q.shape
     s = k.shape[2]
     kf, vf = (t.float() for t in _cached_slots(k, v, kv_len, hq // k.shape[1]))
-    seen = _seen(q_pos, kv_len, s)
+    seen = visible_slots(q_pos, kv_len, s)[:, None]
     qf = q.float()
     m_i = torch.full((b, hq, tq, 1), float("-inf"), device=q.device)
     l_i = torch.zeros(b, hq, tq, 1, device=q.device)
@@ -812,7 +806,7 @@ def attention_reference(q, k, v, q_pos, kv_len, *, scale: float) -> torch.Tensor
     acc_dtype = torch.promote_types(q.dtype, torch.float32)
     kf, vf = (t.to(acc_dtype) for t in _cached_slots(k, v, kv_len, q.shape[1] // k.shape[1]))
     sc = (q.to(acc_dtype) @ kf.transpose(-1, -2)) * scale
-    sc = sc.masked_fill(~_seen(q_pos, kv_len, k.shape[2]), float("-inf"))
+    sc = sc.masked_fill(~visible_slots(q_pos, kv_len, k.shape[2])[:, None], float("-inf"))
     m = sc.detach().amax(-1, keepdim=True)
     p = torch.exp(sc - torch.where(torch.isfinite(m), m, 0.0))
     l = p.sum(-1, keepdim=True)
@@ -834,21 +828,14 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         q, k, v, q_pos, kv_len = ctx.saved_tensors
-        b, hq, t, d = q.shape
-        hkv, s = k.shape[1], k.shape[2]
-        group = hq // hkv
-        seen = _seen(q_pos, kv_len, s)[:, 0]  # [B, T, S]
-        blind = ~seen.any(-1)  # queries that see nothing: output 0 and no gradient, as the reference's
-        seen = seen | (blind[:, :, None] & (torch.arange(s, device=q.device) == 0))  # any finite row for SDPA
-        mask = seen[:, None, None].expand(b, 1, group, t, s).reshape(b, 1, group * t, s)
-        grad = grad.masked_fill(blind[:, None, :, None], 0)
+        visible = visible_slots(q_pos, kv_len, k.shape[2])
+        grad = grad.masked_fill(~visible.any(-1)[:, None, :, None], 0)  # blind queries: output 0, no gradient
+        filled = (torch.arange(k.shape[2], device=k.device) < kv_len[:, None])[:, None, :, None]
         with torch.enable_grad():
             qh, kh, vh = (x.detach().requires_grad_() for x in (q, k, v))
-            kf, vf = (torch.where((torch.arange(s, device=x.device) < kv_len[:, None])[:, None, :, None], x, 0)
-                      for x in (kh, vh))  # slots past kv_len may hold anything (a preallocated cache)
-            out = F.scaled_dot_product_attention(qh.reshape(b, hkv, group * t, d), kf, vf, attn_mask=mask,
-                                                 scale=ctx.scale)
-            gq, gk, gv = torch.autograd.grad(out, (qh, kh, vh), grad.reshape(b, hkv, group * t, d).to(out.dtype))
+            # slots past kv_len may hold anything (a preallocated cache): zeros, as the forward reads them
+            out = masked_sdpa(qh, torch.where(filled, kh, 0), torch.where(filled, vh, 0), visible, scale=ctx.scale)
+            gq, gk, gv = torch.autograd.grad(out, (qh, kh, vh), grad.to(out.dtype))
         return gq, gk, gv, None, None, None
 
 

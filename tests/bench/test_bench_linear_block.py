@@ -11,7 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from precision_engine.bench import torchao_ref
-from precision_engine.bench.block import bench_block, format_table, layer_forward
+from precision_engine.bench.block import bench_block, format_table
 from precision_engine.bench.linear import bench_linear
 from precision_engine.bench.linear import format_table as linear_table
 from precision_engine.bench.rollout import random_decoder
@@ -28,7 +28,7 @@ runner = CliRunner()
 @pytest.mark.parametrize("invariant", [False, True])
 @pytest.mark.parametrize("fp8_kv", [False, True])
 def test_layer_forward_is_the_decoders_training_forward(invariant, fp8_kv):
-    """Embedding -> layer_forward -> final norm + lm_head gives Decoder.forward's logits bit for bit (fresh
+    """Embedding -> Decoder.layers (what bench block times) -> final norm + lm_head gives Decoder.forward's logits bit for bit (fresh
     random weights and ids, k/v rounded through FP8 or not), and leaves the model as it was."""
     model = random_decoder(resolve_config("tiny-llama"), device="cpu", seed=5, batch_invariant=invariant)
     c = model.config
@@ -38,7 +38,7 @@ def test_layer_forward_is_the_decoders_training_forward(invariant, fp8_kv):
     ids = torch.randint(0, c.vocab_size, (3, 17), generator=torch.Generator().manual_seed(1))
     embed = model.model.embed_tokens
     with torch.no_grad():
-        hidden = layer_forward(model, embed(ids))
+        hidden = model.layers(embed(ids))
         logits = model._logits(hidden, _Ops(invariant))
         assert torch.equal(logits, model(ids))
     assert model.model.embed_tokens is embed and model.compute_dtype is None

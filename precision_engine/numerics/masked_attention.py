@@ -1,0 +1,34 @@
+"""PyTorch's fused SDPA over position-indexed keys, with `invariant.attention`'s visibility.
+
+Two places want attention without batch invariance: the decoder's fast mode and the batch-invariant attention's
+backward (which need not be bitwise). Both take keys by position (slot j holds position j) and a mask, not
+`is_causal`, because ragged rows end at different kv_len.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def visible_slots(q_pos: torch.Tensor, kv_len: torch.Tensor, slots: int) -> torch.Tensor:
+    """[B, Tq, S] bool: query i of sequence b sees slot j iff j <= q_pos[b, i] and j < kv_len[b]."""
+    slot = torch.arange(slots, device=q_pos.device)
+    return (slot <= q_pos[:, :, None]) & (slot < kv_len[:, None, None])
+
+
+def masked_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, *,
+                scale: float) -> torch.Tensor:
+    """q [B, Hq, T, D], k/v [B, Hkv, S, D], visible [B, T, S] -> [B, Hq, T, D] in q.dtype, differentiable.
+
+    GQA as G * T queries per kv head (rows g * T + t), k and v read once: SDPA's enable_gqa with a mask falls back
+    to the math kernel on CUDA, which repeats the cache G times. A query that sees no slot reads slot 0 instead
+    (any finite output; a fully masked row would be NaN)."""
+    b, hq, t, d = q.shape
+    hkv, s = k.shape[1], k.shape[2]
+    group = hq // hkv
+    blind = ~visible.any(-1)
+    visible = visible | (blind[:, :, None] & (torch.arange(s, device=q.device) == 0))
+    mask = visible[:, None, None].expand(b, 1, group, t, s).reshape(b, 1, group * t, s)
+    out = F.scaled_dot_product_attention(q.reshape(b, hkv, group * t, d), k, v, attn_mask=mask, scale=scale)
+    return out.reshape(b, hq, t, d)

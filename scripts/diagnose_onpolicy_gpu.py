@@ -86,16 +86,9 @@ def token_major(outs: list[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]
     return table
 
 
-def run_train(model, ids, recorder, layers):
-    with torch.enable_grad():
-        recorder.on = True
-        model(ids)
-        recorder.on = False
-    return token_major(list(zip(labels(layers), recorder.take())))
-
-
-def run_full(model, ids, recorder, layers):
-    with torch.no_grad():
+def run_forward(model, ids, recorder, layers, *, grad: bool):
+    """`forward` with autograd on (the trainer's `token_logprobs`) or off, every op recorded."""
+    with torch.set_grad_enabled(grad):
         recorder.on = True
         model(ids)
         recorder.on = False
@@ -249,8 +242,8 @@ def main() -> None:
     ids = torch.randint(1, model.config.vocab_size, (args.rows, length), generator=torch.Generator().manual_seed(3)).to(args.device)
     recorder = Recorder()
     instrument(recorder)
-    train = run_train(model, ids, recorder, args.layers)
-    full = run_full(model, ids, recorder, args.layers)
+    train = run_forward(model, ids, recorder, args.layers, grad=True)
+    full = run_forward(model, ids, recorder, args.layers, grad=False)
     cached, cache = run_cached(model, ids, args.prompt, recorder, args.layers)
     firsts = {"full (no autograd)": compare("full (no autograd)", train, full, args.prompt),
               "cached (prefill + decode)": compare("cached (prefill + decode)", train, cached, args.prompt),

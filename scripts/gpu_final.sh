@@ -4,7 +4,7 @@
 # FP8 linear bench --quick beside torchao. Logs stay in /tmp/gpu_final; $OUT gets the JSON, the test logs and
 # summary.txt (the device returns a few files only).
 #
-#   run(command="bash scripts/gpu_final.sh", carry=[".whl"])
+#   run(command="bash scripts/gpu_final.sh", carry=[".whl"])    # SKIP="bench_rollout" to leave a step out
 #
 # Ran on 2026-12-01 in 358 s (limits below, except bench linear: 60 s then, which torchao's first compile and
 # autotune outran; 150 now). Since that run the decoder hands the fused RMSNorm / SwiGLU quantization to its FP8
@@ -27,9 +27,10 @@ export PYTHONPATH=/tmp/site:$PWD
 CLI="from precision_engine.cli.app import main; main()"
 { nvidia-smi -L; $PY -c "import torch, triton, transformers; print(torch.__version__, torch.version.cuda, triton.__version__, transformers.__version__)"; } > "$LOG/env.txt" 2>&1
 
-t() {  # NAME LIMIT CMD...: bounded, logged, exit status kept
+t() {  # NAME LIMIT CMD...: bounded, logged, exit status kept; SKIP="name ..." leaves steps out
   local name=$1 limit=$2
   shift 2
+  if [[ " ${SKIP:-} " == *" $name "* ]]; then echo skipped > "$LOG/$name.log"; echo - > "$LOG/$name.rc"; return; fi
   timeout -k 5 "$limit" "$@" > "$LOG/$name.log" 2>&1
   echo $? > "$LOG/$name.rc"
 }
@@ -43,11 +44,12 @@ t bench_rollout 180 $PY -m precision_engine.bench.rollout --model llama-3.1-8b -
   --runs 2 --hf-runs 1 --out "$OUT/bench_rollout.json"
 t bench_block 90 $PY -c "$CLI" bench block --reps 10 --out "$OUT/bench_block.json"
 PYTHONPATH=/tmp/ao:$PYTHONPATH t bench_linear 150 $PY -c "$CLI" bench linear --quick --out "$OUT/bench_linear.json"
+t bench_quant 60 $PY -m precision_engine.bench.quant --sweep --only requant,dy --reps 30 --json "$OUT/bench_quant.json"
 
 cp "$LOG/test_numerics.log" "$LOG/test_engine.log" "$LOG/test_gluon_compile.log" "$OUT/"
 {
   cat "$LOG/env.txt"
-  for name in test_numerics test_engine test_gluon_compile bench_rollout bench_block bench_linear; do
+  for name in test_numerics test_engine test_gluon_compile bench_rollout bench_block bench_linear bench_quant; do
     echo "== $name rc=$(cat "$LOG/$name.rc")"
     grep -v "^\[W\|^STAGE:\|Warning\|warn(" "$LOG/$name.log" | tail -n 28 | cut -c1-220
   done

@@ -120,11 +120,9 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                 tag = f"c{bc} x{chunks} v{vec} w{warps}"
                 cases.append((f"tokens^T {tag}", shape,
                               lambda x, c=config: T.quantize_tokens_transposed(x, tok, config=c), bf16(shape), nbytes))
-                for ieee in (False, True):
-                    cases.append((f"requant {tag} {'div.rn' if ieee else 'markstein'}", shape,
-                                  lambda q, c=config, i=ieee: T.requantize_tokens_transposed(q, tok, config=c,
-                                                                                            ieee_div=i),
-                                  saved(shape), requant_bytes))
+                cases.append((f"requant {tag}", shape,
+                              lambda q, c=config: T.requantize_tokens_transposed(q, tok, config=c),
+                              saved(shape), requant_bytes))
                 cases.append((f"requant pow2 {tag}", shape,
                               lambda q, c=config: T.requantize_tokens_transposed(q, tok_pow2, config=c),
                               saved(shape, act_pow2), requant_bytes))

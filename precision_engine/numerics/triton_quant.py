@@ -10,7 +10,7 @@ every step is chosen for its instruction count as much as for its exactness:
   exact for every normal fp32 a, checked on all 2**23 mantissas for 448 and 57344 (the quotient's bits depend
   on a's mantissa only), and branch-free, unlike ``div.rn`` with its range check and slow path.
 - Division, step 4: ``RN(x / scale)`` from one correctly rounded reciprocal per group and FMA corrections
-  (`_quotient`, Markstein's theorem), or ``div.rn`` per element where asked. Power-of-two scales multiply by
+  (`_quotient`, Markstein's theorem), or ``div.rn`` per element in the re-quantizer. Power-of-two scales multiply by
   the exact reciprocal instead (one instruction). Plain ``/`` on fp32 compiles to the approximate
   ``div.full.f32`` and is never used.
 - amax is a NaN-propagating float max of ``|x|`` (``max.NaN.f32``, one instruction with the absolute value
@@ -498,18 +498,13 @@ _INTERPRET_ROWS = {"BLOCK_M": 8, "GROUPS": 2}
 # loads VEC elements wide. Chosen by SASS instruction count per element (sm_90, triton 3.9, compiled offline):
 # 64 columns, 4 warps, 4-wide loads: 13 instructions per element for bf16 input, 15 for the FP8
 # re-quantization (10 with power-of-two scales), against 20 and 46 for the previous kernels, which ran at
-# 59-67% and 22-24% of copy on the H200. 2 warps on the same tile take 11 and 12 but 168 registers. Not yet
-# timed on a GPU: bench/quant.py --sweep times these and their neighbours.
+# 59-67% and 22-24% of copy on the H200. 2 warps on the same tile take 11 and 12 but 168 registers. Timed on
+# the H200 (2026-12-01, `bench.quant --sweep --only requant,dy`, 8192..16384 x 4096..14336): the re-quantizer
+# at 43-51% of copy with fp32 scales (div.rn; the best neighbour, 32 columns and 2 warps, 44-53%) and 67-79%
+# with power-of-two scales; no swept neighbour is faster on every shape.
 _TOKENS_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
 _REQUANT_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
 _INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}
-# The re-quantizer's division: div.rn per element (True, IEEE: the reference's own division, so the same bits by
-# construction) or Markstein (False). On the H200 (2026-12-01, tests/numerics/gpu/test_quant_gpu.py) the
-# Markstein form gave wrong bytes again for e4m3 with fp32 scales, as an earlier re-quantizer's did, even
-# compiled without FP contraction, while the tokens-transposed quantizer's Markstein division of bf16 inputs was
-# bitwise; the re-quantizer divides full fp32 dequantized values. So div.rn is the default; the div.rn path of
-# this kernel has not run on a GPU since (that test checks it first on the next GPU run).
-REQUANT_IEEE_DIV = True
 # Grad-output kernel: one [128, 128] tile per program, 8 warps, 8-wide loads (each thread then holds 2 rows
 # of each interleaved tile and 8 columns, the fewest row + column scales per element): 26 instructions per
 # element for both layouts, the sum of the two separate kernels' 12 + 13 (each layout divides every element by
@@ -641,15 +636,17 @@ def quantize_tokens_transposed(x: torch.Tensor, fmt: QuantFormat, *, exact_round
 
 
 def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, *, exact_round: bool | None = None,
-                                 config: dict | None = None, ieee_div: bool | None = None) -> Quantized:
+                                 config: dict | None = None) -> Quantized:
     """Saved 1xG FP8 activation -> tokens-transposed operand, dequantized in registers (one kernel).
 
-    `config` as for quantize_tokens_transposed; `ieee_div` overrides REQUANT_IEEE_DIV (benchmarks, tests)."""
+    It divides with ``div.rn`` per element, the reference's own division: the Markstein form that
+    quantize_tokens_transposed uses on bf16 inputs gave wrong bytes here on the H200 for e4m3 with fp32 scales
+    (twice, the second time compiled without FP contraction; 2026-12-01), while div.rn was bitwise.
+    `config` as for quantize_tokens_transposed."""
     if q_in.scale.stride(0) != 1:
         raise OperandError("requantize_tokens_transposed needs M-major input scales (strides (1, M))")
     config = config or (_INTERPRET_TOKENS if INTERPRET else _REQUANT_CONFIG)
-    ieee_div = REQUANT_IEEE_DIV if ieee_div is None else ieee_div
-    return _launch_tokens_t(_rowmajor(q_in.data), q_in.scale, q_in.fmt.group, fmt, config, exact_round, ieee_div)
+    return _launch_tokens_t(_rowmajor(q_in.data), q_in.scale, q_in.fmt.group, fmt, config, exact_round, True)
 
 
 def quantize_rows_and_tokens_transposed(x: torch.Tensor, rows_fmt: QuantFormat, tokens_fmt: QuantFormat, *,

@@ -53,6 +53,7 @@ class GemmConfig:
     flatten: bool = False  # ask Triton to flatten the segment loop nest into one pipelined loop
     swap_ab: bool = False
     fused_sum: bool = False  # split-K: the tile's last program adds the segments (no second launch)
+    persistent: int = 0  # > 0: at most this many programs per SM, each walking its share of the work units
 
 
 # Prefill/training tiles, from the H200 sweeps (scripts/gemm_tiles.py, 2026-11-30): 64x128, 4 warps, 4 stages,
@@ -197,6 +198,65 @@ def _fp8_block_gemm_kernel(
 
 
 @triton.jit
+def _fp8_persistent_kernel(
+    a_src, b_src, c_ptr, ws_ptr, sa_ptr, sb_ptr,
+    M, N, K, SEG_KB, UNITS,
+    stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
+    stride_sam, stride_sak, stride_sbn, stride_sbk,
+    SCALE_AM: tl.constexpr, SCALE_BN: tl.constexpr, EVEN_K: tl.constexpr, SPLIT: tl.constexpr,
+    TMA: tl.constexpr, FLATTEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """`_fp8_block_gemm_kernel`'s additions, from a fixed grid: program p walks work units p, p + P, ... (a unit
+    is a tile, or with SPLIT one segment of a tile), so every program does the same share and, flattened, its
+    loads run ahead across unit boundaries instead of each program filling and draining its own pipeline.
+    Segment ends are found in the K loop (total += acc there), which is the unsplit walk's sum."""
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_kb = tl.cdiv(K, BLOCK_K)
+    segments = tl.cdiv(num_kb, SEG_KB)
+    offs_k = tl.arange(0, BLOCK_K)
+    for unit in tl.range(tl.program_id(0), UNITS, tl.num_programs(0), flatten=FLATTEN):
+        if SPLIT:
+            tile = unit // segments
+            seg = unit % segments
+            kb_lo = seg * SEG_KB
+            kb_hi = tl.minimum(kb_lo + SEG_KB, num_kb)
+        else:
+            tile = unit
+            seg = 0
+            kb_lo = 0
+            kb_hi = num_kb
+        off_m = (tile // num_pid_n) * BLOCK_M
+        off_n = (tile % num_pid_n) * BLOCK_N
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        mask_m = offs_m < M
+        mask_n = offs_n < N
+        if TMA:
+            a_ops = a_src
+            b_ops = b_src
+        else:
+            a_ops = a_src + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+            b_ops = b_src + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+        sa_ptrs = sa_ptr + (offs_m // SCALE_AM) * stride_sam
+        sb_ptrs = sb_ptr + (offs_n // SCALE_BN) * stride_sbn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kb in range(kb_lo, kb_hi):
+            acc = _add_block(acc, a_ops, b_ops, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m, mask_n,
+                             stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
+            ends = ((kb + 1) % SEG_KB == 0) | (kb + 1 == num_kb)
+            total = tl.where(ends, total + acc, total)
+            acc = tl.where(ends, 0.0, acc)
+        c_offs = offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
+        mask_c = mask_m[:, None] & mask_n[None, :]
+        if SPLIT:  # total = 0 + this segment's sum; _sum_segments_kernel adds the segments in order
+            tl.store(ws_ptr + seg * M * N + c_offs, total, mask=mask_c)
+        else:
+            tl.store(c_ptr + c_offs, total.to(c_ptr.dtype.element_ty), mask=mask_c)
+
+
+@triton.jit
 def _sum_segments_kernel(ws_ptr, c_ptr, MN, SEGMENTS, BLOCK: tl.constexpr):
     """c = ((0 + ws[0]) + ws[1]) + ... rounded once to c's dtype; c is contiguous [M, N], ws [S, M, N]."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -210,6 +270,16 @@ def _sum_segments_kernel(ws_ptr, c_ptr, MN, SEGMENTS, BLOCK: tl.constexpr):
 @functools.cache
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+_INTERPRETER_SMS = 3  # the CPU interpreter's stand-in SM count: enough programs to walk several units each
+
+
+def _balanced_programs(units: int, per_sm: int, device: torch.device) -> int:
+    """The fewest programs (at most per_sm per SM) that give every program the same number of units, but for
+    the last few: a persistent launch then has no tail wave."""
+    slots = per_sm * (_sm_count(device.index or 0) if device.type == "cuda" else _INTERPRETER_SMS)
+    return triton.cdiv(units, triton.cdiv(units, slots))
 
 
 _TILE_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
@@ -295,16 +365,25 @@ def block_scaled_gemm(
     else:
         a_src, b_src = a_k, b_k
     ws = torch.empty((segments, m, n), dtype=torch.float32, device=a.device) if split else c
-    counters = _tile_counters(a.device, tiles) if fused else c
-    _fp8_block_gemm_kernel[(tiles, segments if split else 1)](
-        a_src, b_src, c_k, ws, counters, sa_k, sb_k,
-        mk, nk, k, seg,
-        a_k.stride(0), a_k.stride(1), b_k.stride(0), b_k.stride(1), c_k.stride(0), c_k.stride(1),
-        sa_k.stride(0), sa_k.stride(1), sb_k.stride(0), sb_k.stride(1),
-        SCALE_AM=rows_a, SCALE_BN=rows_b, EVEN_K=(k % BLOCK_K == 0), SPLIT=split, FUSED_SUM=fused, TMA=tma,
-        FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K, GROUP_M=cfg.group_m,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+    strides = (a_k.stride(0), a_k.stride(1), b_k.stride(0), b_k.stride(1), c_k.stride(0), c_k.stride(1),
+               sa_k.stride(0), sa_k.stride(1), sb_k.stride(0), sb_k.stride(1))
+    if cfg.persistent:
+        fused = False  # the separate in-order sum; a tile's segments may sit in one program
+        units = tiles * (segments if split else 1)
+        _fp8_persistent_kernel[(_balanced_programs(units, cfg.persistent, a.device),)](
+            a_src, b_src, c_k, ws, sa_k, sb_k, mk, nk, k, seg, units, *strides,
+            SCALE_AM=rows_a, SCALE_BN=rows_b, EVEN_K=(k % BLOCK_K == 0), SPLIT=split, TMA=tma,
+            FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+    else:
+        counters = _tile_counters(a.device, tiles) if fused else c
+        _fp8_block_gemm_kernel[(tiles, segments if split else 1)](
+            a_src, b_src, c_k, ws, counters, sa_k, sb_k, mk, nk, k, seg, *strides,
+            SCALE_AM=rows_a, SCALE_BN=rows_b, EVEN_K=(k % BLOCK_K == 0), SPLIT=split, FUSED_SUM=fused, TMA=tma,
+            FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K, GROUP_M=cfg.group_m,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
     if split and not fused:
         block = 1024
         _sum_segments_kernel[(triton.cdiv(m * n, block),)](ws, c, m * n, segments, BLOCK=block, num_warps=4)

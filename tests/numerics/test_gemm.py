@@ -124,7 +124,8 @@ def test_triton_rows_bitwise_batch_invariant():
 
 
 def test_triton_launch_choices_give_the_same_bytes():
-    """Tiles, TMA or plain loads, swapped operands, split-K with a separate or fused sum: one set of bits."""
+    """Tiles, TMA or plain loads, swapped operands, split-K with a separate or fused sum, persistent programs
+    walking several tiles or segments each: one set of bits."""
     from precision_engine.numerics.triton_gemm import GemmConfig, block_scaled_gemm
 
     xq, wq = _operands(5, 160, 640, seed=8)
@@ -133,7 +134,9 @@ def test_triton_launch_choices_give_the_same_bytes():
         block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, out_dtype=torch.float32,
                           config=replace(cfg, fused_sum=fused), seg_kb=2, split=split)
         for cfg in (GemmConfig(64, 32, 4, 2, 1), GemmConfig(64, 64, 4, 2, 1, tma=False),
-                    GemmConfig(128, 16, 4, 2, 1, swap_ab=True), GemmConfig(128, 64, 4, 2, flatten=True))
+                    GemmConfig(128, 16, 4, 2, 1, swap_ab=True), GemmConfig(128, 64, 4, 2, flatten=True),
+                    GemmConfig(64, 32, 4, 2, persistent=1), GemmConfig(64, 64, 4, 2, tma=False, persistent=2),
+                    GemmConfig(128, 16, 4, 2, swap_ab=True, flatten=True, persistent=1))
         for split, fused in ((False, False), (True, False), (True, True))
     ]
     assert _rel(outs[0], ref) < 1e-5

@@ -67,8 +67,8 @@ def test_triton_rows_bitwise_batch_invariant(n, k):
 
 @pytest.mark.parametrize("m", [1, 64, 300])
 def test_triton_launch_choices_give_the_same_bytes(m):
-    """Tiles, TMA or plain loads, swapped operands, split-K with a separate or fused sum: one set of bits,
-    and the fused sum (an atomic arrival counter) is deterministic over repeated launches."""
+    """Tiles, TMA or plain loads, swapped operands, split-K with a separate or fused sum, persistent programs:
+    one set of bits, and the fused sum (an atomic arrival counter) is deterministic over repeated launches."""
     from precision_engine.numerics.triton_gemm import PREFILL, GemmConfig, block_scaled_gemm
 
     xq, wq = _operands(m, 4096, 4096, seed=m)
@@ -82,7 +82,9 @@ def test_triton_launch_choices_give_the_same_bytes(m):
     cfgs = [GemmConfig(64, 64, 4, 4, 1, tma=False), GemmConfig(64, 128, 4, 3, 1),
             GemmConfig(128, 16, 4, 4, 1, swap_ab=True), GemmConfig(64, 16, 4, 6, 1, swap_ab=True),
             GemmConfig(128, 64, 4, 6, 1, swap_ab=True), GemmConfig(128, 128, 8, 3),
-            GemmConfig(128, 128, 8, 3, flatten=True)]
+            GemmConfig(128, 128, 8, 3, flatten=True), GemmConfig(64, 64, 4, 4, flatten=True, persistent=2),
+            GemmConfig(64, 128, 4, 4, persistent=1), GemmConfig(64, 32, 4, 6, tma=False, persistent=3),
+            GemmConfig(128, 16, 4, 4, swap_ab=True, flatten=True, persistent=2)]
     for cfg in cfgs:
         for split, fused in ((False, False), (True, False), (True, True)):
             for _ in range(3 if fused else 1):

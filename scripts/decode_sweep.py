@@ -1,0 +1,103 @@
+"""Decode-size sweep of the FP8 block GEMM's persistent launch on the GPU. Not part of the package: it chooses
+`triton_gemm.config_for` at M <= 64.
+
+`decode_sweep.py OUT.json [--budget S]`: for the GEMMs one 8B decode step runs (fused q/k/v, o, fused
+gate/up, down) at M = 1, 16, 64, CUDA-graph timed over input sets larger than the L2: BF16 `F.linear`, the
+shipped decode launch, and persistent launches over tiles, stages, programs per SM and split or whole tiles.
+Every variant's bytes are checked against the shipped launch's. Rows are printed and the JSON rewritten as
+they finish, and no new variant starts after --budget seconds, so a cut-short call keeps what it measured.
+"""
+
+import argparse
+import itertools
+import json
+import os
+import time
+from dataclasses import asdict
+
+import torch
+import torch.nn.functional as F
+
+from precision_engine.bench.gemm import environment, time_graphed
+from precision_engine.bench.timing import rotation
+from precision_engine.numerics.formats import PRESET_FORMATS
+from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
+from precision_engine.numerics.triton_gemm import GemmConfig, block_scaled_gemm, config_for
+
+ACT, WEIGHT = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
+SHAPES = [(28672, 4096), (6144, 4096), (4096, 14336), (4096, 4096)]  # what the decoder's decode step runs
+MS = (64, 16, 1)
+
+
+def variants(m: int):
+    """(name, config, split) of the persistent launches tried at this M."""
+    if m <= 16:  # swapped: weight rows on wgmma's 64/128 side, tokens in a 16-wide tile
+        grid = itertools.product((64, 128), (4, 6), (1, 2), (True, False))
+        for bm, stages, per_sm, split in grid:
+            yield (f"swap{bm}s{stages}p{per_sm}{'split' if split else 'whole'}",
+                   GemmConfig(bm, 16, 4, stages, 1, swap_ab=True, flatten=True, persistent=per_sm), split)
+        return
+    grid = [(64, s, p) for s in (3, 4, 6) for p in (1, 2)] + [(128, s, p) for s in (3, 4) for p in (1, 2)] \
+        + [(32, 6, p) for p in (2, 3)]
+    for (bn, stages, per_sm), split in itertools.product(grid, (True, False)):
+        yield (f"64x{bn}s{stages}p{per_sm}{'split' if split else 'whole'}",
+               GemmConfig(64, bn, 4, stages, 1, flatten=True, persistent=per_sm), split)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--budget", type=float, default=200.0, help="seconds after which no variant starts")
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args()
+    start = time.monotonic()
+    result = {"env": environment(), "rows": []}
+
+    def save():
+        with open(args.out + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(args.out + ".tmp", args.out)
+
+    for m, (n, k) in itertools.product(MS, SHAPES):
+        def make():
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+            return x, w, quantize_rows_1xG(x, ACT), quantize_blocks(w, WEIGHT)
+
+        sets = rotation(make, n * k * 3)
+
+        def gemm(cfg, split):
+            return lambda x, w, xq, wq: block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128,
+                                                          config=cfg, split=split)
+
+        row = {"n": n, "k": k, "m": m, "shipped": asdict(config_for(m, n, k))}
+        row["bf16_ms"] = time_graphed(lambda x, w, xq, wq: F.linear(x, w), sets, warmup=3, reps=args.reps)
+        row["shipped_ms"] = time_graphed(gemm(None, None), sets, warmup=3, reps=args.reps)
+        ref = gemm(None, None)(*sets[0])
+        row["variants"] = {}
+        for name, cfg, split in variants(m):
+            if time.monotonic() - start > args.budget:
+                row["cut_short"] = True
+                break
+            try:
+                same = torch.equal(gemm(cfg, split)(*sets[0]).view(torch.uint16), ref.view(torch.uint16))
+                ms = time_graphed(gemm(cfg, split), sets, warmup=3, reps=args.reps)
+                row["variants"][name] = {"ms": ms, "bitwise": same}
+            except Exception as err:  # noqa: BLE001 (one config failing to compile must not lose the sweep)
+                row["variants"][name] = {"error": f"{type(err).__name__}: {str(err)[:160]}"}
+        timed_ = {k_: v for k_, v in row["variants"].items() if "ms" in v}
+        best = min(timed_, key=lambda name: timed_[name]["ms"]) if timed_ else None
+        row["best"] = best
+        result["rows"].append(row)
+        save()
+        print(f"{n:>6}x{k:<6} M={m:<3} bf16 {row['bf16_ms'] * 1e3:7.1f} us  shipped {row['shipped_ms'] * 1e3:7.1f} us"
+              f" ({row['bf16_ms'] / row['shipped_ms']:.2f}x)  best {best}: "
+              + (f"{timed_[best]['ms'] * 1e3:7.1f} us ({row['bf16_ms'] / timed_[best]['ms']:.2f}x)"
+                 f" bitwise={timed_[best]['bitwise']}" if best else "-")
+              + f"  bad bits: {sum(not v['bitwise'] for v in timed_.values())}"
+              + f"  errors: {sum('error' in v for v in row['variants'].values())}", flush=True)
+        del sets
+
+
+if __name__ == "__main__":
+    main()

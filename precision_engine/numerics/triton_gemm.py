@@ -62,6 +62,7 @@ class GemmConfig:
 # loop nest (tl.range flatten) gained at most 0.05x.
 PREFILL = GemmConfig(block_m=64, block_n=128, num_warps=4, num_stages=4)
 _SWAP_M_MAX = 16  # decode with at most this many tokens swaps the operands and fuses the segment sum
+_WHOLE_TILES_MIN = 128  # 128-row weight tiles from which decode walks whole tiles (about one per SM of an H200)
 # Split-K: the segment count is the smallest power of two giving at least _SPLIT_PROGRAMS programs of
 # 64-wide weight tiles and segments of at most _MAX_SEGMENT_KB K blocks, keeping at least _MIN_SEGMENT_KB
 # blocks per segment. A fixed function of (N, K), chosen from the decode sweep (M = 1, 16, 64) on the H200.
@@ -89,9 +90,18 @@ def config_for(m: int, n: int, k: int) -> GemmConfig:
     - M <= 64: 64-row token tiles, the segments summed by a second kernel (the fused sum and swapped operands
       were 0-25% slower at M = 64).
     - Weight tiles: 128 rows with 3-4 stages when that still gives >= ~200 programs, else 64 rows, deeper.
+    - Weights of >= 128 such tiles (fused gate/up, 28672 rows): no split; persistent programs, two per SM, each
+      walking whole-K tiles (scripts/decode_sweep.py, 2026-12-01: 1.57x BF16 at M = 64 where the split launch
+      gave 1.23x; 1.61x / 1.74x at M = 16 / 1 against 1.39x / 1.49x). On the narrower weights (4096..6144
+      rows) the persistent launch was no faster than these.
     """
     if m > SMALL_M_MAX:
         return PREFILL
+    if triton.cdiv(n, 128) >= _WHOLE_TILES_MIN:  # whole-K 128-row weight tiles, two persistent programs per SM
+        if m <= _SWAP_M_MAX:
+            return GemmConfig(block_m=128, block_n=16, num_warps=4, num_stages=4, group_m=1, swap_ab=True,
+                              flatten=True, persistent=2)
+        return GemmConfig(block_m=64, block_n=128, num_warps=4, num_stages=3, group_m=1, flatten=True, persistent=2)
     segments = triton.cdiv(triton.cdiv(k, BLOCK_K), segment_kb(n, k))
     wide = triton.cdiv(n, 128) * segments >= 200
     if m <= _SWAP_M_MAX:
@@ -329,9 +339,10 @@ def block_scaled_gemm(
     `b_scale_rows` is how many rows of b share one scale row: 128 (128x128 blocks) or 1 (1x128 groups).
     `config` defaults to `config_for(M, N, K)`, `seg_kb` to `segment_kb(N, K)` (changing it changes the bits);
     `split` (one program per segment, then an in-order sum of the segments) defaults to on when the tiles
-    alone would leave SMs idle. Neither config nor split changes a bit of the result. Above decode sizes on
-    Hopper with Triton 3.6, with neither given and block-scaled b, `gluon_gemm` runs instead: the same additions, so the
-    same bits (GPU-tested), 1.2-1.4x the speed of this kernel's tiles there.
+    alone would leave SMs idle, and off for a persistent config. Neither config nor split changes a bit of the
+    result. Above decode sizes on Hopper with Triton 3.6, with neither given and block-scaled b, `gluon_gemm`
+    runs instead: the same additions, so the same bits (GPU-tested), 1.2-1.4x the speed of this kernel's tiles
+    there.
     """
     m, k = a.shape
     n = b.shape[0]
@@ -352,8 +363,9 @@ def block_scaled_gemm(
         a_k, sa_k, rows_a, b_k, sb_k, rows_b, c_k = b, b_scale, b_scale_rows, a, a_scale, 1, c.t()
     mk, nk = a_k.shape[0], b_k.shape[0]
     tiles = triton.cdiv(mk, cfg.block_m) * triton.cdiv(nk, cfg.block_n)
-    if split is None:
-        split = segments > 1 and (m <= SMALL_M_MAX or (a.is_cuda and tiles < _sm_count(a.device.index or 0)))
+    if split is None:  # persistent programs balance whole tiles themselves
+        split = not cfg.persistent and segments > 1 and (
+            m <= SMALL_M_MAX or (a.is_cuda and tiles < _sm_count(a.device.index or 0)))
     split = split and segments > 1
     fused = split and cfg.fused_sum
     tma = cfg.tma and _tma_ok(a) and _tma_ok(b)

@@ -123,6 +123,22 @@ def test_triton_rows_bitwise_batch_invariant():
         assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), m
 
 
+def test_wide_weight_decode_walks_whole_tiles_with_the_prefill_bytes(monkeypatch):
+    """A weight of >= _WHOLE_TILES_MIN row tiles (fused gate/up) decodes in persistent programs over whole-K
+    tiles, no split: its rows are the bytes of the prefill walk. The interpreter meets the rule at 2 tiles."""
+    from precision_engine.numerics import triton_gemm
+
+    assert triton_gemm.config_for(64, 28672, 4096).persistent and not triton_gemm.config_for(64, 6144, 4096).persistent
+    monkeypatch.setattr(triton_gemm, "_WHOLE_TILES_MIN", 2)
+    n, k = 256, 640
+    assert triton_gemm.config_for(64, n, k).persistent and triton_gemm.config_for(1, n, k).swap_ab
+    xq, wq = _operands(70, n, k, seed=9)
+    full = fp8_gemm(xq, wq, kernel=Kernel.TRITON)
+    for m in (1, 20):
+        part = fp8_gemm(Quantized(xq.data[:m], xq.scale[:m], xq.fmt), wq, kernel=Kernel.TRITON)
+        assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), m
+
+
 def test_triton_launch_choices_give_the_same_bytes():
     """Tiles, TMA or plain loads, swapped operands, split-K with a separate or fused sum, persistent programs
     walking several tiles or segments each: one set of bits."""

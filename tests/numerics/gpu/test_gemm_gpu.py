@@ -50,7 +50,8 @@ def test_wgrad_pair_matches_reference(kernel):
     assert _rel(out, dy.double().t() @ x.double()) < 0.1  # FP8 quantization error itself, both operands
 
 
-SHAPES_8B = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (12288, 4096), (4096, 12288), (6144, 4096)]
+SHAPES_8B = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (12288, 4096), (4096, 12288), (6144, 4096),
+             (28672, 4096)]  # the last: fused gate/up, whose decode walks whole tiles in persistent programs
 
 
 @pytest.mark.parametrize("n,k", SHAPES_8B)  # every split (segment_kb) and decode tile choice of the 8B models

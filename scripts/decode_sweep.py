@@ -6,6 +6,7 @@ gate/up, down) at M = 1, 16, 64, CUDA-graph timed over input sets larger than th
 shipped decode launch, and persistent launches over tiles, stages, programs per SM and split or whole tiles.
 Every variant's bytes are checked against the shipped launch's. Rows are printed and the JSON rewritten as
 they finish, and no new variant starts after --budget seconds, so a cut-short call keeps what it measured.
+`decode_sweep.py OUT.json --bf16-invariant`: the same for the batch-invariant BF16 linear.
 """
 
 import argparse
@@ -49,7 +50,10 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--budget", type=float, default=200.0, help="seconds after which no variant starts")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--bf16-invariant", action="store_true", help="sweep the batch-invariant BF16 linear")
     args = parser.parse_args()
+    if args.bf16_invariant:
+        return bf16_invariant(args.out, args.reps)
     start = time.monotonic()
     result = {"env": environment(), "rows": []}
 
@@ -96,6 +100,46 @@ def main() -> None:
                  f" bitwise={timed_[best]['bitwise']}" if best else "-")
               + f"  bad bits: {sum(not v['bitwise'] for v in timed_.values())}"
               + f"  errors: {sum('error' in v for v in row['variants'].values())}", flush=True)
+        del sets
+
+
+def bf16_invariant(out: str, reps: int) -> None:
+    """The batch-invariant BF16 linear (`triton_invariant.linear_forward`) at M = 64 and 16: split-K (shipped),
+    whole tiles one program each, and persistent whole tiles, over stages; bytes checked against the shipped."""
+    from dataclasses import replace
+
+    from precision_engine.numerics import triton_invariant as TI
+
+    result = {"env": environment(), "rows": []}
+    for m, (n, k) in itertools.product((64, 16), SHAPES + [(128256, 4096)]):
+        def make():
+            return (torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
+                    torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02)
+
+        sets = rotation(make, n * k * 2)
+        row = {"n": n, "k": k, "m": m, "bf16_ms": time_graphed(F.linear, sets, warmup=3, reps=reps),
+               "shipped_ms": time_graphed(TI.linear_forward, sets, warmup=3, reps=reps), "variants": {}}
+        ref = TI.linear_forward(*sets[0])
+        for stages, (name, split, persistent) in itertools.product(
+                (3, 4, 6), (("split", True, False), ("whole", False, False), ("persistent", False, True))):
+            cfg = replace(TI.LINEAR, num_stages=stages, persistent=persistent)
+            fn = lambda x, w, cfg=cfg, split=split: TI.linear_forward(x, w, split=split, config=cfg)  # noqa: E731
+            try:
+                same = torch.equal(fn(*sets[0]).view(torch.uint16), ref.view(torch.uint16))
+                row["variants"][f"{name}s{stages}"] = {"ms": time_graphed(fn, sets, warmup=3, reps=reps),
+                                                       "bitwise": same}
+            except Exception as err:  # noqa: BLE001
+                row["variants"][f"{name}s{stages}"] = {"error": f"{type(err).__name__}: {str(err)[:160]}"}
+        result["rows"].append(row)
+        with open(out + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(out + ".tmp", out)
+        timed_ = {k_: v for k_, v in row["variants"].items() if "ms" in v}
+        best = min(timed_, key=lambda name: timed_[name]["ms"])
+        print(f"bf16-inv {n:>6}x{k:<6} M={m:<3} cublas {row['bf16_ms'] * 1e3:7.1f} us  shipped "
+              f"{row['shipped_ms'] * 1e3:7.1f} us ({row['bf16_ms'] / row['shipped_ms']:.2f}x)  best {best} "
+              f"{timed_[best]['ms'] * 1e3:7.1f} us ({row['bf16_ms'] / timed_[best]['ms']:.2f}x)  "
+              f"bad bits: {sum(not v['bitwise'] for v in timed_.values())}", flush=True)
         del sets
 
 

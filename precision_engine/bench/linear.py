@@ -11,11 +11,17 @@ W on every call, forward included), at training sizes only, where it runs; other
 Decode sizes (M <= 64) are forward only, on the Triton small-M kernel, timed as CUDA-graph replays as a rollout
 engine runs decode. Every variant of a row gets the same inputs; one that fails leaves its reason in
 `<variant>_note` and the others run.
+
+Ours run at every shape before torchao's: a fresh machine spends minutes in torchao's first calls (Triton
+autotuning, `torchao_ref`), so a run cut short keeps every number of ours. Each variant's first call per row is
+timed apart, as `<variant>_warmup_s` (wall seconds: compilation and autotuning happen there); the quantizers that
+both torchao variants share are tuned by the first one to run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -23,8 +29,20 @@ from torch import nn
 from precision_engine.bench import torchao_ref
 from precision_engine.bench.gemm import DECODE_M, QUICK_SHAPES, SHAPES_8B, TRAIN_M, notes, timed
 from precision_engine.bench.timing import rotation
+from precision_engine.errors import UsageError
 
-KINDS = ("fp8_cublas", "fp8_bi", *torchao_ref.VARIANTS)  # the table's columns after bf16
+OURS = ("bf16", "fp8_cublas", "fp8_bi")  # bf16 is the baseline of every ratio: it always runs
+VARIANTS = (*OURS, *torchao_ref.VARIANTS)  # in run order, torchao's last
+KINDS = VARIANTS[1:]  # the table's columns after bf16
+DECODE_VARIANTS = ("bf16", "fp8_bi")  # decode rows time the rollout path only
+
+
+def choose_variants(names: Sequence[str]) -> tuple[str, ...]:
+    """`names` in run order, bf16 added; an unknown name is a UsageError listing the valid ones."""
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown:
+        raise UsageError(f"unknown variant {', '.join(map(repr, unknown))}: choose from {', '.join(VARIANTS)}")
+    return tuple(v for v in VARIANTS if v == "bf16" or v in names)
 
 
 def _specs():
@@ -47,78 +65,127 @@ def _train_step(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> None:
     layer(x).backward(dy)
 
 
-def _forward(layer: nn.Module, x: torch.Tensor) -> None:
+def _forward(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor | None) -> None:
     with torch.no_grad():
         layer(x)
 
 
-def bench_linear(*, quick: bool = False, reps: int = 30, warmup: int = 5,
-                 shapes: Sequence[tuple[int, int]] | None = None, ms: Sequence[int] | None = None,
-                 device: str = "cuda") -> list[dict]:
-    """One row per (shape, M, pass): BF16 ms, each variant's ms and its speed-up (BF16 ms / variant ms).
+PASSES = {"fwd": _forward, "fwd+bwd": _train_step}
 
-    `shapes` (N, K) and `ms` (token counts; decode sizes are those <= 64) override the 8B lists (or --quick's);
-    `device` cpu runs the same loop at toy sizes (tests), decode rows eagerly there."""
+
+def _input_sets(n: int, k: int, m: int, names: Sequence[str], *, seed: int, device: str) -> list[tuple]:
+    """Input sets (layers by variant over one BF16 Linear, x, dy) rotated past the L2; the same `seed` draws
+    the same sets, so variants timed in separate sweeps of the shapes still get the same inputs."""
     from precision_engine.numerics.linear import Fp8Linear
 
     specs = _specs()
-    torchao_note = torchao_ref.unavailable(device)
+    train = m > DECODE_M[-1]
+
+    def make():
+        lin = nn.Linear(k, n, bias=False, device=device, dtype=torch.bfloat16)
+        layers = {"bf16": lin}
+        for name in names:
+            if name in specs:
+                layers[name] = Fp8Linear.from_linear(lin, specs[name][0], numerics=specs[name][1])
+            elif name in torchao_ref.VARIANTS:
+                layers[name] = torchao_ref.blockwise_linear(lin, use_triton=torchao_ref.VARIANTS[name])
+        x = torch.randn(m, k, device=device, dtype=torch.bfloat16, requires_grad=train)
+        dy = torch.randn(m, n, device=device, dtype=torch.bfloat16) if train else None
+        return layers, x, dy
+
+    torch.manual_seed(seed)
+    return rotation(make, (n * k + 2 * m * (n + k)) * 2)
+
+
+def _measure(row: dict, name: str, sets: list[tuple], *, device: str, warmup: int, reps: int) -> None:
+    """Time variant `name` on `row`'s pass into the row: its first call's wall seconds, then its median ms and
+    speed-up, or, where it fails, its note (bf16 failing fails the bench: every ratio needs it)."""
+    step = PASSES[row["pass"]]
+    fn = lambda layers, x, dy: step(layers[name], x, dy)  # noqa: E731
+    cuda = torch.device(device).type == "cuda"
+    start = time.perf_counter()
+    try:
+        fn(*sets[0])
+        if cuda:
+            torch.cuda.synchronize()
+        row[f"{name}_warmup_s"] = time.perf_counter() - start
+        row[f"{name}_ms"] = timed(fn, sets, graphed=cuda and row["m"] <= DECODE_M[-1], warmup=warmup, reps=reps)
+    except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
+        if name == "bf16":
+            raise
+        row.setdefault(f"{name}_warmup_s", time.perf_counter() - start)  # a failing first call: what it cost
+        row[f"{name}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
+        return
+    if name != "bf16":
+        row[f"{name}_x"] = row["bf16_ms"] / row[f"{name}_ms"]
+
+
+def bench_linear(*, quick: bool = False, reps: int = 30, warmup: int = 5,
+                 shapes: Sequence[tuple[int, int]] | None = None, ms: Sequence[int] | None = None,
+                 variants: Sequence[str] = VARIANTS, device: str = "cuda",
+                 on_row: Callable[[dict, list[dict]], None] | None = None) -> list[dict]:
+    """One row per (shape, M, pass): BF16 ms, each variant's ms and its speed-up (BF16 ms / variant ms), and each
+    variant's first-call seconds.
+
+    `shapes` (N, K) and `ms` (token counts; decode sizes are those <= 64) override the 8B lists (or --quick's);
+    `variants` picks the columns that run (`choose_variants`); `on_row(row, rows)` sees a row each time it gains
+    numbers (a training row twice where torchao runs: after ours, then after torchao's), with every row so far;
+    `device` cpu runs the same loop at toy sizes (tests), decode rows eagerly there."""
+    chosen = choose_variants(variants)
+    ours = tuple(v for v in chosen if v not in torchao_ref.VARIANTS)
+    theirs = tuple(v for v in chosen if v in torchao_ref.VARIANTS)
+    torchao_note = torchao_ref.unavailable(device, trial=False) if theirs else None
+    if torchao_note is not None:
+        chosen, theirs = ours, ()
     shapes = shapes or (QUICK_SHAPES if quick else SHAPES_8B)
     ms = ms or ((TRAIN_M[:1] + DECODE_M[:1]) if quick else (TRAIN_M + DECODE_M))
-    rows = []
-    for n, k in shapes:
-        for m in ms:
+    cases = [(n, k, m) for n, k in shapes for m in ms]
+    rows: dict[tuple, dict] = {}  # (n, k, m, pass) -> row, in table order
+    for sweep in (ours, theirs):
+        for seed, (n, k, m) in enumerate(cases):
             train = m > DECODE_M[-1]
-
-            def make():
-                lin = nn.Linear(k, n, bias=False, device=device, dtype=torch.bfloat16)
-                layers = {"bf16": lin}
-                for name, (spec, numerics) in specs.items():
-                    layers[name] = Fp8Linear.from_linear(lin, spec, numerics=numerics)
-                if train and torchao_note is None:
-                    for name, use_triton in torchao_ref.VARIANTS.items():
-                        layers[name] = torchao_ref.blockwise_linear(lin, use_triton=use_triton)
-                x = torch.randn(m, k, device=device, dtype=torch.bfloat16, requires_grad=train)
-                dy = torch.randn(m, n, device=device, dtype=torch.bfloat16) if train else None
-                return layers, x, dy
-
-            sets = rotation(make, (n * k + 2 * m * (n + k)) * 2)
-            names = list(sets[0][0]) if train else ["bf16", "fp8_bi"]
-            passes = ("fwd", "fwd+bwd") if train else ("fwd",)
-            for pass_ in passes:
-                row = {"n": n, "k": k, "m": m, "pass": pass_}
+            names = [v for v in sweep if train or v in DECODE_VARIANTS]
+            if not names:
+                continue
+            sets = _input_sets(n, k, m, [v for v in chosen if train or v in DECODE_VARIANTS], seed=seed,
+                               device=device)
+            for pass_ in tuple(PASSES) if train else ("fwd",):
+                row = rows.setdefault((n, k, m, pass_), {"n": n, "k": k, "m": m, "pass": pass_})
                 for name in names:
-                    if pass_ == "fwd":
-                        fn = lambda layers, x, dy, name=name: _forward(layers[name], x)  # noqa: E731
-                    else:
-                        fn = lambda layers, x, dy, name=name: _train_step(layers[name], x, dy)  # noqa: E731
-                    try:
-                        row[f"{name}_ms"] = timed(fn, sets, graphed=not train and device == "cuda",
-                                                  warmup=warmup, reps=reps)
-                    except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
-                        if name == "bf16":
-                            raise
-                        row[f"{name}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
-                for name in names[1:]:
-                    if f"{name}_ms" in row:
-                        row[f"{name}_x"] = row["bf16_ms"] / row[f"{name}_ms"]
+                    _measure(row, name, sets, device=device, warmup=warmup, reps=reps)
                 if train and torchao_note is not None:
                     row["torchao_note"] = torchao_note
-                rows.append(row)
+                if on_row is not None:
+                    on_row(row, list(rows.values()))
             del sets
-    return rows
+    return list(rows.values())
+
+
+def format_header() -> str:
+    return f"{'N x K':>13} {'M':>6} {'pass':>8} {'bf16 ms':>9}" + "".join(f" {k + ' ms':>17} {'x':>6}" for k in KINDS)
+
+
+def format_row(r: dict) -> str:
+    """The table's line for row `r`: shape, M, pass, BF16 ms, then ms and speed-up per variant ("-": not run)."""
+    line = f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>8} {r['bf16_ms']:>9.4f}"
+    for kname in KINDS:
+        if f"{kname}_ms" in r:
+            line += f" {r[f'{kname}_ms']:>17.4f} {r[f'{kname}_x']:>6.2f}"
+        else:
+            line += f" {'-':>17} {'-':>6}"
+    return line
+
+
+def progress(r: dict) -> str:
+    """Row `r` as measured so far: its table line and each variant's first-call seconds."""
+    firsts = ", ".join(f"{v} {r[f'{v}_warmup_s']:.2f}" for v in VARIANTS if f"{v}_warmup_s" in r)
+    return f"{format_row(r)}  first call s: {firsts}"
 
 
 def format_table(rows: list[dict]) -> str:
-    """Shape, M, pass, BF16 ms, then ms and speed-up per variant ("-": not run), then the notes saying why."""
-    head = f"{'N x K':>13} {'M':>6} {'pass':>8} {'bf16 ms':>9}" + "".join(f" {k + ' ms':>17} {'x':>6}" for k in KINDS)
-    lines = [head]
-    for r in rows:
-        line = f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>8} {r['bf16_ms']:>9.4f}"
-        for kname in KINDS:
-            if f"{kname}_ms" in r:
-                line += f" {r[f'{kname}_ms']:>17.4f} {r[f'{kname}_x']:>6.2f}"
-            else:
-                line += f" {'-':>17} {'-':>6}"
-        lines.append(line)
-    return "\n".join(lines + notes(rows))
+    """The header and a line per row, each variant's first-call seconds summed over the rows (where compilation
+    and autotuning went), then the notes saying why a variant did not run."""
+    firsts = {v: sum(r[f"{v}_warmup_s"] for r in rows if f"{v}_warmup_s" in r) for v in VARIANTS
+              if any(f"{v}_warmup_s" in r for r in rows)}
+    total = "first calls s (all rows): " + ", ".join(f"{v} {s:.1f}" for v, s in firsts.items())
+    return "\n".join([format_header(), *map(format_row, rows), total, *notes(rows)])

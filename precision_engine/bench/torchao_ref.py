@@ -10,6 +10,20 @@ is the `torch._scaled_mm` call that `bench kernels` times for us already, so it 
 
 Its kernels are Triton and cuBLAS blockwise FP8 on SM90+ (`__init__` asserts it), so on a CPU or an older GPU
 `unavailable` says why and the benches print "-" with that note.
+
+Its first calls take minutes on a fresh machine, and not through torch.compile (torchao 0.18's blockwise path has
+none; the ops are `triton_op`s run eagerly): every one of its Triton kernels (kernels.py) is `@triton.autotune`d
+without a disk cache, each config compiled and then benchmarked (`do_bench`, ~125 ms) on the first call per key:
+  the activation quantizers act_quant_lhs, act_quant_rhs, act_quant_transposed_lhs: 45 configs each
+    (`quant_kernel_configs_with_groups`: NUM_GROUPS 2..128 x 3 warp counts x 3 stage counts), keyed by K;
+  the weight quantizers weight_quant_rhs, weight_quant_transposed_rhs: 4 configs each, keyed by W's shape;
+  the GEMMs (use_triton) gemm_1x128_128x128 (fprop, dgrad) and gemm_1x128_128x1 (wgrad): 6 configs each
+    (64/128/256 square tiles x 4/8 warps), keyed by (N, K) and by (M, N, K): wgrad's K is the token count.
+Those sizes are constexpr, so each new feature size or token count compiles every config again. Compiled offline
+for sm_90 on a 2-core CPU, a quantizer key cost 39 s (45 configs) and a GEMM key 34 s, 26 s of it the 256 x 256
+tile with 4 warps. A training step at a new (N, K) tunes up to 4 activation-quantizer keys (x's K twice, dy's N
+twice), 2 weight-quantizer keys and, with the Triton GEMMs, up to 3 GEMM keys: minutes per shape, which
+`bench linear` records as each torchao variant's `_warmup_s` (the quantizers under whichever variant runs first).
 """
 
 from __future__ import annotations
@@ -35,9 +49,12 @@ def version() -> str | None:
         return None
 
 
-def unavailable(device: str | torch.device = "cuda") -> str | None:
+def unavailable(device: str | torch.device = "cuda", *, trial: bool = True) -> str | None:
     """Why torchao's blockwise FP8 linear cannot run on `device` here, as a row's note; None when it can.
-    Without CUDA it answers before importing torchao (seconds of import for a row that cannot run)."""
+    Without CUDA it answers before importing torchao (seconds of import for a row that cannot run). `trial` runs
+    its GEMM and a forward and backward at 128 x 128, so that a torchao that imports but does not run with this
+    torch / triton fails here, not mid-bench; on a fresh machine that trial alone autotunes 149 Triton configs
+    at sizes no bench times (minutes), so a caller that turns each call's failure into a note passes False."""
     if importlib.util.find_spec("torchao") is None:
         return "torchao not importable (not installed)"
     if torch.device(device).type != "cuda" or not torch.cuda.is_available():
@@ -49,7 +66,9 @@ def unavailable(device: str | torch.device = "cuda") -> str | None:
     capability = torch.cuda.get_device_capability(torch.device(device))
     if capability < (9, 0):
         return f"torchao Float8BlockwiseLinear needs SM90+, this GPU is sm_{capability[0]}{capability[1]}"
-    try:  # at 128 x 128: a torchao that imports but does not run with this torch / triton fails here, not mid-bench
+    if not trial:
+        return None
+    try:
         x = torch.randn(128, 128, device=device, dtype=torch.bfloat16)
         gemm(*gemm_operands(x, x))
         blockwise_linear(nn.Linear(128, 128, bias=False, device=device, dtype=torch.bfloat16))(x).sum().backward()

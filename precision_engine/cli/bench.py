@@ -34,19 +34,39 @@ def register(app: typer.Typer) -> None:
         Examples:
           precision bench kernels --quick
         """
-        _bench("kernels", out, quick)
+        _bench_kernels(out, quick)
 
     @group.command()
-    def linear(out: OutOpt = None, quick: QuickOpt = False) -> None:
+    def linear(
+        out: OutOpt = None,
+        quick: QuickOpt = False,
+        variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated columns to run (default "
+                                                     "all: bf16,fp8_cublas,fp8_bi,torchao,torchao_triton); bf16, "
+                                                     "the baseline, always runs.")] = None,
+    ) -> None:
         """The FP8 linear layer (forward, forward+backward) against nn.Linear in BF16, same run, table + JSON.
 
         Beside ours, torchao's Float8BlockwiseLinear (cuBLAS and Triton GEMMs) at training sizes, where torchao
-        is importable and runs ("-" and a note otherwise).
+        is importable and runs ("-" and a note otherwise); its first calls autotune for minutes, so ours run at
+        every shape first. Each row is printed as it is measured and, with --out, written at once.
 
         Examples:
           precision bench linear --out bench_linear.json
+          precision bench linear --quick --variants fp8_bi,torchao --out bench_linear.json
         """
-        _bench("linear", out, quick)
+        from precision_engine.bench import linear as bench_linear
+
+        chosen = bench_linear.choose_variants(variants.split(",")) if variants else bench_linear.VARIANTS
+        require_gpu(out, "precision bench")
+        typer.echo(bench_linear.format_header())
+
+        def on_row(row: dict, rows: list[dict]) -> None:
+            typer.echo(bench_linear.progress(row))
+            if out is not None:
+                write_json(rows, out)
+
+        rows = bench_linear.bench_linear(quick=quick, variants=chosen, on_row=on_row)
+        _report(bench_linear.format_table(rows), rows, out)
 
     @group.command()
     def block(
@@ -123,30 +143,31 @@ def require_gpu(out: Path | None, verb: str) -> None:
         raise UnsupportedError(f"{verb} needs a CUDA GPU (none is visible); run it on the GPU machine")
 
 
-def _bench(what: str, out: Path | None, quick: bool) -> None:
-    """Benchmark FP8 against BF16 (median of CUDA-event timings, fresh random data, BF16 in the same run)."""
+def _bench_kernels(out: Path | None, quick: bool) -> None:
+    """The FP8 GEMMs against BF16 (median of CUDA-event timings, fresh random data, BF16 in the same run)."""
     require_gpu(out, "precision bench")
-    from precision_engine.bench import gemm, linear
+    from precision_engine.bench import gemm
 
-    if what == "kernels":
-        rows = gemm.bench_kernels(quick=quick)
-        kinds = [k for k in ("cublas", "triton", "deep_gemm") if any(f"{k}_ms" in r for r in rows)]
-        kinds.append("torchao_triton")  # always a column: "-" and a note where torchao does not run
-        table = gemm.format_table(rows, kinds)
-    else:
-        rows = linear.bench_linear(quick=quick)
-        table = linear.format_table(rows)
-    _report(table, rows, out)
+    rows = gemm.bench_kernels(quick=quick)
+    kinds = [k for k in ("cublas", "triton", "deep_gemm") if any(f"{k}_ms" in r for r in rows)]
+    kinds.append("torchao_triton")  # always a column: "-" and a note where torchao does not run
+    _report(gemm.format_table(rows, kinds), rows, out)
 
 
 def _report(table: str, rows: list[dict], out: Path | None) -> None:
     """Print the table; with --out, write the command, the environment and every row as JSON."""
-    from precision_engine.bench import gemm
-
     typer.echo(table)
     if out is not None:
-        result = {"command": " ".join(["precision", *sys.argv[1:]]), "env": gemm.environment(), "rows": rows}
-        partial = out.with_name(out.name + ".partial")
-        partial.write_text(json.dumps(result, indent=1))
-        partial.replace(out)  # atomic: a reader never sees half a file
+        write_json(rows, out)
         typer.echo(f"wrote {out}")
+
+
+def write_json(rows: list[dict], out: Path) -> None:
+    """The command, the environment and every row as JSON, replacing `out` atomically: a reader, or a run killed
+    mid-write, never leaves half a file."""
+    from precision_engine.bench import gemm
+
+    result = {"command": " ".join(["precision", *sys.argv[1:]]), "env": gemm.environment(), "rows": rows}
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(result, indent=1))
+    partial.replace(out)

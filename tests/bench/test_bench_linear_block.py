@@ -1,6 +1,8 @@
 """`bench block`, `bench linear` and the torchao adapter on the CPU: the layer the block bench times is the
 decoder's own training forward (bitwise), the row builders run at toy size (variants that cannot run here leave
-a note, the others run), the CLI runs `block --quick --device cpu` and refuses what it cannot do in one line."""
+a note, the others run), the linear bench times torchao after ours on the same inputs and reports each row as it
+is measured, the CLI runs `block --quick --device cpu`, writes `linear`'s JSON after every row and refuses what it
+cannot do in one line."""
 
 import importlib.util
 import json
@@ -12,10 +14,11 @@ from typer.testing import CliRunner
 
 from precision_engine.bench import torchao_ref
 from precision_engine.bench.block import bench_block, format_table
-from precision_engine.bench.linear import bench_linear
+from precision_engine.bench.linear import bench_linear, choose_variants
 from precision_engine.bench.linear import format_table as linear_table
 from precision_engine.bench.rollout import random_decoder
 from precision_engine.cli.app import app
+from precision_engine.errors import UsageError
 from precision_engine.models.decoder import _Ops
 from precision_engine.models.loader import resolve_config
 from precision_engine.numerics.kv_cache import KVScales
@@ -70,17 +73,64 @@ def test_block_rejects_an_unknown_mode():
 
 def test_linear_rows_at_toy_size():
     """256 x 128 at 128 tokens (training: fwd and fwd+bwd) and 1 (decode): BF16 and the batch-invariant linear
-    run; the cuBLAS variant (Hopper only) and torchao (CUDA only) leave their reason; the table shows '-'."""
+    run; the cuBLAS variant (Hopper only) and torchao (CUDA only) leave their reason; the table shows '-'. Every
+    variant that ran, or failed on its first call, has that call's seconds; the table sums them."""
     rows = bench_linear(shapes=((256, 128),), ms=(128, 1), reps=1, warmup=0, device="cpu")
     assert [(r["m"], r["pass"]) for r in rows] == [(128, "fwd"), (128, "fwd+bwd"), (1, "fwd")]
     for r in rows:
         assert r["bf16_ms"] > 0 and r["fp8_bi_x"] == r["bf16_ms"] / r["fp8_bi_ms"]
+        assert r["bf16_warmup_s"] > 0 and r["fp8_bi_warmup_s"] > 0
     train = rows[:2]
     assert all("fp8_cublas_ms" not in r and "CUDA" in r["fp8_cublas_note"] for r in train)
+    assert all(r["fp8_cublas_warmup_s"] > 0 for r in train)
     assert all(r["torchao_note"].startswith("torchao") and "torchao_ms" not in r for r in train)
-    assert "torchao_note" not in rows[2]  # decode rows time the rollout path only
+    assert "torchao_note" not in rows[2] and "fp8_cublas_warmup_s" not in rows[2]  # decode: the rollout path only
     table = linear_table(rows)
     assert "note (torchao): torchao" in table and " - " in table
+    assert "first calls s (all rows): bf16 " in table and "fp8_bi " in table
+
+
+def test_linear_variants_pick_the_columns_and_bf16_always_runs():
+    rows = bench_linear(shapes=((256, 128),), ms=(128,), reps=1, warmup=0, variants=("fp8_bi",), device="cpu")
+    assert [sorted(k for k in r if k.endswith(("_ms", "_note"))) for r in rows] == [["bf16_ms", "fp8_bi_ms"]] * 2
+    assert choose_variants(["torchao", "fp8_bi"]) == ("bf16", "fp8_bi", "torchao")
+    with pytest.raises(UsageError, match="unknown variant 'fp8': choose from bf16, fp8_cublas, fp8_bi, torchao"):
+        choose_variants(["fp8", "fp8_bi"])
+
+
+def test_linear_times_torchao_after_ours_at_every_shape_on_the_same_inputs(monkeypatch):
+    """With torchao runnable (faked by the BF16 Linear on the CPU): every row of ours is reported before any of
+    torchao's, whose training rows are reported again with its columns, on input sets drawn bit for bit as
+    they were for ours; the torchao check skips its trial run (minutes of autotuning on a fresh GPU)."""
+    import precision_engine.bench.linear as linear
+
+    trials, drawn, seen = [], [], []
+
+    def unavailable(device, *, trial=True):
+        trials.append(trial)
+
+    def rotation(make, bytes_per_set):
+        sets = real_rotation(make, bytes_per_set)
+        drawn.append([(layers["bf16"].weight.clone(), x.detach().clone()) for layers, x, dy in sets])
+        return sets
+
+    real_rotation = linear.rotation
+    monkeypatch.setattr(torchao_ref, "unavailable", unavailable)
+    monkeypatch.setattr(torchao_ref, "blockwise_linear", lambda lin, use_triton: lin)
+    monkeypatch.setattr(linear, "rotation", rotation)
+    rows = bench_linear(shapes=((256, 128), (128, 256)), ms=(128, 1), reps=1, warmup=0,
+                        variants=("fp8_bi", "torchao", "torchao_triton"), device="cpu",
+                        on_row=lambda row, so_far: seen.append((row["k"], row["m"], row["pass"], "torchao_ms" in row)))
+    assert trials == [False]
+    ours = [(k, m, p, False) for k in (128, 256) for m, p in ((128, "fwd"), (128, "fwd+bwd"), (1, "fwd"))]
+    assert seen == ours + [(k, 128, p, True) for k in (128, 256) for p in ("fwd", "fwd+bwd")]
+    assert [(r["k"], r["m"], r["pass"]) for r in rows] == [s[:3] for s in ours]
+    assert all(r["torchao_triton_x"] == r["bf16_ms"] / r["torchao_triton_ms"] for r in rows if r["m"] == 128)
+    assert all(r["torchao_warmup_s"] > 0 for r in rows if r["m"] == 128)
+    assert len(drawn) == 6  # ours: 2 shapes x (128, 1); torchao's: 2 shapes x 128
+    for ours_sets, theirs_sets in ((drawn[0], drawn[4]), (drawn[2], drawn[5])):
+        assert len(ours_sets) == len(theirs_sets) >= 2
+        assert all(torch.equal(a, b) for s, t in zip(ours_sets, theirs_sets) for a, b in zip(s, t))
 
 
 def test_kernels_table_shows_torchao_as_a_dash_with_its_note():
@@ -115,10 +165,41 @@ def test_cli_block_quick_runs_on_the_cpu(tmp_path):
     assert len(document["rows"]) == 4 and "torchao" in document["env"]
 
 
+def test_cli_linear_prints_and_writes_each_row_as_it_is_measured(tmp_path, monkeypatch):
+    """`bench linear` (at toy size on the CPU, the GPU check waved through): the JSON on disk parses and holds
+    every row so far after each row, nothing half-written is left, and each row is printed with its first-call
+    seconds before the final table."""
+    import precision_engine.bench.linear as linear
+    import precision_engine.cli.bench as cli_bench
+
+    out, on_disk = tmp_path / "linear.json", []
+    real = linear.bench_linear
+
+    def toy(*, quick, variants, on_row):
+        def check(row, rows):
+            on_row(row, rows)
+            on_disk.append(len(json.loads(out.read_text())["rows"]))
+
+        return real(shapes=((256, 128),), ms=(128, 1), reps=1, warmup=0, variants=variants, device="cpu",
+                    on_row=check)
+
+    monkeypatch.setattr(linear, "bench_linear", toy)
+    monkeypatch.setattr(cli_bench, "require_gpu", lambda out, verb: None)
+    result = runner.invoke(app, ["bench", "linear", "--quick", "--variants", "fp8_bi", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert on_disk == [1, 2, 3] and [p.name for p in tmp_path.iterdir()] == ["linear.json"]
+    document = json.loads(out.read_text())
+    assert len(document["rows"]) == 3 and "command" in document and "torchao" in document["env"]
+    lines = result.output.splitlines()
+    assert lines[0] == linear.format_header() and all("first call s: bf16 " in line for line in lines[1:4])
+    assert "first calls s (all rows)" in result.output and result.output.rstrip().endswith(f"wrote {out}")
+
+
 @pytest.mark.parametrize("args, message", [
     (["block", "--device", "cpu"], "runs only with --quick"),
     (["block", "--quick", "--device", "tpu"], "use cuda or cpu"),
     (["block", "--quick", "--device", "cpu", "--mode", "slow"], "use fast or batch-invariant"),
+    (["linear", "--variants", "bf16,torchao_cublas"], "unknown variant 'torchao_cublas': choose from bf16,"),
 ])
 def test_cli_block_refuses_bad_flags_in_one_line(args, message):
     result = runner.invoke(app, ["bench", *args])

@@ -62,7 +62,7 @@ class GemmConfig:
 # loop nest (tl.range flatten) gained at most 0.05x.
 PREFILL = GemmConfig(block_m=64, block_n=128, num_warps=4, num_stages=4)
 _SWAP_M_MAX = 16  # decode with at most this many tokens swaps the operands and fuses the segment sum
-_WHOLE_TILES_MIN = 128  # 128-row weight tiles from which decode walks whole tiles (about one per SM of an H200)
+WHOLE_TILES_MIN = 128  # 128-row weight tiles from which decode walks whole tiles (about one per SM of an H200)
 # Split-K: the segment count is the smallest power of two giving at least _SPLIT_PROGRAMS programs of
 # 64-wide weight tiles and segments of at most _MAX_SEGMENT_KB K blocks, keeping at least _MIN_SEGMENT_KB
 # blocks per segment. A fixed function of (N, K), chosen from the decode sweep (M = 1, 16, 64) on the H200.
@@ -97,7 +97,7 @@ def config_for(m: int, n: int, k: int) -> GemmConfig:
     """
     if m > SMALL_M_MAX:
         return PREFILL
-    if triton.cdiv(n, 128) >= _WHOLE_TILES_MIN:  # whole-K 128-row weight tiles, two persistent programs per SM
+    if triton.cdiv(n, 128) >= WHOLE_TILES_MIN:  # whole-K 128-row weight tiles, two persistent programs per SM
         if m <= _SWAP_M_MAX:
             return GemmConfig(block_m=128, block_n=16, num_warps=4, num_stages=4, group_m=1, swap_ab=True,
                               flatten=True, persistent=2)

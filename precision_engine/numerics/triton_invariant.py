@@ -9,8 +9,9 @@ of rows, their order or padding:
   segments of `segment_kb(N, K)` steps, a function of the weight shape only: each segment is accumulated from
   zero and the segment sums are added in increasing order from zero, then the bias, then one rounding. Decode
   sizes run one program per (tile, segment) with the in-order sum done by each tile's last program (split-K,
-  so a weight is streamed by enough programs); large M runs all segments in one program (optionally a
-  persistent one). Both do the same additions in the same order, so the launch shape is performance only.
+  so a weight is streamed by enough programs); large M, and decode against a weight of >= WHOLE_TILES_MIN
+  tiles (the fused gate/up: 62 us where split-K took 74 at M = 64 on the H200, scripts/decode_sweep.py
+  --bf16-invariant), runs all segments in one program (optionally a persistent one). Both do the same additions in the same order, so the launch shape is performance only.
 - `attention`: ONE kernel for decode (a few queries against the position-indexed cache) and the full causal
   forward. A program owns BLOCK_M rows of (query, head of a GQA group) of one (sequence, kv head) and walks KV
   blocks of KV_BLOCK slots from slot 0 upwards with an fp32 online softmax. A row's state only changes through
@@ -25,9 +26,8 @@ check kernel against twin and both against float64 (tests/numerics/test_triton_i
 interpreter; full sizes in tests/numerics/gpu/test_triton_invariant_gpu.py).
 
 Backward passes are not batch-invariant and need not be (only forward logprobs are compared): linear's dgrad
-and wgrad are torch matmuls (cuBLAS); rms_norm and attention recompute their forward in plain fp32 torch from
-the saved inputs and differentiate that (attention one kv-head group at a time, so the [Tq, S] scores of only
-G heads are alive at once); log_softmax's gradient is computed from its saved fp32 output; rope's is the
+and wgrad are torch matmuls (cuBLAS); rms_norm recomputes its forward in plain fp32 torch from the saved
+inputs and differentiates that; attention differentiates PyTorch's fused SDPA under the same mask; log_softmax's gradient is computed from its saved fp32 output; rope's is the
 transposed rotation of the output gradient in fp32.
 """
 
@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from precision_engine.errors import UnsupportedError
-from precision_engine.numerics.triton_gemm import _sm_count, _tile_counters
+from precision_engine.numerics.triton_gemm import WHOLE_TILES_MIN, _sm_count, _tile_counters
 from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
 from precision_engine.numerics.triton_quant import _round_to_fp8_grid
 
@@ -67,7 +67,7 @@ class LinearConfig:
 
 LINEAR = LinearConfig()
 BLOCK_K = LINEAR.block_k
-SMALL_M_MAX = 64  # at or below: split-K launch (decode); above, one program walks all segments of a tile
+SMALL_M_MAX = 64  # at or below: split-K launch (decode) unless the weight is wide; above, one program per tile
 # Segments: the smallest power of two giving >= _SPLIT_PROGRAMS programs of block_n-wide weight tiles while
 # every segment keeps >= _MIN_SEGMENT_KB K steps (512 K elements: a large-M program pays one accumulator
 # restart per segment). A function of (N, K) only.
@@ -241,8 +241,8 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     segments = triton.cdiv(triton.cdiv(k, config.block_k), seg)
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     sms = _sm_count(x.device.index or 0) if x.is_cuda else 4
-    if split is None:
-        split = m <= SMALL_M_MAX or tiles < sms
+    if split is None:  # decode splits K unless the weight's tiles alone give the SMs work (fused gate/up)
+        split = (m <= SMALL_M_MAX and triton.cdiv(n, config.block_n) < WHOLE_TILES_MIN) or tiles < sms
     split = split and segments > 1
     tma = _tma_ok(x) and _tma_ok(weight)
     if tma:

@@ -124,12 +124,12 @@ def test_triton_rows_bitwise_batch_invariant():
 
 
 def test_wide_weight_decode_walks_whole_tiles_with_the_prefill_bytes(monkeypatch):
-    """A weight of >= _WHOLE_TILES_MIN row tiles (fused gate/up) decodes in persistent programs over whole-K
+    """A weight of >= WHOLE_TILES_MIN row tiles (fused gate/up) decodes in persistent programs over whole-K
     tiles, no split: its rows are the bytes of the prefill walk. The interpreter meets the rule at 2 tiles."""
     from precision_engine.numerics import triton_gemm
 
     assert triton_gemm.config_for(64, 28672, 4096).persistent and not triton_gemm.config_for(64, 6144, 4096).persistent
-    monkeypatch.setattr(triton_gemm, "_WHOLE_TILES_MIN", 2)
+    monkeypatch.setattr(triton_gemm, "WHOLE_TILES_MIN", 2)
     n, k = 256, 640
     assert triton_gemm.config_for(64, n, k).persistent and triton_gemm.config_for(1, n, k).swap_ab
     xq, wq = _operands(70, n, k, seed=9)

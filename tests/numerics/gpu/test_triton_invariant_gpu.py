@@ -18,7 +18,7 @@ from precision_engine.numerics import triton_invariant as TI
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-LINEAR_SHAPES = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]
+LINEAR_SHAPES = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (128256, 4096)]
 ROWS = (1, 8, 64, 65, 300, 2048)
 
 

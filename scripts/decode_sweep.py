@@ -6,7 +6,8 @@ gate/up, down) at M = 1, 16, 64, CUDA-graph timed over input sets larger than th
 shipped decode launch, and persistent launches over tiles, stages, programs per SM and split or whole tiles.
 Every variant's bytes are checked against the shipped launch's. Rows are printed and the JSON rewritten as
 they finish, and no new variant starts after --budget seconds, so a cut-short call keeps what it measured.
-`decode_sweep.py OUT.json --bf16-invariant`: the same for the batch-invariant BF16 linear.
+`decode_sweep.py OUT.json --bf16-invariant`: the same for the batch-invariant BF16 linear's launches;
+`--bf16-tiles`: its tile shapes (other bits, so checked for row invariance instead).
 """
 
 import argparse
@@ -51,7 +52,10 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=200.0, help="seconds after which no variant starts")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--bf16-invariant", action="store_true", help="sweep the batch-invariant BF16 linear")
+    parser.add_argument("--bf16-tiles", action="store_true", help="tile shapes of the invariant BF16 linear")
     args = parser.parse_args()
+    if args.bf16_tiles:
+        return bf16_tiles(args.out, args.reps)
     if args.bf16_invariant:
         return bf16_invariant(args.out, args.reps)
     start = time.monotonic()
@@ -141,6 +145,43 @@ def bf16_invariant(out: str, reps: int) -> None:
               f"{timed_[best]['ms'] * 1e3:7.1f} us ({row['bf16_ms'] / timed_[best]['ms']:.2f}x)  "
               f"bad bits: {sum(not v['bitwise'] for v in timed_.values())}", flush=True)
         del sets
+
+
+def bf16_tiles(out: str, reps: int) -> None:
+    """Tile shapes of the invariant BF16 linear at M = 64 (these change bits, so each is checked for row
+    invariance against its own M = 256 launch instead of against the shipped bytes)."""
+    from dataclasses import replace
+
+    from precision_engine.numerics import triton_invariant as TI
+
+    result = {"env": environment(), "rows": []}
+    for n, k in SHAPES:
+        def make():
+            return (torch.randn(256, k, device="cuda", dtype=torch.bfloat16),
+                    torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02)
+
+        sets = rotation(make, n * k * 2)
+        decode = [(x[:64], w) for x, w in sets]
+        row = {"n": n, "k": k, "m": 64, "bf16_ms": time_graphed(F.linear, decode, warmup=3, reps=reps),
+               "shipped_ms": time_graphed(TI.linear_forward, decode, warmup=3, reps=reps), "variants": {}}
+        for bk, bn, stages in itertools.product((64, 128), (64, 128), (3, 4)):
+            cfg = replace(TI.LINEAR, block_k=bk, block_n=bn, num_stages=stages)
+            fn = lambda x, w, cfg=cfg: TI.linear_forward(x, w, config=cfg)  # noqa: E731
+            try:
+                x, w = sets[0]
+                same = torch.equal(fn(x[:64], w).view(torch.uint16), fn(x, w)[:64].view(torch.uint16))
+                row["variants"][f"k{bk}n{bn}s{stages}"] = {"ms": time_graphed(fn, decode, warmup=3, reps=reps),
+                                                           "invariant": same}
+            except Exception as err:  # noqa: BLE001
+                row["variants"][f"k{bk}n{bn}s{stages}"] = {"error": f"{type(err).__name__}: {str(err)[:160]}"}
+        result["rows"].append(row)
+        with open(out + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(out + ".tmp", out)
+        print(f"bf16-tiles {n:>6}x{k:<6} cublas {row['bf16_ms'] * 1e3:6.1f} shipped {row['shipped_ms'] * 1e3:6.1f} "
+              + " ".join(f"{name}={v['ms'] * 1e3:.1f}{'' if v['invariant'] else '!'}" if "ms" in v else f"{name}=ERR"
+                         for name, v in row["variants"].items()), flush=True)
+        del sets, decode
 
 
 if __name__ == "__main__":

@@ -58,7 +58,10 @@ class LinearConfig:
 
     block_m: int = 64
     block_n: int = 128
-    block_k: int = 64
+    # 128-wide K steps: at M = 64 on the H200 the split-K launches of q/k/v, o and down_proj took 25, 17 and
+    # 37 us where 64-wide steps took 31, 22 and 45 (cuBLAS 17, 12, 37; scripts/decode_sweep.py --bf16-tiles,
+    # 2026-12-01, every variant row-invariant); 4 stages of 48 KB.
+    block_k: int = 128
     num_warps: int = 4  # one warpgroup: wgmma m64 on the H200 for every M (the FP8 kernel's 64x128 choice)
     num_stages: int = 4
     group_m: int = 8
@@ -69,9 +72,10 @@ LINEAR = LinearConfig()
 BLOCK_K = LINEAR.block_k
 SMALL_M_MAX = 64  # at or below: split-K launch (decode) unless the weight is wide; above, one program per tile
 # Segments: the smallest power of two giving >= _SPLIT_PROGRAMS programs of block_n-wide weight tiles while
-# every segment keeps >= _MIN_SEGMENT_KB K steps (512 K elements: a large-M program pays one accumulator
-# restart per segment). A function of (N, K) only.
-_SPLIT_PROGRAMS = 256
+# every segment keeps >= _MIN_SEGMENT_KB K steps (1024 K elements: a large-M program pays one accumulator
+# restart per segment). A function of (N, K) only. With one 192 KB program per SM, 128 programs fill the
+# H200's 132 SMs: 4 segments of 1024 for the 4096-wide projections, 4 of 3584 for down_proj.
+_SPLIT_PROGRAMS = 128
 _MIN_SEGMENT_KB = 8
 
 

@@ -55,9 +55,9 @@ def test_runs_in_the_interpreter_without_a_gpu():
 # ---------------------------------------------------------------------------------------------------- linear
 
 def test_segments_depend_on_n_and_k_only():
-    """8B shapes split K into >= 512-wide segments; a weight too short to split keeps one segment."""
+    """8B shapes split K into >= 1024-wide segments; a weight too short to split keeps one segment."""
     for n, k in [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]:
-        assert TI.segment_kb(n, k) * TI.BLOCK_K >= 512 and TI.segment_kb(n, k) <= TI.segment_kb(n, k * 2)
+        assert TI.segment_kb(n, k) * TI.BLOCK_K >= 1024 and TI.segment_kb(n, k) <= TI.segment_kb(n, k * 2)
     assert TI.segment_kb(128256, 4096) * TI.BLOCK_K == 4096  # the lm_head has programs enough: one segment
     assert TI.segment_kb(64, 256) * TI.BLOCK_K == 256
 
@@ -76,18 +76,18 @@ def test_linear_matches_float64_and_twin(m, n, k, bias):
 
 def test_linear_rows_bitwise_batch_invariant():
     """Prefixes, a shuffle, padding rows and leading dims: one set of bits per row (2 K segments here)."""
-    x = _randn(67, 1024, seed=1)
-    w = _randn(64, 1024, seed=2, scale=0.05)
+    x = _randn(67, 2048, seed=1)
+    w = _randn(64, 2048, seed=2, scale=0.05)
     b = _randn(64, seed=3)
-    assert TI.segment_kb(64, 1024) * TI.BLOCK_K < 1024
+    assert TI.segment_kb(64, 2048) * TI.BLOCK_K < 2048
     full = TI.linear(x, w, b)
     for m in ROWS:
         assert _same_bits(TI.linear(x[:m], w, b), full[:m]), m
     perm = torch.randperm(67, generator=torch.Generator().manual_seed(0))
     assert _same_bits(TI.linear(x[perm], w, b), full[perm])
-    padded = torch.cat([x[:5], _randn(11, 1024, seed=9) * 100])
+    padded = torch.cat([x[:5], _randn(11, 2048, seed=9) * 100])
     assert _same_bits(TI.linear(padded, w, b)[:5], full[:5])
-    assert _same_bits(TI.linear(x[:6].reshape(2, 3, 1024), w, b).reshape(6, 64), full[:6])
+    assert _same_bits(TI.linear(x[:6].reshape(2, 3, 2048), w, b).reshape(6, 64), full[:6])
 
 
 def test_linear_launches_give_the_same_bits():
@@ -372,10 +372,10 @@ def compile_(fn, types, constexprs, **opts):
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts).asm["ptx"]
 
-lin = ["tensordesc<bf16[64, 64]>", "tensordesc<bf16[128, 64]>", "*bf16", "*fp32", "*i32", "*bf16"] + ["i32"] * 6
+lin = ["tensordesc<bf16[64, 128]>", "tensordesc<bf16[128, 128]>", "*bf16", "*fp32", "*i32", "*bf16"] + ["i32"] * 6
 for split, persistent in ((False, False), (True, False), (False, True)):
     ptx = compile_(TI._linear_kernel, lin, dict(HAS_BIAS=True, SPLIT=split, PERSISTENT=persistent, TMA=True,
-                   INTERPRET=False, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8), num_warps=4, num_stages=4)
+                   INTERPRET=False, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8), num_warps=4, num_stages=4)
     assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
 att = ["*bf16"] * 4 + ["*i64", "*i64", "*fp32", "*fp32", "fp32"] + ["i32"] * 17
 ptx = compile_(TI._attention_kernel, att, dict(G=4, D=128, BLOCK_M=64, BLOCK_N=64, FP8_KV=False,

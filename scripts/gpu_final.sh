@@ -7,7 +7,7 @@
 #   run(command='SKIP="bench_linear bench_quant" bash scripts/gpu_final.sh', carry=[".whl"])
 #
 # Each step has its own time limit; the whole script outruns one 600 s device call, so a call runs part of
-# it: SKIP="bench_linear bench_quant" (tests and benches, ~6 min), then SKIP="<all but bench_linear>" (torchao's
+# it: SKIP="bench_linear bench_quant" (tests and benches, ~6-7 min), then SKIP="<all but bench_linear>" (torchao's
 # autotuning, up to LINEAR_LIMIT s).
 set -u
 cd "$(dirname "$0")/.."
@@ -33,7 +33,7 @@ t() {  # NAME LIMIT CMD...: bounded, logged, exit status kept; SKIP="name ..." l
   timeout -k 5 "$limit" "$@" > "$LOG/$name.log" 2>&1
   echo $? > "$LOG/$name.rc"
 }
-t test_numerics 140 $PY -m pytest -q -m gpu -p no:cacheprovider tests/numerics/gpu/test_gemm_gpu.py \
+t test_numerics 220 $PY -m pytest -q -m gpu -p no:cacheprovider tests/numerics/gpu/test_gemm_gpu.py \
   tests/numerics/gpu/test_quant_gpu.py tests/numerics/gpu/test_linear_gpu.py tests/numerics/test_fused_linear.py \
   tests/numerics/gpu/test_triton_invariant_gpu.py tests/numerics/test_fused_quant.py &
 t test_engine 140 $PY -m pytest -q -m gpu -p no:cacheprovider tests/rl/gpu &

@@ -5,9 +5,10 @@ same bits in a decode step and in the trainer's full-sequence forward. With `bat
 through `numerics.invariant` (GEMMs of the linears the plan keeps in BF16, lm_head included; RMSNorm; SiLU;
 attention; the FP8 linears are batch-invariant already); off, the fast torch ops run (F.linear, SDPA, F.silu).
 FP8 q/k/v and gate/up with one numerics run as one GEMM each (`numerics.fused_linear`), in both phases. In
-batch-invariant mode, an RMSNorm or SiLU(gate) * up whose readers are FP8 linears of one input format also makes
-their 1xG quantization in the same kernel (`numerics.fused_quant`), so the linears do not read and quantize the
-activation again; the bits are the unfused ops' (those kernels equal `numerics.invariant`'s, not the fast ops).
+batch-invariant mode, and in a fast forward without autograd on the GPU (rollout), an RMSNorm or SiLU(gate) * up
+whose readers are FP8 linears of one input format also makes their 1xG quantization in the same kernel
+(`numerics.fused_quant`), so the linears do not read and quantize the activation again; the bits are those of
+`numerics.invariant`'s RMSNorm and SiLU and the separate quantizer (which fast rollout's RMSNorm runs anyway).
 Submodule names equal HF's (`model.layers.{i}.self_attn.q_proj`, ..., `lm_head`), so compiled plans and
 `rewrite.apply` work unchanged and HF safetensors load as they are.
 
@@ -439,12 +440,18 @@ class _Ops:
             return fp8_linear_group(modules, x, x_quantized=x_quantized)
         return tuple(self.linear(m, x, x_quantized=x_quantized) for m in modules)
 
-    def fused_input(self, readers: tuple[nn.Module, ...]) -> QuantFormat | None:
-        """The 1xG format `readers` would quantize their input to, when the op before them may make it instead
-        (`numerics.fused_quant`): in batch-invariant mode only (the fused kernels equal `numerics.invariant`'s
-        RMSNorm and SiLU, not F.rms_norm / F.silu), and when every reader is an Fp8Linear of that one input
-        format; a BF16 reader, or two formats, leave the op unfused. Python attributes only: no host sync."""
-        if not self.invariant or not all(isinstance(m, Fp8Linear) for m in readers):
+    def triton_norm(self, x: torch.Tensor) -> bool:
+        """Whether RMSNorm runs `numerics.invariant`'s kernel: in batch-invariant mode, and in a fast forward
+        without autograd on the GPU (rollout), where one kernel replaces the four that the torch ops launch."""
+        return self.invariant or (x.is_cuda and not torch.is_grad_enabled())
+
+    def fused_input(self, readers: tuple[nn.Module, ...], x: torch.Tensor) -> QuantFormat | None:
+        """The 1xG format `readers` would quantize their input x to, when the op that makes x may make it instead
+        (`numerics.fused_quant`): where RMSNorm runs `numerics.invariant`'s kernel (`triton_norm`; the fused
+        kernels equal its RMSNorm and SiLU, not F.rms_norm / F.silu), and when every reader is an Fp8Linear of
+        that one input format; a BF16 reader, or two formats, leave the op unfused. Python attributes only: no
+        host sync."""
+        if not self.triton_norm(x) or not all(isinstance(m, Fp8Linear) for m in readers):
             return None
         formats = {m.spec.input for m in readers}
         return formats.pop() if len(formats) == 1 else None
@@ -453,7 +460,7 @@ class _Ops:
         self, module: RMSNorm, x: torch.Tensor, readers: tuple[nn.Module, ...]
     ) -> tuple[torch.Tensor, Quantized | None]:
         """(norm(x), its quantization for `readers` or None): one kernel makes both when `fused_input` allows."""
-        fmt = self.fused_input(readers)
+        fmt = self.fused_input(readers, x)
         if fmt is None:
             return self.norm(module, x), None
         return rms_norm_quantize(x, module.weight.to(x.dtype), module.eps, fmt)
@@ -462,15 +469,13 @@ class _Ops:
         self, gate: torch.Tensor, up: torch.Tensor, reader: nn.Module
     ) -> tuple[torch.Tensor, Quantized | None]:
         """(silu(gate) * up, its quantization for `reader` or None), fused as `norm_into`."""
-        fmt = self.fused_input((reader,))
+        fmt = self.fused_input((reader,), gate)
         if fmt is None:
             return self.silu(gate) * up, None
         return silu_mul_quantize(gate, up, fmt)
 
     def norm(self, module: RMSNorm, x: torch.Tensor) -> torch.Tensor:
-        if self.invariant:  # weight in the activations' dtype: FP32 master weights must not promote x to FP32
-            return invariant.rms_norm(x, module.weight.to(x.dtype), module.eps)
-        if x.is_cuda and not torch.is_grad_enabled():  # one kernel where the torch ops below launch four
+        if self.triton_norm(x):  # weight in the activations' dtype: FP32 master weights must not promote x to FP32
             return invariant.rms_norm(x, module.weight.to(x.dtype), module.eps)
         return module.weight.to(x.dtype) * F.rms_norm(x.float(), (x.shape[-1],), eps=module.eps).to(x.dtype)
 

@@ -1,6 +1,6 @@
 """The decoder makes its FP8 linears' 1x128 input quantization inside the op before them (numerics.fused_quant).
 
-In batch-invariant mode, RMSNorm -> q/k/v, RMSNorm -> gate/up and SiLU(gate) * up -> down_proj run
+In batch-invariant mode (and in a fast rollout forward on the GPU), RMSNorm -> q/k/v, RMSNorm -> gate/up and SiLU(gate) * up -> down_proj run
 `rms_norm_quantize` / `silu_mul_quantize` and hand the Quantized to the linears, when every reader is an
 Fp8Linear of one input format. The fused producers are bitwise the unfused ops and their quantization, and
 differentiate as the unfused ops, so logits and every gradient equal the unfused path's bit for bit (on the CPU
@@ -65,7 +65,7 @@ def _assert_fused_equals_unfused(model: Decoder, phase: str, monkeypatch) -> dic
     logits, grads = _run(model, phase)
     fused_calls = dict(calls)
     with monkeypatch.context() as patch:
-        patch.setattr(decoder_module._Ops, "fused_input", lambda self, readers: None)
+        patch.setattr(decoder_module._Ops, "fused_input", lambda self, readers, x: None)
         ref_logits, ref_grads = _run(model, phase)
     assert dict(calls) == fused_calls  # the reference ran no fused producer
     assert torch.equal(logits.view(torch.int16), ref_logits.view(torch.int16))
@@ -99,16 +99,44 @@ def test_linears_behind_fused_ops_do_not_quantize_again(monkeypatch):
     _run(model, "rollout")
     assert len(calls) == model.config.num_layers
     calls.clear()
-    monkeypatch.setattr(decoder_module._Ops, "fused_input", lambda self, readers: None)
+    monkeypatch.setattr(decoder_module._Ops, "fused_input", lambda self, readers, x: None)
     _run(model, "rollout")
     assert len(calls) == 4 * model.config.num_layers
 
 
-def test_fast_mode_never_fuses(monkeypatch):
-    """batch_invariant off: F.rms_norm and F.silu run, whose bits the fused producers do not promise."""
-    model = _model("jetrl_unified", "tiny-llama", "train", batch_invariant=False)
-    calls = _assert_fused_equals_unfused(model, "train", monkeypatch)
-    assert calls == {"rms_norm_quantize": 0, "silu_mul_quantize": 0}
+def test_fast_mode_fuses_only_in_gpu_rollout(monkeypatch):
+    """batch_invariant off, with autograd or on the CPU: F.rms_norm and F.silu run, whose bits the fused
+    producers do not promise."""
+    for phase in ("train", "rollout"):
+        model = _model("jetrl_unified", "tiny-llama", phase, batch_invariant=False)
+        calls = _assert_fused_equals_unfused(model, phase, monkeypatch)
+        assert calls == {"rms_norm_quantize": 0, "silu_mul_quantize": 0}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy_name", ["jetrl_unified", "jetrl_unified_kv"])
+def test_fast_gpu_rollout_fuses_with_the_triton_ops_bits(policy_name, monkeypatch):
+    """batch_invariant off, on the GPU without autograd (rollout): RMSNorm runs numerics.invariant's kernel
+    anyway, so both norms and the SwiGLU product fuse; the logits are those of the unfused ops with that SiLU."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from precision_engine.numerics import invariant
+
+    policy = load_policy(f"policies/{policy_name}.yaml")
+    model = Decoder.from_config("tiny-llama", seed=0, dtype="bf16", device="cuda", batch_invariant=False)
+    apply(compile_plan(policy, load_inventory("tiny-llama")), model, "rollout")
+    ids, mask = (t.cuda() for t in _ids())
+    if policy.kv_cache.is_fp8:
+        model.kv_scales = calibrate_kv_scales(model, ids, mask, mode=policy.kv_cache.scale)
+    calls = _count_producers(monkeypatch)
+    with torch.inference_mode():
+        logits = model(ids, mask)
+    assert calls == {"rms_norm_quantize": 2 * model.config.num_layers, "silu_mul_quantize": model.config.num_layers}
+    monkeypatch.setattr(decoder_module._Ops, "fused_input", lambda self, readers, x: None)
+    monkeypatch.setattr(decoder_module._Ops, "silu", lambda self, x: invariant.silu(x))
+    with torch.inference_mode():
+        ref = model(ids, mask)
+    assert torch.equal(logits.view(torch.int16), ref.view(torch.int16))
 
 
 @pytest.mark.parametrize("fuse_linears", [True, False])

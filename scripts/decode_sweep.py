@@ -7,7 +7,8 @@ shipped decode launch, and persistent launches over tiles, stages, programs per 
 Every variant's bytes are checked against the shipped launch's. Rows are printed and the JSON rewritten as
 they finish, and no new variant starts after --budget seconds, so a cut-short call keeps what it measured.
 `decode_sweep.py OUT.json --bf16-invariant`: the same for the batch-invariant BF16 linear's launches;
-`--bf16-tiles`: its tile shapes (other bits, so checked for row invariance instead).
+`--bf16-tiles`: its tile shapes (other bits, so checked for row invariance instead); `--attention`: the
+invariant attention's decode over pipeline stages.
 """
 
 import argparse
@@ -53,7 +54,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--bf16-invariant", action="store_true", help="sweep the batch-invariant BF16 linear")
     parser.add_argument("--bf16-tiles", action="store_true", help="tile shapes of the invariant BF16 linear")
+    parser.add_argument("--attention", action="store_true", help="the invariant attention's decode stages")
     args = parser.parse_args()
+    if args.attention:
+        return attention_stages(args.out, args.reps)
     if args.bf16_tiles:
         return bf16_tiles(args.out, args.reps)
     if args.bf16_invariant:
@@ -182,6 +186,44 @@ def bf16_tiles(out: str, reps: int) -> None:
               + " ".join(f"{name}={v['ms'] * 1e3:.1f}{'' if v['invariant'] else '!'}" if "ms" in v else f"{name}=ERR"
                          for name, v in row["variants"].items()), flush=True)
         del sets, decode
+
+
+def attention_stages(out: str, reps: int) -> None:
+    """The invariant attention's decode (batch 64, 32/8 heads, D 128, context 384 of 512 slots, BF16 and FP8
+    KV) over num_stages, a scheduling choice: bytes checked against the shipped stages."""
+    from precision_engine.numerics import triton_invariant as TI
+
+    b, ctx, cap, d = 64, 384, 512, 128
+    shipped = TI.ATTN_STAGES
+    result = {"env": environment(), "rows": []}
+    for fp8 in (False, True):
+        def make():
+            q = torch.randn(b, 32, 1, d, device="cuda", dtype=torch.bfloat16)
+            k, v = (torch.randn(b, 8, cap, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            if fp8:
+                k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
+            return q, k, v, torch.full((b, 1), ctx - 1, device="cuda"), torch.full((b,), ctx, device="cuda")
+
+        sets = rotation(make, b * 8 * ctx * d * 2 * 2)
+        one = torch.ones((), device="cuda")
+        kw = {"k_scale": one, "v_scale": one} if fp8 else {}
+
+        def fn(q, k, v, p, n):
+            return TI.attention_forward(q, k, v, p, n, scale=d ** -0.5, **kw)
+
+        ref = fn(*sets[0])
+        row = {"fp8_kv": fp8, "shipped_stages": shipped, "variants": {}}
+        for stages in (2, 3, 4):
+            TI.ATTN_STAGES = stages
+            same = torch.equal(fn(*sets[0]).view(torch.int16), ref.view(torch.int16))
+            row["variants"][stages] = {"ms": time_graphed(fn, sets, warmup=3, reps=reps), "bitwise": same}
+        TI.ATTN_STAGES = shipped
+        result["rows"].append(row)
+        print(f"attention decode fp8_kv={fp8}: " + " ".join(
+            f"stages {s_}: {v['ms'] * 1e3:.1f} us{'' if v['bitwise'] else ' (other bits!)'}"
+            for s_, v in row["variants"].items()), flush=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ arithmetic of every output element independently of M:
   is summed from zero in increasing kb; the segment sums are then added in increasing order, starting from zero.
   Small M runs one program per (tile, segment), FP32 partials to a workspace, then the in-order sum (a second
   kernel, or with fused_sum the tile's last program to arrive): split-K, so a narrow or long weight still
-  has enough programs streaming it. Large M walks all segments in one program. Both do the same additions in
-  the same order, so a row has the same bits at any M.
+  has enough programs streaming it. Large M walks all segments in one program, and so does decode against a
+  weight wide enough to give every SM whole tiles (the fused gate/up), there in a fixed grid of persistent
+  programs (`_fp8_persistent_kernel`). All do the same additions in the same order, so a row has the same
+  bits at any M.
 - The tile shape only decides which program computes an element, not how: every tile of >= 64 rows runs on
   wgmma (16-row token tiles take the mma.sync path and gave other bits on the H200), with TMA or plain loads
   (checked on the GPU by tests/numerics/gpu/test_gemm_gpu.py and scripts/gemm_tiles.py).

@@ -369,7 +369,7 @@ def block_scaled_gemm(
         split = not cfg.persistent and segments > 1 and (
             m <= SMALL_M_MAX or (a.is_cuda and tiles < _sm_count(a.device.index or 0)))
     split = split and segments > 1
-    fused = split and cfg.fused_sum
+    fused = split and cfg.fused_sum and not cfg.persistent  # persistent: a tile's segments may share a program
     tma = cfg.tma and _tma_ok(a) and _tma_ok(b)
     if tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -382,7 +382,6 @@ def block_scaled_gemm(
     strides = (a_k.stride(0), a_k.stride(1), b_k.stride(0), b_k.stride(1), c_k.stride(0), c_k.stride(1),
                sa_k.stride(0), sa_k.stride(1), sb_k.stride(0), sb_k.stride(1))
     if cfg.persistent:
-        fused = False  # the separate in-order sum; a tile's segments may sit in one program
         units = tiles * (segments if split else 1)
         _fp8_persistent_kernel[(_balanced_programs(units, cfg.persistent, a.device),)](
             a_src, b_src, c_k, ws, sa_k, sb_k, mk, nk, k, seg, units, *strides,

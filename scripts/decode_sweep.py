@@ -14,7 +14,6 @@ invariant attention's decode over pipeline stages.
 import argparse
 import itertools
 import json
-import os
 import time
 from dataclasses import asdict
 
@@ -26,10 +25,25 @@ from precision_engine.bench.timing import rotation
 from precision_engine.numerics.formats import PRESET_FORMATS
 from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
 from precision_engine.numerics.triton_gemm import GemmConfig, block_scaled_gemm, config_for
+from precision_engine.rl.runs.files import write_atomic
 
 ACT, WEIGHT = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
 SHAPES = [(28672, 4096), (6144, 4096), (4096, 14336), (4096, 4096)]  # what the decoder's decode step runs
 MS = (64, 16, 1)
+
+
+def save(out: str, result: dict) -> None:
+    write_atomic(out, json.dumps(result, indent=1))
+
+
+def measure(check, fn, sets: list[tuple], reps: int, check_name: str = "bitwise") -> dict:
+    """{"ms", check_name: check()} for one variant, or {"error"}: one config failing to compile must not lose
+    the sweep."""
+    try:
+        passed = check()
+        return {"ms": time_graphed(fn, sets, warmup=3, reps=reps), check_name: passed}
+    except Exception as err:  # noqa: BLE001
+        return {"error": f"{type(err).__name__}: {str(err)[:160]}"}
 
 
 def variants(m: int):
@@ -64,12 +78,6 @@ def main() -> None:
         return bf16_invariant(args.out, args.reps)
     start = time.monotonic()
     result = {"env": environment(), "rows": []}
-
-    def save():
-        with open(args.out + ".tmp", "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(args.out + ".tmp", args.out)
-
     for m, (n, k) in itertools.product(MS, SHAPES):
         def make():
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -91,17 +99,15 @@ def main() -> None:
             if time.monotonic() - start > args.budget:
                 row["cut_short"] = True
                 break
-            try:
-                same = torch.equal(gemm(cfg, split)(*sets[0]).view(torch.uint16), ref.view(torch.uint16))
-                ms = time_graphed(gemm(cfg, split), sets, warmup=3, reps=args.reps)
-                row["variants"][name] = {"ms": ms, "bitwise": same}
-            except Exception as err:  # noqa: BLE001 (one config failing to compile must not lose the sweep)
-                row["variants"][name] = {"error": f"{type(err).__name__}: {str(err)[:160]}"}
+            fn = gemm(cfg, split)
+            row["variants"][name] = measure(
+                lambda fn=fn: torch.equal(fn(*sets[0]).view(torch.uint16), ref.view(torch.uint16)), fn, sets,
+                args.reps)
         timed_ = {k_: v for k_, v in row["variants"].items() if "ms" in v}
         best = min(timed_, key=lambda name: timed_[name]["ms"]) if timed_ else None
         row["best"] = best
         result["rows"].append(row)
-        save()
+        save(args.out, result)
         print(f"{n:>6}x{k:<6} M={m:<3} bf16 {row['bf16_ms'] * 1e3:7.1f} us  shipped {row['shipped_ms'] * 1e3:7.1f} us"
               f" ({row['bf16_ms'] / row['shipped_ms']:.2f}x)  best {best}: "
               + (f"{timed_[best]['ms'] * 1e3:7.1f} us ({row['bf16_ms'] / timed_[best]['ms']:.2f}x)"
@@ -132,16 +138,10 @@ def bf16_invariant(out: str, reps: int) -> None:
                 (3, 4, 6), (("split", True, False), ("whole", False, False), ("persistent", False, True))):
             cfg = replace(TI.LINEAR, num_stages=stages, persistent=persistent)
             fn = lambda x, w, cfg=cfg, split=split: TI.linear_forward(x, w, split=split, config=cfg)  # noqa: E731
-            try:
-                same = torch.equal(fn(*sets[0]).view(torch.uint16), ref.view(torch.uint16))
-                row["variants"][f"{name}s{stages}"] = {"ms": time_graphed(fn, sets, warmup=3, reps=reps),
-                                                       "bitwise": same}
-            except Exception as err:  # noqa: BLE001
-                row["variants"][f"{name}s{stages}"] = {"error": f"{type(err).__name__}: {str(err)[:160]}"}
+            row["variants"][f"{name}s{stages}"] = measure(
+                lambda fn=fn: torch.equal(fn(*sets[0]).view(torch.uint16), ref.view(torch.uint16)), fn, sets, reps)
         result["rows"].append(row)
-        with open(out + ".tmp", "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(out + ".tmp", out)
+        save(out, result)
         timed_ = {k_: v for k_, v in row["variants"].items() if "ms" in v}
         best = min(timed_, key=lambda name: timed_[name]["ms"])
         print(f"bf16-inv {n:>6}x{k:<6} M={m:<3} cublas {row['bf16_ms'] * 1e3:7.1f} us  shipped "
@@ -171,17 +171,12 @@ def bf16_tiles(out: str, reps: int) -> None:
         for bk, bn, stages in itertools.product((64, 128), (64, 128), (3, 4)):
             cfg = replace(TI.LINEAR, block_k=bk, block_n=bn, num_stages=stages)
             fn = lambda x, w, cfg=cfg: TI.linear_forward(x, w, config=cfg)  # noqa: E731
-            try:
-                x, w = sets[0]
-                same = torch.equal(fn(x[:64], w).view(torch.uint16), fn(x, w)[:64].view(torch.uint16))
-                row["variants"][f"k{bk}n{bn}s{stages}"] = {"ms": time_graphed(fn, decode, warmup=3, reps=reps),
-                                                           "invariant": same}
-            except Exception as err:  # noqa: BLE001
-                row["variants"][f"k{bk}n{bn}s{stages}"] = {"error": f"{type(err).__name__}: {str(err)[:160]}"}
+            x, w = sets[0]
+            row["variants"][f"k{bk}n{bn}s{stages}"] = measure(
+                lambda fn=fn: torch.equal(fn(x[:64], w).view(torch.uint16), fn(x, w)[:64].view(torch.uint16)),
+                fn, decode, reps, check_name="invariant")
         result["rows"].append(row)
-        with open(out + ".tmp", "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(out + ".tmp", out)
+        save(out, result)
         print(f"bf16-tiles {n:>6}x{k:<6} cublas {row['bf16_ms'] * 1e3:6.1f} shipped {row['shipped_ms'] * 1e3:6.1f} "
               + " ".join(f"{name}={v['ms'] * 1e3:.1f}{'' if v['invariant'] else '!'}" if "ms" in v else f"{name}=ERR"
                          for name, v in row["variants"].items()), flush=True)
@@ -222,8 +217,7 @@ def attention_stages(out: str, reps: int) -> None:
         print(f"attention decode fp8_kv={fp8}: " + " ".join(
             f"stages {s_}: {v['ms'] * 1e3:.1f} us{'' if v['bitwise'] else ' (other bits!)'}"
             for s_, v in row["variants"].items()), flush=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
+    save(out, result)
 
 
 if __name__ == "__main__":

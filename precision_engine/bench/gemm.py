@@ -130,16 +130,14 @@ def format_table(rows: list[dict], kinds: list[str]) -> str:
     """A fixed-width table: shape, M, BF16 ms, then ms and speed-up for each kind ("-": not run), then the
     distinct notes saying why."""
     head = f"{'N x K':>13} {'M':>6} {'bf16 ms':>9}" + "".join(f" {k + ' ms':>13} {'x':>6}" for k in kinds)
-    lines = [head]
-    for r in rows:
-        line = f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['bf16_ms']:>9.4f}"
-        for k in kinds:
-            if f"{k}_ms" in r:
-                line += f" {r[f'{k}_ms']:>13.4f} {r[f'{k}_x']:>6.2f}"
-            else:
-                line += f" {'-':>13} {'-':>6}"
-        lines.append(line)
-    return "\n".join(lines + notes(rows))
+    lines = [f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['bf16_ms']:>9.4f}" + variant_cells(r, kinds, 13) for r in rows]
+    return "\n".join([head, *lines, *notes(rows)])
+
+
+def variant_cells(row: dict, kinds, width: int) -> str:
+    """A table line's cells for `kinds`: each one's ms (right-aligned in `width`) and speed-up, "-" if not run."""
+    return "".join(f" {row[f'{k}_ms']:>{width}.4f} {row[f'{k}_x']:>6.2f}" if f"{k}_ms" in row
+                   else f" {'-':>{width}} {'-':>6}" for k in kinds)
 
 
 def notes(rows: list[dict]) -> list[str]:

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from precision_engine.bench import torchao_ref
-from precision_engine.bench.gemm import DECODE_M, QUICK_SHAPES, SHAPES_8B, TRAIN_M, notes, timed
+from precision_engine.bench.gemm import DECODE_M, QUICK_SHAPES, SHAPES_8B, TRAIN_M, notes, timed, variant_cells
 from precision_engine.bench.timing import rotation
 from precision_engine.errors import UsageError
 
@@ -167,13 +167,7 @@ def format_header() -> str:
 
 def format_row(r: dict) -> str:
     """The table's line for row `r`: shape, M, pass, BF16 ms, then ms and speed-up per variant ("-": not run)."""
-    line = f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>8} {r['bf16_ms']:>9.4f}"
-    for kname in KINDS:
-        if f"{kname}_ms" in r:
-            line += f" {r[f'{kname}_ms']:>17.4f} {r[f'{kname}_x']:>6.2f}"
-        else:
-            line += f" {'-':>17} {'-':>6}"
-    return line
+    return f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>8} {r['bf16_ms']:>9.4f}" + variant_cells(r, KINDS, 17)
 
 
 def progress(r: dict) -> str:

@@ -166,8 +166,7 @@ def write_json(rows: list[dict], out: Path) -> None:
     """The command, the environment and every row as JSON, replacing `out` atomically: a reader, or a run killed
     mid-write, never leaves half a file."""
     from precision_engine.bench import gemm
+    from precision_engine.rl.runs.files import write_atomic
 
     result = {"command": " ".join(["precision", *sys.argv[1:]]), "env": gemm.environment(), "rows": rows}
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text(json.dumps(result, indent=1))
-    partial.replace(out)
+    write_atomic(out, json.dumps(result, indent=1))

@@ -141,7 +141,7 @@ class Engine:
         generator = self._generator(device)
         stops = StopCheck(eos_token_ids, stop_sequences, device)
         graph = None
-        if static and self.cuda_graphs and _capturable(self.model):
+        if static and self.cuda_graphs and max_new_tokens > 1 and _capturable(self.model):  # 1: no decode step
             key = (rows, max_new_tokens, params, tuple(eos_token_ids), tuple(map(tuple, stop_sequences)),
                    None if self.kv_scales is None else tuple(self.kv_scales.k.shape), self.model.batch_invariant)
             graph = self._decode_graph(key, rows, cache_len, max_new_tokens, params, generator, stops)

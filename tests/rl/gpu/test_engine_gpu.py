@@ -174,3 +174,16 @@ def test_graph_is_reused_and_follows_weight_updates_and_recalibration(model, spe
         for param, value in zip(model.parameters(), saved):
             param.copy_(value)
     invalidate_weight_caches(model)
+
+
+def test_one_new_token_takes_the_prefill_only(model, spec, prompts):
+    """max_new_tokens=1 is the prefill's token alone: no decode graph is captured (its warm-up step would write
+    column 1 of a one-column state), and it equals the first token of a longer generation."""
+    _, scales = _rollout_setup(model, spec, "jetrl_unified_kv", prompts)
+    engine = Engine(model, kv_scales=scales)
+    one = engine.generate(prompts, n=2, max_new_tokens=1, temperature=TEMPERATURE, seed=5)
+    assert engine._graph is None and int(one.generated_mask.sum()) == 2 * len(prompts)
+    longer = engine.generate(prompts, n=2, max_new_tokens=8, temperature=TEMPERATURE, seed=5)
+    first = longer.generated_mask & (longer.generated_mask.cumsum(1) == 1)
+    assert torch.equal(one.token_ids[one.generated_mask], longer.token_ids[first])
+    assert torch.equal(one.logprobs[one.generated_mask], longer.logprobs[first])

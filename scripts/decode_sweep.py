@@ -7,8 +7,8 @@ shipped decode launch, and persistent launches over tiles, stages, programs per 
 Every variant's bytes are checked against the shipped launch's. Rows are printed and the JSON rewritten as
 they finish, and no new variant starts after --budget seconds, so a cut-short call keeps what it measured.
 `decode_sweep.py OUT.json --bf16-invariant`: the same for the batch-invariant BF16 linear's launches;
-`--bf16-tiles`: its tile shapes (other bits, so checked for row invariance instead); `--attention`: the
-invariant attention's decode over pipeline stages.
+`--bf16-tiles`: its tile shapes (other bits, so checked for row invariance instead); `--attention`: decode
+attention, the invariant kernel's pipeline stages and fast mode's split-KV kernel's chunks, warps and stages.
 """
 
 import argparse
@@ -68,10 +68,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--bf16-invariant", action="store_true", help="sweep the batch-invariant BF16 linear")
     parser.add_argument("--bf16-tiles", action="store_true", help="tile shapes of the invariant BF16 linear")
-    parser.add_argument("--attention", action="store_true", help="the invariant attention's decode stages")
+    parser.add_argument("--attention", action="store_true", help="decode attention: invariant stages, split-KV")
     args = parser.parse_args()
     if args.attention:
-        return attention_stages(args.out, args.reps)
+        return attention_decode(args.out, args.reps)
     if args.bf16_tiles:
         return bf16_tiles(args.out, args.reps)
     if args.bf16_invariant:
@@ -183,15 +183,18 @@ def bf16_tiles(out: str, reps: int) -> None:
         del sets, decode
 
 
-def attention_stages(out: str, reps: int) -> None:
-    """The invariant attention's decode (batch 64, 32/8 heads, D 128, context 384 of 512 slots, BF16 and FP8
-    KV) over num_stages, a scheduling choice: bytes checked against the shipped stages."""
+def attention_decode(out: str, reps: int) -> None:
+    """Decode attention (batch 64, 32/8 heads, D 128, a 512-slot cache filled to 128, 256 and 384, BF16 and FP8
+    KV): the invariant kernel over num_stages (a scheduling choice: bytes checked against the shipped stages)
+    and fast mode's split-KV kernel over chunk sizes, warps and stages (checked against the invariant kernel's
+    output within bf16 tolerance)."""
+    from precision_engine.numerics import triton_decode_attention as DA
     from precision_engine.numerics import triton_invariant as TI
 
-    b, ctx, cap, d = 64, 384, 512, 128
-    shipped = TI.ATTN_STAGES
+    b, cap, d = 64, 512, 128
+    shipped = (TI.ATTN_STAGES, DA.CHUNK, DA.WARPS, DA.STAGES)
     result = {"env": environment(), "rows": []}
-    for fp8 in (False, True):
+    for fp8, ctx in itertools.product((False, True), (128, 256, 384)):
         def make():
             q = torch.randn(b, 32, 1, d, device="cuda", dtype=torch.bfloat16)
             k, v = (torch.randn(b, 8, cap, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -203,21 +206,30 @@ def attention_stages(out: str, reps: int) -> None:
         one = torch.ones((), device="cuda")
         kw = {"k_scale": one, "v_scale": one} if fp8 else {}
 
-        def fn(q, k, v, p, n):
+        def invariant(q, k, v, p, n):
             return TI.attention_forward(q, k, v, p, n, scale=d ** -0.5, **kw)
 
-        ref = fn(*sets[0])
-        row = {"fp8_kv": fp8, "shipped_stages": shipped, "variants": {}}
-        for stages in (2, 3, 4):
+        def split(q, k, v, p, n):
+            return DA.decode_attention(q, k, v, p, n, scale=d ** -0.5, **kw)
+
+        ref = invariant(*sets[0])
+        row = {"fp8_kv": fp8, "context": ctx, "shipped": shipped, "invariant": {}, "split": {}}
+        for stages in (2, 3):
             TI.ATTN_STAGES = stages
-            same = torch.equal(fn(*sets[0]).view(torch.int16), ref.view(torch.int16))
-            row["variants"][stages] = {"ms": time_graphed(fn, sets, warmup=3, reps=reps), "bitwise": same}
-        TI.ATTN_STAGES = shipped
+            row["invariant"][stages] = measure(
+                lambda: torch.equal(invariant(*sets[0]).view(torch.int16), ref.view(torch.int16)), invariant, sets,
+                reps)
+        for chunk, warps, stages in itertools.product((64, 128, 256), (4, 8), (2, 3)):
+            DA.CHUNK, DA.WARPS, DA.STAGES = chunk, warps, stages
+            row["split"][f"c{chunk}w{warps}s{stages}"] = measure(
+                lambda: ((split(*sets[0]).float() - ref.float()).norm() / ref.float().norm()).item() < 4e-3, split,
+                sets, reps, "close")
+        TI.ATTN_STAGES, DA.CHUNK, DA.WARPS, DA.STAGES = shipped
         result["rows"].append(row)
-        print(f"attention decode fp8_kv={fp8}: " + " ".join(
-            f"stages {s_}: {v['ms'] * 1e3:.1f} us{'' if v['bitwise'] else ' (other bits!)'}"
-            for s_, v in row["variants"].items()), flush=True)
-    save(out, result)
+        save(out, result)
+        print(f"attention decode fp8_kv={fp8} ctx={ctx}: " + " ".join(
+            f"{name}={v['ms'] * 1e3:.1f}{'' if v.get('bitwise', v.get('close')) else '!'}" if "ms" in v
+            else f"{name}=ERR" for part in ("invariant", "split") for name, v in row[part].items()), flush=True)
 
 
 if __name__ == "__main__":

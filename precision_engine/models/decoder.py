@@ -483,6 +483,12 @@ class _Ops:
         return invariant.silu(x) if self.invariant else F.silu(x)
 
     def attention(self, q, k, v, q_pos, kv_len, scale, k_scale, v_scale, *, cached: bool = False) -> torch.Tensor:
+        if not self.invariant and cached and q.is_cuda and q.shape[2] == 1:
+            # A fast-mode decode step: split-KV, many short programs (the invariant kernel's one program per
+            # sequence and kv head, with its 64-row tiles for 4 live rows, is latency-bound at decode).
+            from precision_engine.numerics.triton_decode_attention import decode_attention
+
+            return decode_attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale)
         if self.invariant or (q.is_cuda and (cached or k_scale is not None)):
             # Reads of the KV cache on the GPU take the Triton kernel in fast mode too: it stops at each row's
             # kv_len (a device value, so one CUDA graph serves every length, and a step reads only the live

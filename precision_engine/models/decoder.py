@@ -483,12 +483,11 @@ class _Ops:
         return invariant.silu(x) if self.invariant else F.silu(x)
 
     def attention(self, q, k, v, q_pos, kv_len, scale, k_scale, v_scale, *, cached: bool = False) -> torch.Tensor:
-        if not self.invariant and cached and q.is_cuda and q.shape[2] == 1:
-            # A fast-mode decode step: split-KV, many short programs (the invariant kernel's one program per
-            # sequence and kv head, with its 64-row tiles for 4 live rows, is latency-bound at decode).
-            from precision_engine.numerics.triton_decode_attention import decode_attention
+        if not self.invariant and cached and q.is_cuda:  # fast mode's launch: 16-row decode tiles, FP8 read as is
+            from precision_engine.numerics import triton_invariant
 
-            return decode_attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale)
+            return triton_invariant.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale,
+                                              v_scale=v_scale, fast=True)
         if self.invariant or (q.is_cuda and (cached or k_scale is not None)):
             # Reads of the KV cache on the GPU take the Triton kernel in fast mode too: it stops at each row's
             # kv_len (a device value, so one CUDA graph serves every length, and a step reads only the live

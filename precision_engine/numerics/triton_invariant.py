@@ -19,7 +19,9 @@ of rows, their order or padding:
   the accumulator exactly as they were (alpha = 1, p = 0), so a query gets the same bits in both modes.
   The kernel also reads an FP8 KV cache in place, dequantizing each block as it loads it (decode reads one
   byte per cached element instead of a BF16 copy made per step).
-- `rms_norm`, `log_softmax`: one program per row, a fixed block size and warp count per row length.
+- `rms_norm`: one program per row, a fixed block size and warp count per row length.
+- `log_softmax`: re-exported from `numerics.triton_sampling` (a fixed split of each row into vocabulary
+  chunks, shared with the fused sampler).
 
 Each kernel has a pure-torch twin here (`*_twin`) that spells out the same arithmetic in torch ops; the tests
 check kernel against twin and both against float64 (tests/numerics/test_triton_invariant.py, in Triton's CPU
@@ -383,96 +385,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------- log_softmax
+# The kernels live in numerics/triton_sampling.py beside the sampler that shares their row statistics.
 
-LOG_SOFTMAX_BLOCK = 4096  # vocabulary chunk per step; with 8 warps, fixes the per-row reduction order
-
-
-@triton.jit
-def _log_softmax_kernel(x_ptr, o_ptr, V, stride_x, stride_o, temperature, BLOCK: tl.constexpr):
-    """Per row: y = x32 / temperature (correctly rounded); out = (y - max) - log(sum exp(y - max)).
-
-    The max and the sum are kept per lane over the chunks (an online softmax per lane), then reduced once."""
-    row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * stride_x
-    o_row = o_ptr + row * stride_o
-    t = tl.zeros((BLOCK,), dtype=tl.float32) + temperature
-    m_vec = tl.full((BLOCK,), float("-inf"), dtype=tl.float32)
-    s_vec = tl.zeros((BLOCK,), dtype=tl.float32)
-    for start in range(0, V, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        y = tl.math.div_rn(tl.load(x_row + offs, mask=offs < V, other=float("-inf")).to(tl.float32), t)
-        m_new = tl.maximum(m_vec, y)
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s_vec = s_vec * tl.exp(m_vec - m_use) + tl.exp(y - m_use)
-        m_vec = m_new
-    m = tl.max(m_vec, axis=0)
-    m_use = tl.where(m == float("-inf"), 0.0, m)
-    log_s = tl.log(tl.sum(s_vec * tl.exp(m_vec - m_use), axis=0))
-    for start in range(0, V, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        y = tl.math.div_rn(tl.load(x_row + offs, mask=offs < V, other=0.0).to(tl.float32), t)
-        tl.store(o_row + offs, (y - m) - log_s, mask=offs < V)
-
-
-def _log_softmax_launch(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    v = logits.shape[-1]
-    x2 = logits.reshape(-1, v)
-    if x2.stride(1) != 1:
-        x2 = x2.contiguous()
-    out = torch.empty(x2.shape, dtype=torch.float32, device=logits.device)
-    if x2.shape[0] and v:
-        _log_softmax_kernel[(x2.shape[0],)](x2, out, v, x2.stride(0), out.stride(0), float(temperature),
-                                            BLOCK=LOG_SOFTMAX_BLOCK, num_warps=8)
-    return out.reshape(logits.shape)
-
-
-class _LogSoftmax(torch.autograd.Function):
-    """Forward: the per-row kernel. Backward (fp32, not batch-invariant): d/dx of log_softmax(x / t) is
-    (g - softmax * sum(g)) / t, from the saved output; the gradient comes back in the logits' dtype."""
-
-    @staticmethod
-    def forward(ctx, logits, temperature):
-        out = _log_softmax_launch(logits, temperature)
-        ctx.save_for_backward(out)
-        ctx.temperature, ctx.dtype = temperature, logits.dtype
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        (out,) = ctx.saved_tensors
-        grad = grad.float()
-        dx = (grad - out.exp() * grad.sum(-1, keepdim=True)) / ctx.temperature
-        return dx.to(ctx.dtype), None
-
-
-def log_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log_softmax(logits.float() / temperature) over the last dim -> fp32; one program per row.
-    Differentiable (the trainer's policy loss backpropagates through it; see `_LogSoftmax`)."""
-    if not temperature > 0:
-        raise ValueError(f"log_softmax: temperature must be > 0, got {temperature}")
-    if torch.is_grad_enabled() and logits.requires_grad:
-        return _LogSoftmax.apply(logits, float(temperature))
-    return _log_softmax_launch(logits, temperature)
-
-
-def log_softmax_twin(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """The kernel's arithmetic in torch: per-lane online max/sum over chunks of LOG_SOFTMAX_BLOCK, then one
-    reduction (no -inf-only-row special case beyond the kernel's)."""
-    y = logits.float().reshape(-1, logits.shape[-1]) / temperature
-    rows, v = y.shape
-    pad = (-v) % LOG_SOFTMAX_BLOCK
-    chunks = torch.nn.functional.pad(y, (0, pad), value=float("-inf")).view(rows, -1, LOG_SOFTMAX_BLOCK)
-    m_vec = torch.full((rows, LOG_SOFTMAX_BLOCK), float("-inf"), device=y.device)
-    s_vec = torch.zeros(rows, LOG_SOFTMAX_BLOCK, device=y.device)
-    for c in range(chunks.shape[1]):
-        m_new = torch.maximum(m_vec, chunks[:, c])
-        m_use = torch.where(m_new == float("-inf"), 0.0, m_new)
-        s_vec = s_vec * torch.exp(m_vec - m_use) + torch.exp(chunks[:, c] - m_use)
-        m_vec = m_new
-    m = m_vec.amax(-1, keepdim=True)
-    m_use = torch.where(m == float("-inf"), 0.0, m)
-    log_s = torch.log((s_vec * torch.exp(m_vec - m_use)).sum(-1, keepdim=True))
-    return ((y - m) - log_s).reshape(logits.shape)
+from precision_engine.numerics.triton_sampling import log_softmax, log_softmax_twin  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------------------ rope

@@ -127,7 +127,7 @@ def _pick_kernel(x_ptr, pm_ptr, ps_ptr, pv_ptr, pi_ptr, tok_ptr, lp_ptr, V, NC, 
     token = tl.load(pi_ptr + row * NC + at)
     y = _scaled(x_ptr + row * stride_x, token + tl.arange(0, 1), V, temperature, 0.0)
     m, log_s = _combine(pm_ptr + row * NC, ps_ptr + row * NC, NC, NC_P2)
-    tl.store(tok_ptr + row + tl.arange(0, 1), token.to(tl.int64) + tl.arange(0, 1))
+    tl.store(tok_ptr + row, token.to(tl.int64))
     tl.store(lp_ptr + row + tl.arange(0, 1), (y - m) - log_s)
 
 
@@ -237,8 +237,8 @@ def _pair_sum_twin(x: torch.Tensor) -> torch.Tensor:
     return x[..., 0]
 
 
-def _stats_twin(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(m [rows, 1], log_s [rows, 1], y padded with -inf as [rows, NC, CHUNK]) of the kernels' arithmetic."""
+def _stats_twin(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(m [rows, 1], log_s [rows, 1]) of y [rows, V], as the chunk programs and `_combine` compute them."""
     rows, v = y.shape
     chunk = vocab_chunk(v)
     nc = -(-v // chunk)
@@ -250,13 +250,13 @@ def _stats_twin(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     m_c, s_c = F.pad(m_c, (0, pad), value=float("-inf")), F.pad(s_c, (0, pad), value=0.0)
     m = m_c.amax(-1, keepdim=True)
     m_use = torch.where(m == float("-inf"), 0.0, m)
-    return m, torch.log(_pair_sum_twin(s_c * torch.exp(m_c - m_use)))[:, None], chunks
+    return m, torch.log(_pair_sum_twin(s_c * torch.exp(m_c - m_use)))[:, None]
 
 
 def log_softmax_twin(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """The kernels' log-softmax in torch ops (chunk statistics, combined in the same trees)."""
     y = logits.float().reshape(-1, logits.shape[-1]) / temperature
-    m, log_s, _ = _stats_twin(y)
+    m, log_s = _stats_twin(y)
     return ((y - m) - log_s).reshape(logits.shape)
 
 
@@ -264,7 +264,7 @@ def sample_twin(logits: torch.Tensor, temperature: float, uniform: torch.Tensor 
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`sample` in torch ops: argmax (first index) of y - log(-log u), or of y; the logprob as the kernels'."""
     y = logits.float() / temperature
-    m, log_s, _ = _stats_twin(y)
+    m, log_s = _stats_twin(y)
     score = y if uniform is None else y - torch.log(-torch.log(uniform))
     tokens = score.argmax(-1)
     return tokens, ((y.gather(-1, tokens[:, None]) - m) - log_s)[:, 0]

@@ -9,6 +9,8 @@ batch-invariant mode, and in a fast forward without autograd on the GPU (rollout
 whose readers are FP8 linears of one input format also makes their 1xG quantization in the same kernel
 (`numerics.fused_quant`), so the linears do not read and quantize the activation again; the bits are those of
 `numerics.invariant`'s RMSNorm and SiLU and the separate quantizer (which fast rollout's RMSNorm runs anyway).
+On the GPU without autograd, each residual add also runs in the kernel of the RMSNorm after it
+(`fused_quant.add_rms_norm`, torch's add bits): launches are what a CUDA-graph decode step costs.
 Submodule names equal HF's (`model.layers.{i}.self_attn.q_proj`, ..., `lm_head`), so compiled plans and
 `rewrite.apply` work unchanged and HF safetensors load as they are.
 
@@ -38,7 +40,7 @@ from precision_engine.numerics import invariant
 from precision_engine.numerics.contract import Quantized
 from precision_engine.numerics.formats import QuantFormat
 from precision_engine.numerics.fused_linear import fp8_linear_group, shares_one_gemm
-from precision_engine.numerics.fused_quant import rms_norm_quantize, silu_mul_quantize
+from precision_engine.numerics.fused_quant import add_rms_norm, rms_norm_quantize, silu_mul_quantize
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
@@ -300,10 +302,11 @@ class Decoder(nn.Module):
             return ops.attention(q, k_all, v_all, positions, kv_len, self.scaling, k_scale, v_scale, cached=True)
 
         x = self.model.embed_tokens(input_ids).to(self._dtype())
-        hidden = self._layers(x, positions, attend, ops, positions_below=read_len)
+        x, y = self._layers(x, positions, attend, ops, positions_below=read_len)
         if logits_index is not None:
-            hidden = hidden[torch.arange(hidden.shape[0], device=hidden.device), logits_index]
-        return self._logits(hidden, ops)
+            rows = torch.arange(x.shape[0], device=x.device)
+            x, y = x[rows, logits_index], None if y is None else y[rows, logits_index]
+        return self._logits(x, ops, y)
 
     @torch.no_grad()
     def kv_amax(
@@ -334,7 +337,8 @@ class Decoder(nn.Module):
         ops = _Ops(self.batch_invariant)
         x = self.model.embed_tokens(ids).to(self._dtype())
         attend = self._teacher_forcing_attend(q_pos, lengths, ops, valid, record)
-        logits = self._logits(self._layers(x, q_pos, attend, ops, positions_below=length), ops)
+        x, y = self._layers(x, q_pos, attend, ops, positions_below=length)
+        logits = self._logits(x, ops, y)
         if shifted:
             back = (cols - start[:, None]).clamp(min=0)
             logits = logits.gather(1, back[:, :, None].expand(b, length, logits.shape[-1]))
@@ -349,7 +353,8 @@ class Decoder(nn.Module):
         lengths = torch.full((b,), t, device=hidden.device)
         ops = _Ops(self.batch_invariant)
         attend = self._teacher_forcing_attend(q_pos, lengths, ops)
-        return self._layers(hidden.to(self._dtype()), q_pos, attend, ops, positions_below=t)
+        x, y = self._layers(hidden.to(self._dtype()), q_pos, attend, ops, positions_below=t)
+        return x if y is None else x + y
 
     def _teacher_forcing_attend(self, q_pos, lengths, ops: _Ops, valid=None, record=None) -> Attend:
         """Attention of a full-sequence forward: k/v rounded as the rollout cache stores them when the policy
@@ -365,16 +370,19 @@ class Decoder(nn.Module):
 
         return attend
 
-    def _layers(self, x, positions, attend: Attend, ops: _Ops, *, positions_below: int) -> torch.Tensor:
-        """Hidden states [B, T, H] through every layer, before the final norm. Every position is below
-        `positions_below` (a Python int: sizing the RoPE table needs no host sync)."""
+    def _layers(self, x, positions, attend: Attend, ops: _Ops, *, positions_below: int):
+        """Hidden states [B, T, H] through every layer, before the final norm, as (x, y) with y not yet added to
+        x (None without layers): each residual add happens in the RMSNorm after it (`_Ops.add_norm_into`), the
+        last one in the final norm. Every position is below `positions_below` (a Python int: sizing the RoPE
+        table needs no host sync)."""
         c = self.config
         cos, sin = self._cos_sin(positions.clamp(min=0), x.dtype, positions_below)
         b, t, _ = x.shape
+        y = None  # the last sublayer's output, still to be added to the residual stream x
         for i, layer in enumerate(self.model.layers):
             attn, mlp = layer.self_attn, layer.mlp
             qkv, gate_up = (attn.q_proj, attn.k_proj, attn.v_proj), (mlp.gate_proj, mlp.up_proj)
-            h, hq = ops.norm_into(layer.input_layernorm, x, qkv)
+            x, h, hq = ops.add_norm_into(layer.input_layernorm, x, y, qkv)
             q, k, v = ops.linears(qkv, h, fuse=self.fuse_linears, x_quantized=hq)
             q = q.view(b, t, c.num_heads, c.head_dim)
             k, v = k.view(b, t, c.num_kv_heads, c.head_dim), v.view(b, t, c.num_kv_heads, c.head_dim)
@@ -382,15 +390,17 @@ class Decoder(nn.Module):
                 q, k = ops.norm(attn.q_norm, q), ops.norm(attn.k_norm, k)
             q, k = invariant.rope(q, cos, sin), invariant.rope(k, cos, sin)  # [B, H, T, D], exact: both modes
             out = attend(i, q, k, v.transpose(1, 2)).transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim)
-            x = x + ops.linear(attn.o_proj, out)
-            h, hq = ops.norm_into(layer.post_attention_layernorm, x, gate_up)
+            y = ops.linear(attn.o_proj, out)
+            x, h, hq = ops.add_norm_into(layer.post_attention_layernorm, x, y, gate_up)
             gate, up = ops.linears(gate_up, h, fuse=self.fuse_linears, x_quantized=hq)
             h, hq = ops.swiglu_into(gate, up, mlp.down_proj)
-            x = x + ops.linear(mlp.down_proj, h, x_quantized=hq)
-        return x
+            y = ops.linear(mlp.down_proj, h, x_quantized=hq)
+        return x, y
 
-    def _logits(self, hidden: torch.Tensor, ops: _Ops) -> torch.Tensor:
-        return ops.linear(self.lm_head, ops.norm(self.model.norm, hidden))
+    def _logits(self, x: torch.Tensor, ops: _Ops, y: torch.Tensor | None = None) -> torch.Tensor:
+        """lm_head(norm(x + y)), hidden states as `_layers` hands them over (y None: norm(x))."""
+        _, h, _ = ops.add_norm_into(self.model.norm, x, y, ())
+        return ops.linear(self.lm_head, h)
 
     def _dtype(self) -> torch.dtype:
         return self.compute_dtype or self.model.embed_tokens.weight.dtype
@@ -464,6 +474,23 @@ class _Ops:
         if fmt is None:
             return self.norm(module, x), None
         return rms_norm_quantize(x, module.weight.to(x.dtype), module.eps, fmt)
+
+    def fused_add(self, x: torch.Tensor) -> bool:
+        """Whether a residual add runs inside the RMSNorm after it (`numerics.fused_quant.add_rms_norm`, one
+        launch where a CUDA-graph decode step launches two): where that norm runs numerics.invariant's kernel
+        (`triton_norm`) on the GPU and no autograd is recorded (rollout, fast and batch-invariant mode). The
+        trainer's forward keeps torch's add and the norm, whose bits the kernel equals."""
+        return x.is_cuda and not torch.is_grad_enabled() and self.triton_norm(x)
+
+    def add_norm_into(
+        self, module: RMSNorm, x: torch.Tensor, y: torch.Tensor | None, readers: tuple[nn.Module, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor, Quantized | None]:
+        """(x + y, then `norm_into` of that): one kernel makes all three when `fused_add` allows. y None: no add."""
+        if y is not None and self.fused_add(x):
+            return add_rms_norm(x, y, module.weight.to(x.dtype), module.eps, self.fused_input(readers, x))
+        if y is not None:
+            x = x + y
+        return (x, *self.norm_into(module, x, readers))
 
     def swiglu_into(
         self, gate: torch.Tensor, up: torch.Tensor, reader: nn.Module

@@ -1,4 +1,5 @@
-"""Activation quantization fused into the op before the FP8 linear: RMSNorm -> 1xG and SiLU(gate) * up -> 1xG.
+"""Activation quantization fused into the op before the FP8 linear: RMSNorm -> 1xG and SiLU(gate) * up -> 1xG;
+and the residual add fused into the RMSNorm after it (`add_rms_norm`, with or without the quantization).
 
 Jet-RL fuses the 1x128 quantization of every linear's input into the op that produces it. Our ops in front of
 the linears are the norms (before q/k/v and gate/up) and the SwiGLU product (before down). Each function
@@ -13,6 +14,10 @@ unfused ops otherwise; "reference" always composes the unfused ops (on CUDA: the
 kernel, torch's SiLU ops and the 1xG Triton quantizer, the bits the fused kernel must equal); "triton" forces
 the fused kernel (on the CPU under TRITON_INTERPRET=1). A group size the RMSNorm kernel cannot tile (not a
 power of two, or longer than the row's block) composes the unfused kernels instead.
+
+`add_rms_norm` saves the decoder a launch per norm where launches are the cost (a CUDA-graph decode step on
+8B shapes: torch's add ~1.7 us, then the norm). It is forward-only: with autograd recorded it runs the
+separate ops, whose backward the trainer needs and whose bits the kernel equals.
 """
 
 from __future__ import annotations
@@ -42,6 +47,33 @@ def silu_mul_quantize(gate: torch.Tensor, up: torch.Tensor, fmt: QuantFormat, *,
     if gate.shape != up.shape:
         raise OperandError(f"silu_mul_quantize: gate {tuple(gate.shape)} and up {tuple(up.shape)} differ")
     return _apply(_SILU_MUL, gate, up, None, fmt, backend)
+
+
+def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float, fmt: QuantFormat | None = None,
+                 *, backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor, Quantized | None]:
+    """(x + y, invariant.rms_norm(x + y, weight, eps), with `fmt` quantize_rows_1xG of that norm, else None): a
+    residual add and the RMSNorm after it. One kernel where `backend` fuses and no autograd is recorded;
+    otherwise the separate ops (differentiable), which give the same bits."""
+    if backend not in BACKENDS:
+        raise OperandError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if x.shape != y.shape or x.dtype != y.dtype:
+        raise OperandError(f"add_rms_norm: x {tuple(x.shape)} {x.dtype} and y {tuple(y.shape)} {y.dtype} differ")
+    if weight.shape != (x.shape[-1],):
+        raise OperandError(f"add_rms_norm: weight {tuple(weight.shape)} does not fit x {tuple(x.shape)}")
+    if fmt is not None:
+        _check_fmt(fmt)
+    fused = backend == "triton" or (backend == "auto" and x.is_cuda)
+    recording = torch.is_grad_enabled() and (x.requires_grad or y.requires_grad or weight.requires_grad)
+    if fused and not recording:
+        from precision_engine.numerics import triton_fused_quant
+
+        if fmt is None or triton_fused_quant.rms_norm_fits(x.shape[-1], fmt):
+            s, h, q = triton_fused_quant.add_rms_norm(_rows(x), _rows(y), weight, eps, fmt)
+            return s.reshape(x.shape), h.reshape(x.shape), q
+    s = x + y
+    if fmt is None:
+        return s, invariant.rms_norm(s, weight, eps), None
+    return (s, *rms_norm_quantize(s, weight, eps, fmt, backend=backend))
 
 
 def rms_norm_quantize_reference(x, weight, eps, fmt):

@@ -1,14 +1,19 @@
 """Triton kernels that quantize an op's output as they produce it: RMSNorm -> 1xG FP8 and SiLU(gate) * up ->
-1xG FP8 (the ops in front of the FP8 linears). `numerics.fused_quant` is the public side.
+1xG FP8 (the ops in front of the FP8 linears), and the residual add fused into the RMSNorm after it.
+`numerics.fused_quant` is the public side.
 
 Each kernel reads its inputs once and writes the op's output and its FP8 bytes and M-major scales, where the
 unfused pair reads the output back (RMSNorm on 8B shapes: 5 bytes per element instead of 7; SiLU-mul: 7
 instead of 9, plus one launch fewer). The output's bits are the unfused op's and the quantization is
 `triton_quant`'s 1xG arithmetic on those bits, so both halves equal the two separate kernels byte for byte:
 
-- `_rms_norm_quant_kernel` repeats `triton_invariant._rms_norm_kernel` statement for statement, with its
-  block size, warp count and compile options (one program per row, the same reduction tree), then views the
-  row as [BLOCK_H/G, G] groups in registers for the quantization.
+- `_rms_norm_quant_kernel` (`_rms_norm_quant_row`) repeats `triton_invariant._rms_norm_kernel` statement for
+  statement, with its block size, warp count and compile options (one program per row, the same reduction
+  tree), then views the row as [BLOCK_H/G, G] groups in registers for the quantization.
+- `_add_rms_norm_kernel` adds the residual first, ``RN(x + y)`` in fp32 as torch's add of two bf16 tensors,
+  stores the sum and runs `_rms_norm_quant_row` (the RMSNorm kernel's statements, with or without the
+  quantization) on it as read back after a barrier: one launch where the decoder ran torch's add and the norm.
+  The norm part compiles to `_rms_norm_kernel`'s float instructions, in order (sm_90 PTX, triton 3.9).
 - `_silu_mul_quant_kernel` computes ``invariant.silu(gate) * up`` as torch does on CUDA, one rounding per op:
   ``RN(g / (1 + exp(-g)))`` with libdevice's ``expf`` (what torch's CUDA ``exp`` runs) and IEEE division,
   rounded to the input dtype, then the product rounded to the output dtype. It compiles without FP
@@ -28,7 +33,7 @@ from triton.language.extra.cuda import libdevice
 
 from precision_engine.numerics.contract import Quantized, fp8_dtype
 from precision_engine.numerics.formats import QuantFormat
-from precision_engine.numerics.triton_invariant import _interpreting, _round
+from precision_engine.numerics.triton_invariant import _interpreting, _round, _round_opaque
 from precision_engine.numerics.triton_quant import (
     _INTERPRET,
     INTERPRET,
@@ -43,13 +48,12 @@ from precision_engine.numerics.triton_quant import (
 
 
 @triton.jit
-def _rms_norm_quant_kernel(x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, q_ptr, s_ptr, M,
-                           BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr, G: tl.constexpr,
-                           FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
-                           POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
-    """HF Llama RMSNorm of one row (the parameters and statements of `_rms_norm_kernel`), then its 1xG
+def _rms_norm_quant_row(row, x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, q_ptr, s_ptr, M,
+                        BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr, QUANT: tl.constexpr, G: tl.constexpr,
+                        FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                        POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """HF Llama RMSNorm of one row (the statements of `_rms_norm_kernel`), then with QUANT its 1xG
     quantization."""
-    row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_H)
     mask = offs < H
     x_in = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
@@ -59,19 +63,60 @@ def _rms_norm_quant_kernel(x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, q_pt
     w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     y = _round(w * h, o_ptr.dtype.element_ty, INTERPRET)
     tl.store(o_ptr + row * stride_o + offs, y, mask=mask)
-    # The row is read back as [groups, G] (the program's own stores, visible after the barrier): nothing
-    # below depends on x, so the code above compiles exactly as `_rms_norm_kernel` does (reusing y in
-    # registers changed LLVM's FMA contraction of the sum of squares, and with it the bits).
+    if QUANT:
+        # The row is read back as [groups, G] (the program's own stores, visible after the barrier): nothing
+        # below depends on x, so the code above compiles exactly as `_rms_norm_kernel` does (reusing y in
+        # registers changed LLVM's FMA contraction of the sum of squares, and with it the bits).
+        tl.debug_barrier()
+        g = tl.arange(0, BLOCK_H // G)
+        c = tl.arange(0, G)
+        cols = g[:, None] * G + c[None, :]
+        groups = tl.load(o_ptr + row * stride_o + cols, mask=cols < H, other=0.0).to(tl.float32)
+        scale = _scale_from_amax(_amax(tl.abs(groups), 1), FMAX, RFMAX, POW2)
+        quotient = _quotient(groups, scale[:, None], _reciprocal(scale, POW2)[:, None], POW2, False)
+        tl.store(q_ptr + row * H + cols, _to_fp8(quotient, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND),
+                 mask=cols < H)
+        tl.store(s_ptr + row + g * M, scale, mask=g * G < H)
+
+
+@triton.jit
+def _rms_norm_quant_kernel(x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, q_ptr, s_ptr, M,
+                           BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr, G: tl.constexpr,
+                           FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                           POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """RMSNorm of one row with the parameters of `_rms_norm_kernel`, then its 1xG quantization."""
+    _rms_norm_quant_row(tl.program_id(0).to(tl.int64), x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, q_ptr,
+                        s_ptr, M, BLOCK_H, INTERPRET, True, G, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND)
+
+
+@triton.jit
+def _add_rms_norm_kernel(x_ptr, y_ptr, r_ptr, w_ptr, o_ptr, H, stride_x, stride_y, stride_r, stride_o, eps, q_ptr,
+                         s_ptr, M, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr, QUANT: tl.constexpr,
+                         G: tl.constexpr, FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr,
+                         EMIN: tl.constexpr, POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """r = x + y for one row (torch's add), then `_rms_norm_quant_row` on r as read back from memory."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_H)
+    mask = offs < H
+    x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
+    y = tl.load(y_ptr + row * stride_y + offs, mask=mask, other=0.0)
+    tl.store(r_ptr + row * stride_r + offs, _add(x, y, r_ptr.dtype.element_ty, INTERPRET), mask=mask)
+    # As in `_rms_norm_quant_row`'s quantization: the norm reads r back after the barrier, so it compiles as
+    # `_rms_norm_kernel` does on a loaded row, whatever the add left in registers.
     tl.debug_barrier()
-    g = tl.arange(0, BLOCK_H // G)
-    c = tl.arange(0, G)
-    cols = g[:, None] * G + c[None, :]
-    groups = tl.load(o_ptr + row * stride_o + cols, mask=cols < H, other=0.0).to(tl.float32)
-    scale = _scale_from_amax(_amax(tl.abs(groups), 1), FMAX, RFMAX, POW2)
-    quotient = _quotient(groups, scale[:, None], _reciprocal(scale, POW2)[:, None], POW2, False)
-    tl.store(q_ptr + row * H + cols, _to_fp8(quotient, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND),
-             mask=cols < H)
-    tl.store(s_ptr + row + g * M, scale, mask=g * G < H)
+    _rms_norm_quant_row(row, r_ptr, w_ptr, o_ptr, H, stride_r, stride_o, eps, q_ptr, s_ptr, M, BLOCK_H, INTERPRET,
+                        QUANT, G, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND)
+
+
+@triton.jit
+def _add(x, y, dtype: tl.constexpr, INTERPRET: tl.constexpr):
+    """torch's x + y in dtype: the fp32 sum of the widened values, rounded to nearest even. The rounding is
+    opaque (`_round_opaque`): with a plain cast LLVM narrows widen-add-round to a native bf16 add (HADD2.BF16
+    on sm_90, triton 3.9), the instruction whose bits `_rope_kernel` found to differ from torch's."""
+    s = x.to(tl.float32) + y.to(tl.float32)
+    if dtype != tl.float32:
+        s = _round_opaque(s, dtype, INTERPRET)
+    return s
 
 
 @triton.jit
@@ -155,6 +200,29 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, fmt: Qu
             num_warps=8 if block >= 4096 else 4,
         )
     return y, Quantized(q, scale, fmt)
+
+
+# `_add_rms_norm_kernel`'s quantization parameters when it quantizes nothing (QUANT=False never reads them).
+_NO_QUANT = {"G": 1, "FMAX": 1.0, "RFMAX": 1.0, "MBITS": 3, "EMIN": -6, "POW2": False, "EXACT_ROUND": False}
+
+
+def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float, fmt: QuantFormat | None = None,
+                 *, exact_round: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, Quantized | None]:
+    """x, y [M, H] (row-major rows, one dtype) -> (x + y as torch adds them, rms_norm of that sum as
+    `triton_invariant.rms_norm`, with `fmt` its 1xG quantization as `rms_norm_quantize`), in one launch."""
+    m, h = x.shape
+    r = torch.empty((m, h), dtype=x.dtype, device=x.device)
+    out = torch.empty((m, h), dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
+    q, scale = _rows_buffers(m, h, fmt, x.device) if fmt is not None else (out, out)
+    if m and h:
+        block = triton.next_power_of_2(h)
+        quant = _NO_QUANT if fmt is None else {"G": fmt.group, **_fmt_args(fmt, exact_round)}
+        _add_rms_norm_kernel[(m,)](
+            x, y, r, weight.contiguous(), out, h, x.stride(0), y.stride(0), r.stride(0), out.stride(0), eps, q,
+            scale, m, BLOCK_H=block, INTERPRET=_interpreting(), QUANT=fmt is not None, **quant,
+            num_warps=8 if block >= 4096 else 4,
+        )
+    return r, out, None if fmt is None else Quantized(q, scale, fmt)
 
 
 def silu_mul_quantize(gate: torch.Tensor, up: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None = None,

@@ -73,6 +73,8 @@ def instrument(recorder: Recorder) -> None:
         return out
 
     invariant.rope = recorded_rope
+    # The decoder ropes q and k in one launch on the GPU; here as two recorded calls (the same bits).
+    invariant.rope_qk = lambda q, k, cos, sin: (invariant.rope(q, cos, sin), invariant.rope(k, cos, sin))
 
 
 def labels(layers: int) -> list[str]:

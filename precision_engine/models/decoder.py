@@ -388,7 +388,7 @@ class Decoder(nn.Module):
             k, v = k.view(b, t, c.num_kv_heads, c.head_dim), v.view(b, t, c.num_kv_heads, c.head_dim)
             if c.qk_norm:
                 q, k = ops.norm(attn.q_norm, q), ops.norm(attn.k_norm, k)
-            q, k = invariant.rope(q, cos, sin), invariant.rope(k, cos, sin)  # [B, H, T, D], exact: both modes
+            q, k = invariant.rope_qk(q, k, cos, sin)  # [B, H, T, D], exact: both modes; one launch on the GPU
             out = attend(i, q, k, v.transpose(1, 2)).transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim)
             y = ops.linear(attn.o_proj, out)
             x, h, hq = ops.add_norm_into(layer.post_attention_layernorm, x, y, gate_up)

@@ -130,15 +130,28 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     x * cos + rotate_half(x) * sin, each op rounded to x.dtype. CUDA tensors (bf16/fp16, power-of-two D) take
     one Triton launch (`triton_invariant.rope`, the same three rounded ops, differentiable) with or without
     autograd, so the engine's decode and the trainer's forward run one kernel; the rest these torch ops."""
-    d = x.shape[-1]
-    kernel_fits = x.dtype in (torch.bfloat16, torch.float16) and d >= 2 and not d & (d - 1)
-    if x.is_cuda and kernel_fits:
+    if x.is_cuda and _rope_kernel_fits(x):
         triton = _triton()
         if triton is not None:
             return triton.rope(x, cos, sin)
     x = x.transpose(1, 2)
     half = x.shape[-1] // 2
     return x * cos[:, None] + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin[:, None]
+
+
+def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rope(q, cos, sin), rope(k, cos, sin)), their bits. CUDA tensors the kernel takes rotate in ONE launch
+    (`triton_invariant.rope_qk`; a CUDA-graph decode step pays per launch), the rest as the two calls."""
+    if q.is_cuda and _rope_kernel_fits(q) and k.dtype == q.dtype:
+        triton = _triton()
+        if triton is not None:
+            return triton.rope_qk(q, k, cos, sin)
+    return rope(q, cos, sin), rope(k, cos, sin)
+
+
+def _rope_kernel_fits(x: torch.Tensor) -> bool:
+    d = x.shape[-1]
+    return x.dtype in (torch.bfloat16, torch.float16) and d >= 2 and not d & (d - 1)
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
@@ -184,4 +197,5 @@ def _triton():
     return triton_invariant
 
 
-__all__ = ["KV_BLOCK", "TILE_M", "VOCAB_CHUNK", "attention", "linear", "log_softmax", "rms_norm", "rope", "silu"]
+__all__ = ["KV_BLOCK", "TILE_M", "VOCAB_CHUNK", "attention", "linear", "log_softmax", "rms_norm", "rope", "rope_qk",
+           "silu"]

@@ -415,7 +415,27 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, o_ptr, T, H, stride_xb, stride_xt, str
     torch's `x * cos + rotate_half(x) * sin` in x's dtype (three correctly rounded ops). The roundings are
     opaque to the compiler (`_round_opaque`): with plain casts, LLVM narrows the fp32 add of two widened bf16
     values to a native bf16 add (HADD2.BF16/HFMA2.BF16 on sm_90), whose bits are not torch's on the H200."""
-    bt = tl.program_id(0)
+    _rope_token(x_ptr, cos_ptr, sin_ptr, o_ptr, tl.program_id(0), T, H, stride_xb, stride_xt, stride_xh, stride_cb,
+                stride_ct, D, BLOCK_H, INTERPRET)
+
+
+@triton.jit
+def _rope_qk_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, T, HQ, HK, stride_qb, stride_qt, stride_qh,
+                    stride_kb, stride_kt, stride_kh, stride_cb, stride_ct, D: tl.constexpr, BLOCK_HQ: tl.constexpr,
+                    BLOCK_HK: tl.constexpr, INTERPRET: tl.constexpr):
+    """`_rope_kernel` for q and k in one launch: program (bt, 0) rotates token bt of q, (bt, 1) that of k."""
+    if tl.program_id(1) == 0:
+        _rope_token(q_ptr, cos_ptr, sin_ptr, qo_ptr, tl.program_id(0), T, HQ, stride_qb, stride_qt, stride_qh,
+                    stride_cb, stride_ct, D, BLOCK_HQ, INTERPRET)
+    else:
+        _rope_token(k_ptr, cos_ptr, sin_ptr, ko_ptr, tl.program_id(0), T, HK, stride_kb, stride_kt, stride_kh,
+                    stride_cb, stride_ct, D, BLOCK_HK, INTERPRET)
+
+
+@triton.jit
+def _rope_token(x_ptr, cos_ptr, sin_ptr, o_ptr, bt, T, H, stride_xb, stride_xt, stride_xh, stride_cb, stride_ct,
+                D: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
+    """Token bt = b * T + t of x, all H heads, into row bt of o: the rotation `_rope_kernel` describes."""
     b = (bt // T).to(tl.int64)
     t = (bt % T).to(tl.int64)
     offs_h = tl.arange(0, BLOCK_H)
@@ -451,6 +471,16 @@ def _rope_launch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return out
 
 
+def _check_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    b, t, h, d = x.shape
+    if x.dtype not in (torch.bfloat16, torch.float16) or cos.dtype != x.dtype or sin.dtype != x.dtype \
+            or d < 2 or d & (d - 1):
+        raise UnsupportedError(f"triton rope takes a bf16/fp16 x with cos/sin of its dtype and a power-of-two "
+                               f"head dim, got {x.dtype}, {cos.dtype}, D={d}")
+    if cos.shape != (b, t, d) or sin.shape != cos.shape:
+        raise ValueError(f"rope: cos {tuple(cos.shape)}, sin {tuple(sin.shape)} must be [B, T, D] = {(b, t, d)}")
+
+
 class _Rope(torch.autograd.Function):
     """Forward: the kernel, so the trainer's forward rotates with the very bits of the engine's decode. Backward
     (fp32, rounded once; not bitwise): dx = g * cos + rotate_half^T(g * sin), rotate_half^T(u) = cat(u2, -u1)."""
@@ -475,16 +505,32 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     dim), cos, sin [B, T, D] in x.dtype -> [B, H, T, D] (a transposed view of [B, T, H, D] memory), the bits of
     `x.transpose(1, 2) * cos[:, None] + rotate_half(x.transpose(1, 2)) * sin[:, None]` in torch.
     Differentiable in x (`_Rope`): the trainer's forward and the engine's decode run the same kernel."""
-    b, t, h, d = x.shape
-    if x.dtype not in (torch.bfloat16, torch.float16) or cos.dtype != x.dtype or sin.dtype != x.dtype \
-            or d < 2 or d & (d - 1):
-        raise UnsupportedError(f"triton rope takes a bf16/fp16 x with cos/sin of its dtype and a power-of-two "
-                               f"head dim, got {x.dtype}, {cos.dtype}, D={d}")
-    if cos.shape != (b, t, d) or sin.shape != cos.shape:
-        raise ValueError(f"rope: cos {tuple(cos.shape)}, sin {tuple(sin.shape)} must be [B, T, D] = {(b, t, d)}")
+    _check_rope(x, cos, sin)
     if torch.is_grad_enabled() and x.requires_grad:
         return _Rope.apply(x, cos, sin).transpose(1, 2)
     return _rope_launch(x, cos, sin).transpose(1, 2)
+
+
+def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rope(q, cos, sin), rope(k, cos, sin)) in one launch, their bits: every program runs `_rope_kernel`'s
+    code on one token of q or of k. q [B, T, Hq, D], k [B, T, Hk, D] (views of one fused q/k/v output too).
+    With autograd recorded on q or k, the two differentiable `rope` calls run instead (same bits)."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        return rope(q, cos, sin), rope(k, cos, sin)
+    _check_rope(q, cos, sin)
+    _check_rope(k, cos, sin)
+    b, t, hq, d = q.shape
+    hk = k.shape[2]
+    q, k = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k))
+    cos, sin = cos.contiguous(), sin.contiguous()
+    q_out = torch.empty((b, t, hq, d), dtype=q.dtype, device=q.device)
+    k_out = torch.empty((b, t, hk, d), dtype=k.dtype, device=k.device)
+    if b * t:
+        _rope_qk_kernel[(b * t, 2)](
+            q, k, cos, sin, q_out, k_out, t, hq, hk, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
+            k.stride(2), cos.stride(0), cos.stride(1), D=d, BLOCK_HQ=triton.next_power_of_2(hq),
+            BLOCK_HK=triton.next_power_of_2(hk), INTERPRET=_interpreting(), num_warps=4)
+    return q_out.transpose(1, 2), k_out.transpose(1, 2)
 
 
 # -------------------------------------------------------------------------------------------------- kv write

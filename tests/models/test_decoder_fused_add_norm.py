@@ -1,13 +1,15 @@
-"""A rollout forward (no autograd) adds each residual inside the RMSNorm after it (`_Ops.add_norm_into`,
-numerics.fused_quant.add_rms_norm) and gives the logits of the separate add and norm bit for bit.
+"""A rollout forward (no autograd) runs the decoder's launch fusions and gives the logits of the separate ops bit
+for bit: each residual add inside the RMSNorm after it (`_Ops.add_norm_into`, numerics.fused_quant.add_rms_norm)
+and RoPE of q and k in one launch (invariant.rope_qk).
 
-On the GPU the fused path runs wherever the norm runs numerics.invariant's kernel without autograd (rollout in
-both modes); the reference is the same model with `_Ops.fused_add` forced off. On the CPU the decoder keeps the
-separate ops, so the CPU test forces the fused path in batch-invariant mode and runs the kernel in Triton's
-interpreter, with every unfused RMSNorm on the interpreter's RMSNorm kernel too (the ops the GPU runs; the
-CPU's torch RMSNorm sums the squares in another order). Both cover the full forward and the cached prefill
-(logits of the last prompt token) and a decode step. The CPU cases take ~5 s each on one core (Triton's
-interpreter; the BF16 one, whose norm-only kernel the FP8 one's final norm covers too, is marked slow).
+On the GPU the fused add runs wherever the norm runs numerics.invariant's kernel without autograd (rollout in
+both modes); the reference is the same model with `_Ops.fused_add` forced off and q and k rotated by two
+`invariant.rope` calls. On the CPU the decoder keeps the separate ops, so the CPU test forces both fusions in
+batch-invariant mode and runs their kernels in Triton's interpreter, with every unfused RMSNorm on the
+interpreter's RMSNorm kernel too (the ops the GPU runs; the CPU's torch RMSNorm sums the squares in another
+order) and RoPE in torch's ops (the kernel's bits). Both cover the full forward and the cached prefill (logits
+of the last prompt token) and a decode step. The CPU cases take ~5 s each on one core (Triton's interpreter;
+the BF16 one, whose norm-only kernel the FP8 one's final norm covers too, is marked slow).
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ def _assert_fused_equals_unfused(model, scales, monkeypatch, **kwargs) -> list:
     calls = list(seen)
     with monkeypatch.context() as patch:
         patch.setattr(decoder_module._Ops, "fused_add", lambda self, x: False)
+        patch.setattr(invariant, "rope_qk", lambda q, k, cos, sin: (invariant.rope(q, cos, sin),
+                                                                    invariant.rope(k, cos, sin)))
         unfused = _rollout(model, scales)
     assert seen == calls  # the reference ran no fused add
     for a, b in zip(fused, unfused):
@@ -103,6 +107,7 @@ def test_interpreted_kernel_keeps_the_logits_of_the_separate_ops(policy_name, mo
 
     model, scales = _model(policy_name, "tiny-llama", "cpu")
     monkeypatch.setattr(invariant, "rms_norm", triton_invariant.rms_norm)
+    monkeypatch.setattr(invariant, "rope_qk", triton_invariant.rope_qk)
     monkeypatch.setattr(decoder_module._Ops, "fused_add", lambda self, x: self.invariant and not torch.is_grad_enabled())
     calls = _assert_fused_equals_unfused(model, scales, monkeypatch, backend="triton")
     _assert_every_norm_after_an_add_fused(model, calls, policy_name != "bf16_baseline")
@@ -122,7 +127,8 @@ def test_cpu_and_autograd_keep_the_separate_ops(monkeypatch):
 @pytest.mark.parametrize("batch_invariant", [True, False], ids=["invariant", "fast"])
 @pytest.mark.parametrize("policy_name", ["bf16_baseline", "jetrl_unified", "jetrl_unified_kv"])
 def test_gpu_rollout_fuses_and_keeps_the_logits(policy_name, batch_invariant, monkeypatch):
-    """The real kernels on CUDA, both modes: every norm after an add fuses, logits bitwise the separate ops'."""
+    """The real kernels on CUDA, both modes: every norm after an add fuses, logits bitwise the separate ops'
+    (RoPE of q and k in two launches there)."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     model, scales = _model(policy_name, "tiny-llama", "cuda", batch_invariant=batch_invariant)

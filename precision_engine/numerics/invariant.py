@@ -139,7 +139,9 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos[:, None] + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin[:, None]
 
 
-def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_qk(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(rope(q, cos, sin), rope(k, cos, sin)), their bits. CUDA tensors the kernel takes rotate in ONE launch
     (`triton_invariant.rope_qk`; a CUDA-graph decode step pays per launch), the rest as the two calls."""
     if q.is_cuda and _rope_kernel_fits(q) and k.dtype == q.dtype:

@@ -511,7 +511,9 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return _rope_launch(x, cos, sin).transpose(1, 2)
 
 
-def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_qk(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(rope(q, cos, sin), rope(k, cos, sin)) in one launch, their bits: every program runs `_rope_kernel`'s
     code on one token of q or of k. q [B, T, Hq, D], k [B, T, Hk, D] (views of one fused q/k/v output too).
     With autograd recorded on q or k, the two differentiable `rope` calls run instead (same bits)."""

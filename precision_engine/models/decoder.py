@@ -37,9 +37,9 @@ from torch import nn
 
 from precision_engine.errors import ModelError, UnsupportedError, UsageError
 from precision_engine.numerics import invariant
-from precision_engine.numerics.contract import Quantized
+from precision_engine.numerics.contract import Quantized, SplitSums
 from precision_engine.numerics.formats import QuantFormat
-from precision_engine.numerics.fused_linear import fp8_linear_group, shares_one_gemm
+from precision_engine.numerics.fused_linear import fp8_linear_group, hooked, shares_one_gemm
 from precision_engine.numerics.fused_quant import add_rms_norm, rms_norm_quantize, silu_mul_quantize
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
 from precision_engine.numerics.linear import Fp8Linear
@@ -354,7 +354,7 @@ class Decoder(nn.Module):
         ops = _Ops(self.batch_invariant)
         attend = self._teacher_forcing_attend(q_pos, lengths, ops)
         x, y = self._layers(hidden.to(self._dtype()), q_pos, attend, ops, positions_below=t)
-        return x if y is None else x + y
+        return x if y is None else x + (y.total().reshape(x.shape) if isinstance(y, SplitSums) else y)
 
     def _teacher_forcing_attend(self, q_pos, lengths, ops: _Ops, valid=None, record=None) -> Attend:
         """Attention of a full-sequence forward: k/v rounded as the rollout cache stores them when the policy
@@ -390,11 +390,11 @@ class Decoder(nn.Module):
                 q, k = ops.norm(attn.q_norm, q), ops.norm(attn.k_norm, k)
             q, k = invariant.rope_qk(q, k, cos, sin)  # [B, H, T, D], exact: both modes; one launch on the GPU
             out = attend(i, q, k, v.transpose(1, 2)).transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim)
-            y = ops.linear(attn.o_proj, out)
+            y = ops.linear(attn.o_proj, out, split_sums=ops.fused_add(x))
             x, h, hq = ops.add_norm_into(layer.post_attention_layernorm, x, y, gate_up)
             gate, up = ops.linears(gate_up, h, fuse=self.fuse_linears, x_quantized=hq)
             h, hq = ops.swiglu_into(gate, up, mlp.down_proj)
-            y = ops.linear(mlp.down_proj, h, x_quantized=hq)
+            y = ops.linear(mlp.down_proj, h, x_quantized=hq, split_sums=ops.fused_add(x))
         return x, y
 
     def _logits(self, x: torch.Tensor, ops: _Ops, y: torch.Tensor | None = None) -> torch.Tensor:
@@ -428,7 +428,12 @@ class _Ops:
     def __init__(self, batch_invariant: bool) -> None:
         self.invariant = batch_invariant
 
-    def linear(self, module: nn.Module, x: torch.Tensor, *, x_quantized: Quantized | None = None) -> torch.Tensor:
+    def linear(self, module: nn.Module, x: torch.Tensor, *, x_quantized: Quantized | None = None,
+               split_sums: bool = False) -> torch.Tensor | SplitSums:
+        """`split_sums`: an FP8 linear without hooks may return its GEMM's split-K segment sums (`SplitSums`,
+        for `add_norm_into`, whose kernel adds them: one launch fewer at decode sizes)."""
+        if split_sums and isinstance(module, Fp8Linear) and not hooked(module):
+            return module(x, x_quantized=x_quantized, split_sums=True)
         if x_quantized is not None:  # module is an Fp8Linear of x_quantized's format (`fused_input`)
             return module(x, x_quantized=x_quantized)
         if isinstance(module, Fp8Linear) or not isinstance(module, nn.Linear):

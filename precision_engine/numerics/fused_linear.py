@@ -55,7 +55,7 @@ def shares_one_gemm(parts: Sequence[nn.Module]) -> bool:
     return all(
         p.spec == first.spec and p.numerics == first.numerics and p.in_features == first.in_features
         and p.weight.device == first.weight.device and (p.bias is None) == (first.bias is None)
-        and p.out_features % block_rows == 0 and not _hooked(p)
+        and p.out_features % block_rows == 0 and not hooked(p)
         for p in parts
     )
 
@@ -109,7 +109,7 @@ def _row_views(wq: Quantized, rows: Sequence[int]) -> list[Quantized]:
     return [Quantized(d, s, wq.fmt) for d, s in zip(data, scale)]
 
 
-def _hooked(module: nn.Module) -> bool:
+def hooked(module: nn.Module) -> bool:
     """Any hook `nn.Module.__call__` would run for `module` (its own or global): the condition torch itself
     checks before its hook-free fast path."""
     return bool(

@@ -32,7 +32,7 @@ import torch
 from precision_engine.errors import OperandError
 from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, WEIGHT_BLOCK,
                                                     DeviceInfo, Gemm, resolve_kernel)
-from precision_engine.numerics.contract import Quantized
+from precision_engine.numerics.contract import Quantized, SplitSums
 from precision_engine.numerics.formats import Granularity, Kernel
 # cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
 # 4, 8, 16, 24, 32, 64 accepted) and returned wrong results at K=320, where the scales' leading dimension
@@ -49,10 +49,12 @@ def fp8_gemm(
     kernel: Kernel = Kernel.AUTO,
     gemm: Gemm = Gemm.FPROP,
     batch_invariant: bool = True,
-) -> torch.Tensor:
+    split_sums: bool = False,
+) -> torch.Tensor | SplitSums:
     """dequant(a) @ dequant(b)^T -> [M, N] in out_dtype, on the kernel `capabilities.resolve_kernel` picks for
     this device, GEMM and M. Raises OperandError for operands it cannot take, UnsupportedError for a kernel the
-    device cannot run."""
+    device cannot run. `split_sums`: the Triton kernel's split-K segment sums where it has them (`SplitSums`),
+    for a reader that adds them itself."""
     b_scale_rows = _check_operands(a, b)
     kernel = resolve_kernel(kernel, device=device_info(a.data.device), m=a.data.shape[0], gemm=gemm,
                             batch_invariant=batch_invariant, dtypes=frozenset({a.fmt.dtype, b.fmt.dtype}))
@@ -64,7 +66,7 @@ def fp8_gemm(
         from precision_engine.numerics.triton_gemm import block_scaled_gemm
 
         return block_scaled_gemm(
-            a.data, a.scale, b.data, b.scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype
+            a.data, a.scale, b.data, b.scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype, split_sums=split_sums
         )
     if kernel is Kernel.CUBLAS:
         return _cublas_gemm(a, b, b_scale_rows, out_dtype)

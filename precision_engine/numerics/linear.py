@@ -32,7 +32,7 @@ from torch import nn
 
 from precision_engine.errors import OperandError, UnsupportedError
 from precision_engine.numerics.capabilities import Gemm, linear_problems
-from precision_engine.numerics.contract import COMPUTE_TORCH_DTYPE, Quantized, fp8_dtype
+from precision_engine.numerics.contract import COMPUTE_TORCH_DTYPE, Quantized, SplitSums, fp8_dtype
 from precision_engine.numerics.formats import LinearSpec, QuantFormat
 from precision_engine.numerics.gemm import fp8_gemm, transpose_operand
 from precision_engine.numerics.quantize import (
@@ -163,9 +163,15 @@ class Fp8Linear(nn.Linear):
         self._w_cache = (self._w_cache[0], wq)
         self._wt_cache = None
 
-    def forward(self, x: torch.Tensor, *, x_quantized: Quantized | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, x_quantized: Quantized | None = None,
+                split_sums: bool = False) -> torch.Tensor | SplitSums:
         """y = x @ W^T + b in FP8. `x_quantized`: Q(x) in the spec's input format, computed by the caller
-        (bitwise what this forward would compute), so the forward does not quantize x again."""
+        (bitwise what this forward would compute), so the forward does not quantize x again. `split_sums`:
+        without autograd and bias, y as the GEMM's split-K segment sums where it has them (`SplitSums`, rows of
+        x by N), for a reader that adds them up itself (`fused_quant.add_rms_norm`)."""
+        recording = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+        if split_sums and self.bias is None and not recording and not torch.compiler.is_compiling():
+            return _fprop_split_sums(x, self.quantized_weight(), (self.spec, self.numerics), x_quantized)
         if torch.compiler.is_compiling():
             wq = quantize_blocks(self.weight.detach(), self.spec.weight)
             wt = transpose_operand(wq) if self._dgrad_in_fp8() else None
@@ -212,6 +218,31 @@ def fp8_linear(
     return _Fp8LinearFn.apply(x, xq_data, xq_scale, wq.data, wq.scale, wt_data, wt_scale, config, *weights, *biases)
 
 
+def _fprop(x2: torch.Tensor, xq: Quantized | None, wq: Quantized, config: tuple[LinearSpec, NumericsSpec], *,
+           split_sums: bool = False) -> tuple[Quantized, torch.Tensor | SplitSums]:
+    """(Q(x), the fprop GEMM's output in the compute dtype) for rows x2, quantized here unless `xq` is given."""
+    spec, numerics = config
+    xq = quantize_rows_1xG(x2, spec.input) if xq is None else xq
+    check_finite(xq, numerics.nonfinite, "input")
+    y = fp8_gemm(xq, wq, out_dtype=COMPUTE_TORCH_DTYPE[spec.compute], kernel=spec.kernel,
+                 batch_invariant=numerics.batch_invariant, split_sums=split_sums)
+    return xq, y
+
+
+def _fprop_split_sums(x: torch.Tensor, wq: Quantized, config: tuple[LinearSpec, NumericsSpec],
+                      x_quantized: Quantized | None) -> torch.Tensor | SplitSums:
+    """`Fp8Linear.forward` without autograd or bias: the GEMM's segment sums where the launch has them and the
+    output dtype is x's, else the output as the autograd path returns it."""
+    if x_quantized is not None:
+        _check_x_quantized(x, x_quantized, config[0].input)
+    _, y = _fprop(x.reshape(-1, x.shape[-1]), x_quantized, wq, config, split_sums=True)
+    if isinstance(y, SplitSums):
+        if y.dtype == x.dtype:
+            return y
+        y = y.total()
+    return y.reshape(*x.shape[:-1], y.shape[-1]).to(x.dtype)
+
+
 def _check_x_quantized(x: torch.Tensor, xq: Quantized, fmt: QuantFormat) -> None:
     """A handed-over Q(x) must have the layout the forward's own would: x's rows in the spec's input format."""
     rows, k = x.numel() // x.shape[-1], x.shape[-1]
@@ -242,10 +273,8 @@ class _Fp8LinearFn(torch.autograd.Function):
         parts = len(params) // 2
         weights, biases = params[:parts], params[parts:]
         x2 = x.reshape(-1, x.shape[-1])
-        xq = quantize_rows_1xG(x2, spec.input) if xq_data is None else Quantized(xq_data, xq_scale, spec.input)
-        check_finite(xq, numerics.nonfinite, "input")
-        wq = Quantized(w_data, w_scale, spec.weight)
-        y = fp8_gemm(xq, wq, out_dtype=compute, kernel=spec.kernel, batch_invariant=numerics.batch_invariant)
+        xq, y = _fprop(x2, None if xq_data is None else Quantized(xq_data, xq_scale, spec.input),
+                       Quantized(w_data, w_scale, spec.weight), config)
         if biases[0] is not None:
             y = y + _cat([b.to(compute) for b in biases])
 

@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from precision_engine.numerics.capabilities import SCALE_BLOCK, SMALL_M_MAX  # M <= SMALL_M_MAX: decode tiles
+from precision_engine.numerics.contract import SplitSums
 
 BLOCK_K = SCALE_BLOCK  # one scale block per K step: the scale granularity of every operand we multiply
 
@@ -335,14 +336,16 @@ def block_scaled_gemm(
     config: GemmConfig | None = None,
     seg_kb: int | None = None,
     split: bool | None = None,
-) -> torch.Tensor:
+    split_sums: bool = False,
+) -> torch.Tensor | SplitSums:
     """c = dequant(a) @ dequant(b)^T for a [M, K] and b [N, K] FP8 (K-major; other strides work, slower).
 
     `b_scale_rows` is how many rows of b share one scale row: 128 (128x128 blocks) or 1 (1x128 groups).
     `config` defaults to `config_for(M, N, K)`, `seg_kb` to `segment_kb(N, K)` (changing it changes the bits);
     `split` (one program per segment, then an in-order sum of the segments) defaults to on when the tiles
     alone would leave SMs idle, and off for a persistent config. Neither config nor split changes a bit of the
-    result. Above decode sizes on Hopper with Triton 3.6, with neither given and block-scaled b, `gluon_gemm`
+    result. `split_sums`: where the launch splits K and sums the segments in a second kernel, return the
+    segment sums instead (`SplitSums`: the reader of c adds them, one launch fewer). Above decode sizes on Hopper with Triton 3.6, with neither given and block-scaled b, `gluon_gemm`
     runs instead: the same additions, so the same bits (GPU-tested), 1.2-1.4x the speed of this kernel's tiles
     there.
     """
@@ -397,6 +400,8 @@ def block_scaled_gemm(
             FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K, GROUP_M=cfg.group_m,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
+    if split and not fused and split_sums:
+        return SplitSums(ws, out_dtype)
     if split and not fused:
         block = 1024
         _sum_segments_kernel[(triton.cdiv(m * n, block),)](ws, c, m * n, segments, BLOCK=block, num_warps=4)

@@ -190,12 +190,14 @@ def after_first_barrier(ops):
 
 fmt = dict(G=128, FMAX=448.0, RFMAX=1 / 448.0, MBITS=3, EMIN=-6, POW2=False, EXACT_ROUND=False)
 norm = ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"]
-add = ["*bf16"] * 5 + ["i32"] * 5 + ["fp32", "*fp8e4nv", "*fp32", "i32"]
+add = ["*bf16"] * 5 + ["i32"] * 5 + ["fp32", "*fp8e4nv", "*fp32", "i32", "i32"]
+add_sums = add[:1] + ["*fp32"] + add[2:]  # y: a split-K GEMM's fp32 segment sums (SplitSums)
 plain = float_ops(TI._rms_norm_kernel, norm, dict(BLOCK_H=4096, INTERPRET=False), 8)
 quant = float_ops(TF._rms_norm_quant_kernel, norm + ["*fp8e4nv", "*fp32", "i32"],
                   dict(BLOCK_H=4096, INTERPRET=False, **fmt), 8)
-for q, alone in ((False, plain), (True, quant)):
-    fused = float_ops(TF._add_rms_norm_kernel, add, dict(BLOCK_H=4096, INTERPRET=False, QUANT=q, **fmt), 8)
+for q, alone, parts in ((False, plain, 0), (True, quant, 0), (True, quant, 4)):
+    fused = float_ops(TF._add_rms_norm_kernel, add_sums if parts else add,
+                      dict(PARTS=parts, BLOCK_H=4096, INTERPRET=False, QUANT=q, **fmt), 8)
     body = after_first_barrier(fused)
     prologue = fused[: len(fused) - len(body)]
     names = {}

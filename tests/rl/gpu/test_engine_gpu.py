@@ -76,9 +76,9 @@ def _numerics(policy, batch_invariant):
     return replace(policy.numerics, batch_invariant=batch_invariant)
 
 
-def _generate(model, prompts, scales, *, cuda_graphs=True, seed=5):
+def _generate(model, prompts, scales, *, cuda_graphs=True, seed=5, n=N_SAMPLES, max_new=MAX_NEW):
     return Engine(model, kv_scales=scales, cuda_graphs=cuda_graphs).generate(
-        prompts, n=N_SAMPLES, max_new_tokens=MAX_NEW, temperature=TEMPERATURE, seed=seed
+        prompts, n=n, max_new_tokens=max_new, temperature=TEMPERATURE, seed=seed
     )
 
 
@@ -127,6 +127,20 @@ def test_on_policy_bitwise_over_4096_tokens_and_graph_equals_eager(model, spec, 
     generated = rollout.generated_mask
     assert int(generated.sum()) == len(prompts) * N_SAMPLES * MAX_NEW == 4096
     assert _same(rollout, _generate(model, prompts, scales, cuda_graphs=False))
+    for batch_size, side, logp in _scores(model, plan, scales, rollout):
+        diff = float((logp[generated] - rollout.logprobs[generated]).abs().max())
+        assert torch.equal(logp[generated], rollout.logprobs[generated]), (batch_size, side, diff)
+
+
+@pytest.mark.parametrize("policy_name", ["jetrl_unified", "jetrl_unified_kv"])
+def test_on_policy_bitwise_at_64_decode_rows(model, spec, prompts, policy_name):
+    """64 rows decode through the FP8 GEMMs' split-K launches with 64-row token tiles (16 rows take the
+    swapped launch), whose segment sums the residual add + RMSNorm kernel adds (`SplitSums`): 4,096 tokens."""
+    plan, scales = _rollout_setup(model, spec, policy_name, prompts)
+    rollout = _generate(model, prompts, scales, n=16, max_new=64)
+    generated = rollout.generated_mask
+    assert int(generated.sum()) == len(prompts) * 16 * 64 == 4096
+    assert _same(rollout, _generate(model, prompts, scales, cuda_graphs=False, n=16, max_new=64))
     for batch_size, side, logp in _scores(model, plan, scales, rollout):
         diff = float((logp[generated] - rollout.logprobs[generated]).abs().max())
         assert torch.equal(logp[generated], rollout.logprobs[generated]), (batch_size, side, diff)

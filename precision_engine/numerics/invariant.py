@@ -26,6 +26,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from precision_engine.numerics.contract import Quantized
+from precision_engine.numerics.formats import QuantFormat
+
 TILE_M = 16  # rows per GEMM tile: every bmm call sees [*, TILE_M, K] x [*, K, N]
 KV_BLOCK = 32  # slots per attention block; both phases reduce over the same blocks in increasing order
 VOCAB_CHUNK = 1024  # log_softmax reduces within chunks of this length, then across chunks
@@ -65,7 +68,8 @@ def attention(
     scale: float,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
-) -> torch.Tensor:
+    quantize: QuantFormat | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, Quantized]:
     """Causal attention over position-indexed keys (slot j holds position j), in q.dtype.
 
     q [B, Hq, Tq, D]; k, v [B, Hkv, S, D]; q_pos int64 [B, Tq] (-1: a padding query, output 0); kv_len int64 [B].
@@ -76,11 +80,19 @@ def attention(
     k / v may be float8_e4m3fn (an FP8 KV cache) with dequant multipliers `k_scale` / `v_scale` of shape [] or
     [Hkv]: each block is dequantized to q.dtype as it is read, `(k.float() * scale).to(q.dtype)`, the bits of
     `numerics.kv_cache.dequantize_kv`, so no step dequantizes more than it attends to.
+
+    `quantize` (a 1xG FP8 format): returns (out, quantize_rows_1xG of out as o_proj reads it, [B * Tq, Hq * D]).
+    CUDA tensors with one group per head (`triton_invariant.attention_quantize_fits`) get it from the kernel's
+    epilogue, one launch fewer; the rest quantize the output afterwards. The bits are the same either way.
     """
     if q.is_cuda:
         triton = _triton()
-        if triton is not None:
-            return triton.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale)
+        if triton is not None and (quantize is None or triton.attention_quantize_fits(q.shape[-1], quantize)):
+            return triton.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale,
+                                    quantize=quantize)
+    if quantize is not None:
+        return _with_quantized(attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale),
+                               quantize)
     b, hq, tq, d = q.shape
     hkv, s = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -107,6 +119,14 @@ def attention(
         m = m_new
     out = acc / torch.where(l == 0, 1.0, l)[..., None]
     return out.reshape(b, hkv, group, tq, d).reshape(b, hq, tq, d).to(q.dtype)
+
+
+def _with_quantized(out: torch.Tensor, fmt: QuantFormat) -> tuple[torch.Tensor, Quantized]:
+    """(out [B, Hq, T, D], out as o_proj reads it, [B * T, Hq * D], quantized to fmt)."""
+    from precision_engine.numerics.quantize import quantize_rows_1xG
+
+    b, hq, t, d = out.shape
+    return out, quantize_rows_1xG(out.detach().transpose(1, 2).reshape(b * t, hq * d), fmt)
 
 
 def log_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

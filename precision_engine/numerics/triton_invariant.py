@@ -43,9 +43,19 @@ import triton
 import triton.language as tl
 
 from precision_engine.errors import UnsupportedError
+from precision_engine.numerics.contract import Quantized, fp8_dtype
+from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
 from precision_engine.numerics.triton_gemm import WHOLE_TILES_MIN, _sm_count, _tile_counters
 from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
-from precision_engine.numerics.triton_quant import _round_to_fp8_grid
+from precision_engine.numerics.triton_quant import (
+    _amax,
+    _fmt_args,
+    _quotient,
+    _reciprocal,
+    _round_to_fp8_grid,
+    _scale_from_amax,
+    _to_fp8,
+)
 
 LOG2E = 1.4426950408889634
 FP8_KV_DTYPE = torch.float8_e4m3fn  # numerics.kv_cache.KV_FP8_DTYPE, the cache attention reads in place
@@ -618,22 +628,29 @@ ATTN_DECODE_STAGES = 3
 # the output. Same sweep, batch 64, 8B heads, 128 / 256 / 384 cached tokens: FP8 11.4 / 17.5 / 23.5 us where
 # the invariant launch takes 16.9 / 27.4 / 38.2; BF16 13.6 / 23.4 / 32.9 where it takes 17.6 / 26.8 / 36.1.
 FAST_BLOCK_M = 16
+# `_attention_kernel`'s quantization parameters when it quantizes nothing (QUANT=False never reads them).
+_NO_QUANT = {"FMAX": 1.0, "RFMAX": 1.0, "MBITS": 3, "EMIN": -6, "POW2": False, "EXACT_ROUND": False}
 
 
 @triton.jit(do_not_specialize=["pos_ptr", "len_ptr", "Tq", "S", "stride_pb", "stride_pt"])
-def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, ks_ptr, vs_ptr, qk_scale, Tq, S, Hkv,
-                      stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_ks,
+def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, pos_ptr, len_ptr, ks_ptr, vs_ptr, qk_scale, Tq,
+                      S, Hkv, stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_ks,
                       stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_ot, stride_pb, stride_pt,
                       G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       FP8_KV: tl.constexpr, SCALE_PER_HEAD: tl.constexpr, FOLD_SCALES: tl.constexpr,
-                      INTERPRET: tl.constexpr):
+                      INTERPRET: tl.constexpr, QUANT: tl.constexpr, FMAX: tl.constexpr, RFMAX: tl.constexpr,
+                      MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
     """Rows r of one (sequence, kv head): query r // G, query head r % G. Arguments that differ between a decode
     step and the full forward (Tq, S, the positions' layout) are not specialized on: one binary for both.
 
     FP8_KV: k, v are float8_e4m3fn with fp32 dequant multipliers (one, or one per kv head with SCALE_PER_HEAD);
     each block becomes (x.to(fp32) * scale) rounded to q's dtype as it is loaded: `dequantize_kv`'s bits. With
     FOLD_SCALES (fast mode) a block is widened exactly to q's dtype instead, and the scales multiply the scores
-    and the output: fewer instructions per cached element, other bits."""
+    and the output: fewer instructions per cached element, other bits.
+
+    QUANT: the output is also quantized for o_proj, whose input [B * Tq, Hq * D] holds row (query t, head hq)
+    of sequence b as group hq of token b * Tq + t: `triton_quant`'s 1xD arithmetic on the stored output, into
+    xq [B * Tq, Hq * D] and M-major scales xs (strides (1, B * Tq)), the bytes of `quantize_rows_1xG`."""
     # Heaviest causal tiles first (numerics-neutral).
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     b = tl.program_id(1) // Hkv
@@ -693,6 +710,18 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, len_ptr, ks_ptr, vs_p
     o_offs = b.to(tl.int64) * stride_ob + hq.to(tl.int64) * stride_oh + t.to(tl.int64) * stride_ot
     out = _round(out, o_ptr.dtype.element_ty, INTERPRET)
     tl.store(o_ptr + o_offs[:, None] + offs_d[None, :], out, mask=row_ok[:, None])
+    if QUANT:
+        # The tile is read back as stored (the program's own stores, visible after the barrier): nothing above
+        # depends on the quantization, so the attention compiles as it does without it (as in
+        # triton_fused_quant's `_rms_norm_quant_row`, where reusing registers once changed FMA contraction).
+        tl.debug_barrier()
+        x = tl.load(o_ptr + o_offs[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
+        scale = _scale_from_amax(_amax(tl.abs(x), 1), FMAX, RFMAX, POW2)
+        quotient = _quotient(x, scale[:, None], _reciprocal(scale, POW2)[:, None], POW2, False)
+        token = b.to(tl.int64) * Tq + t
+        tl.store(xq_ptr + (token * (Hkv * G) + hq)[:, None] * D + offs_d[None, :],
+                 _to_fp8(quotient, xq_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND), mask=row_ok[:, None])
+        tl.store(xs_ptr + token + hq.to(tl.int64) * (tl.num_programs(1) // Hkv) * Tq, scale, mask=row_ok)
 
 
 @triton.jit
@@ -706,7 +735,14 @@ def _widen_kv(x, scale, dtype: tl.constexpr, FOLD_SCALES: tl.constexpr, INTERPRE
     return y
 
 
-def _check_attention(q, k, v, q_pos, kv_len, k_scale=None, v_scale=None):
+def attention_quantize_fits(d: int, fmt: QuantFormat) -> bool:
+    """Whether the attention kernel can quantize its output for o_proj (`quantize=`): 1xG FP8 groups along K of
+    exactly one head (G = D), so each row of an output tile is one group."""
+    return (fmt.is_quantized and fmt.granularity is Granularity.GROUP and fmt.axis is Axis.K
+            and fmt.group == d)
+
+
+def _check_attention(q, k, v, q_pos, kv_len, k_scale=None, v_scale=None, quantize=None):
     if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
         raise ValueError(f"attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not fit "
                          "[B, Hq, Tq, D] and [B, Hkv, S, D]")
@@ -724,12 +760,16 @@ def _check_attention(q, k, v, q_pos, kv_len, k_scale=None, v_scale=None):
     for scale in (k_scale, v_scale) if fp8 else ():
         if scale.numel() not in (1, k.shape[1]):
             raise ValueError(f"attention: a KV scale has {scale.numel()} entries; expected 1 or {k.shape[1]}")
+    if quantize is not None and not attention_quantize_fits(d, quantize):
+        raise UnsupportedError(f"attention quantizes its output in 1xG FP8 groups of one head (1x{d}), not "
+                               f"{quantize.describe()}")
 
 
-def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scale=None,
-                      fast: bool = False) -> torch.Tensor:
+def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scale=None, fast: bool = False,
+                      quantize: QuantFormat | None = None) -> torch.Tensor | tuple[torch.Tensor, Quantized]:
     """The kernel launch, no autograd (shapes as in `attention`). `fast`: fast mode's launch (FAST_BLOCK_M rows
-    per program at decode, FOLD_SCALES for an FP8 cache): not batch-invariant, the bits of no other launch."""
+    per program at decode, FOLD_SCALES for an FP8 cache): not batch-invariant, the bits of no other launch.
+    `quantize` (a format `attention_quantize_fits`): (out, Q(out) as o_proj reads it), as in `attention`."""
     b, hq, tq, d = q.shape
     hkv, s = k.shape[1], k.shape[2]
     g = hq // hkv
@@ -737,8 +777,16 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
     q_pos = q_pos.to(device=q.device, dtype=torch.int64)
     kv_len = kv_len.to(device=q.device, dtype=torch.int64).contiguous()
     out = torch.empty((b, hq, tq, d), dtype=q.dtype, device=q.device)
+    if quantize is None:
+        xq = xs = out  # never read
+        quant = _NO_QUANT
+    else:
+        xq = torch.empty((b * tq, hq * d), dtype=fp8_dtype(quantize), device=q.device)
+        xs = torch.empty((hq, b * tq), dtype=torch.float32, device=q.device).t()  # M-major, as quantize_rows
+        quant = _fmt_args(quantize, None)
+    result = out if quantize is None else (out, Quantized(xq, xs, quantize))
     if out.numel() == 0:
-        return out
+        return result
     fp8 = k.dtype == FP8_KV_DTYPE
     if fp8:
         k_scale, v_scale = (t.to(device=q.device, dtype=torch.float32).reshape(-1).contiguous()
@@ -749,15 +797,15 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
     stages = ATTN_DECODE_STAGES if tq == 1 else ATTN_STAGES
     grid = (triton.cdiv(g * tq, block_m), b * hkv)
     _attention_kernel[grid](
-        q, k, v, out, q_pos, kv_len, k_scale, v_scale, scale * LOG2E, tq, s, hkv,
+        q, k, v, out, xq, xs, q_pos, kv_len, k_scale, v_scale, scale * LOG2E, tq, s, hkv,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
         q_pos.stride(0), q_pos.stride(1),
         G=g, D=d, BLOCK_M=block_m, BLOCK_N=KV_BLOCK, FP8_KV=fp8, SCALE_PER_HEAD=fp8 and k_scale.numel() > 1,
-        FOLD_SCALES=fp8 and fast, INTERPRET=_interpreting(),
+        FOLD_SCALES=fp8 and fast, INTERPRET=_interpreting(), QUANT=quantize is not None, **quant,
         num_warps=ATTN_WARPS, num_stages=stages,
     )
-    return out
+    return result
 
 
 def _cached_slots(k, v, kv_len, g):
@@ -826,16 +874,21 @@ class _Attention(torch.autograd.Function):
     """Forward: the batch-invariant kernel. Backward (not bitwise, need not be): PyTorch's fused SDPA recomputed
     in q's dtype with the same visibility mask, GQA as G x T queries per kv head (k and v read once). The fp32
     recomputation this replaces materialised every T x S score matrix one kv head at a time: it made the 8B
-    decoder layer's batch-invariant backward 3x its fast one on the H200 (BENCHMARKS.md, bench block)."""
+    decoder layer's batch-invariant backward 3x its fast one on the H200 (BENCHMARKS.md, bench block).
+    With `quantize`, the FP8 data and scales are outputs too, without a gradient."""
 
     @staticmethod
-    def forward(ctx, q, k, v, q_pos, kv_len, scale):
+    def forward(ctx, q, k, v, q_pos, kv_len, scale, quantize):
         ctx.save_for_backward(q, k, v, q_pos, kv_len)
         ctx.scale = scale
-        return attention_forward(q, k, v, q_pos, kv_len, scale=scale)
+        if quantize is None:
+            return attention_forward(q, k, v, q_pos, kv_len, scale=scale)
+        out, xq = attention_forward(q, k, v, q_pos, kv_len, scale=scale, quantize=quantize)
+        ctx.mark_non_differentiable(xq.data, xq.scale)
+        return out, xq.data, xq.scale
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad, *_quantized):
         q, k, v, q_pos, kv_len = ctx.saved_tensors
         visible = visible_slots(q_pos, kv_len, k.shape[2])
         grad = grad.masked_fill(~visible.any(-1)[:, None, :, None], 0)  # blind queries: output 0, no gradient
@@ -845,29 +898,36 @@ class _Attention(torch.autograd.Function):
             # slots past kv_len may hold anything (a preallocated cache): zeros, as the forward reads them
             out = masked_sdpa(qh, torch.where(filled, kh, 0), torch.where(filled, vh, 0), visible, scale=ctx.scale)
             gq, gk, gv = torch.autograd.grad(out, (qh, kh, vh), grad.to(out.dtype))
-        return gq, gk, gv, None, None, None
+        return gq, gk, gv, None, None, None, None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, kv_len: torch.Tensor, *,
               scale: float, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
-              fast: bool = False) -> torch.Tensor:
+              fast: bool = False, quantize: QuantFormat | None = None) -> torch.Tensor | tuple[torch.Tensor, Quantized]:
     """Causal attention of q[B, Hq, Tq, D] over a position-indexed cache k, v [B, Hkv, S, D] (CONTRACTS.md):
     query i of sequence b sees slots j <= q_pos[b, i], j < kv_len[b]; q_pos < 0 marks padding (zeros out).
 
     k, v may be an FP8 cache (float8_e4m3fn) with dequant multipliers k_scale, v_scale of shape [] or [Hkv]:
     the kernel dequantizes each block as it loads it, with the bits of `numerics.kv_cache.dequantize_kv`, so a
     decode step reads one byte per cached element and only the blocks it attends to (no autograd: a cache).
-    `fast`: fast mode's launch, not batch-invariant and without autograd (`attention_forward`)."""
-    _check_attention(q, k, v, q_pos, kv_len, k_scale, v_scale)
+    `fast`: fast mode's launch, not batch-invariant and without autograd (`attention_forward`).
+
+    `quantize` (1xD FP8, `attention_quantize_fits`): returns (out, Q) with Q the bytes and scales of
+    `quantize_rows_1xG(out.transpose(1, 2).reshape(B * Tq, Hq * D), quantize)`, o_proj's input quantized by
+    the kernel's epilogue, which saves the decoder the quantizer's launch; out's bits are unchanged."""
+    _check_attention(q, k, v, q_pos, kv_len, k_scale, v_scale, quantize)
+    kw = dict(scale=scale, k_scale=k_scale, v_scale=v_scale, quantize=quantize)
     if fast:
-        return attention_forward(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale, fast=True)
-    if k.dtype == FP8_KV_DTYPE:
-        return attention_forward(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _Attention.apply(q, k, v, q_pos, kv_len, scale)
-    return attention_forward(q, k, v, q_pos, kv_len, scale=scale)
+        return attention_forward(q, k, v, q_pos, kv_len, fast=True, **kw)
+    if k.dtype != FP8_KV_DTYPE and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                                                 or v.requires_grad):
+        if quantize is None:
+            return _Attention.apply(q, k, v, q_pos, kv_len, scale, None)
+        out, data, xs = _Attention.apply(q, k, v, q_pos, kv_len, scale, quantize)
+        return out, Quantized(data, xs, quantize)
+    return attention_forward(q, k, v, q_pos, kv_len, **kw)
 
 
-__all__ = ["KV_BLOCK", "LINEAR", "LinearConfig", "attention", "attention_reference", "attention_twin", "linear",
-           "linear_forward", "linear_twin", "log_softmax", "log_softmax_twin", "rms_norm", "rms_norm_twin",
-           "kv_write", "rope", "segment_kb"]
+__all__ = ["KV_BLOCK", "LINEAR", "LinearConfig", "attention", "attention_quantize_fits", "attention_reference",
+           "attention_twin", "linear", "linear_forward", "linear_twin", "log_softmax", "log_softmax_twin", "rms_norm",
+           "rms_norm_twin", "kv_write", "rope", "segment_kb"]

@@ -173,8 +173,9 @@ class DecoderModel(nn.Module):
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
-# attend(layer index, q [B, Hq, T, D], k, v [B, Hkv, T, D]) -> [B, Hq, T, D]
-Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# attend(layer index, q [B, Hq, T, D], k, v [B, Hkv, T, D], reader: o_proj) -> ([B, Hq, T, D], its quantization for
+# the reader when the attention kernel makes it, else None)
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, nn.Module], tuple[torch.Tensor, Quantized | None]]
 
 
 class Decoder(nn.Module):
@@ -296,10 +297,11 @@ class Decoder(nn.Module):
         """
         ops = _Ops(self.batch_invariant)
 
-        def attend(i: int, q, k, v):
+        def attend(i: int, q, k, v, reader):
             cache.write(i, k, v, positions)
             k_all, v_all, k_scale, v_scale = cache.read(i, read_len)
-            return ops.attention(q, k_all, v_all, positions, kv_len, self.scaling, k_scale, v_scale, cached=True)
+            return ops.attention(q, k_all, v_all, positions, kv_len, self.scaling, k_scale, v_scale, cached=True,
+                                 reader=reader)
 
         x = self.model.embed_tokens(input_ids).to(self._dtype())
         x, y = self._layers(x, positions, attend, ops, positions_below=read_len)
@@ -361,12 +363,12 @@ class Decoder(nn.Module):
         unifies the phases; with `record`, each layer's (k amax, v amax) over `valid` tokens is appended."""
         scales = self.kv_scales
 
-        def attend(i: int, q, k, v):
+        def attend(i: int, q, k, v, reader):
             if record is not None:
                 record.append((_masked_amax(k, valid), _masked_amax(v, valid)))
             if scales is not None:
                 k, v = _RoundKV.apply(k, scales.k[i]), _RoundKV.apply(v, scales.v[i])
-            return ops.attention(q, k, v, q_pos, lengths, self.scaling, None, None)
+            return ops.attention(q, k, v, q_pos, lengths, self.scaling, None, None, reader=reader)
 
         return attend
 
@@ -389,8 +391,9 @@ class Decoder(nn.Module):
             if c.qk_norm:
                 q, k = ops.norm(attn.q_norm, q), ops.norm(attn.k_norm, k)
             q, k = invariant.rope_qk(q, k, cos, sin)  # [B, H, T, D], exact: both modes; one launch on the GPU
-            out = attend(i, q, k, v.transpose(1, 2)).transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim)
-            y = ops.linear(attn.o_proj, out, split_sums=ops.fused_add(x))
+            out, oq = attend(i, q, k, v.transpose(1, 2), attn.o_proj)
+            out = out.transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim)
+            y = ops.linear(attn.o_proj, out, x_quantized=oq, split_sums=ops.fused_add(x))
             x, h, hq = ops.add_norm_into(layer.post_attention_layernorm, x, y, gate_up)
             gate, up = ops.linears(gate_up, h, fuse=self.fuse_linears, x_quantized=hq)
             h, hq = ops.swiglu_into(gate, up, mlp.down_proj)
@@ -514,21 +517,44 @@ class _Ops:
     def silu(self, x: torch.Tensor) -> torch.Tensor:
         return invariant.silu(x) if self.invariant else F.silu(x)
 
-    def attention(self, q, k, v, q_pos, kv_len, scale, k_scale, v_scale, *, cached: bool = False) -> torch.Tensor:
+    def fused_output(self, reader: nn.Module | None, q: torch.Tensor) -> QuantFormat | None:
+        """The 1xG format in which the attention kernel also quantizes its output for `reader` (o_proj), in its
+        epilogue (one quantizer launch fewer per layer): on the GPU without autograd (rollout, both modes), when
+        `fused_input` would hand the reader its Q(x) and a head is one group (D = G,
+        `triton_invariant.attention_quantize_fits`). The trainer's forward keeps o_proj's own quantizer, whose
+        bits the epilogue's equal."""
+        if reader is None or not q.is_cuda or torch.is_grad_enabled():
+            return None
+        fmt = self.fused_input((reader,), q)
+        if fmt is None:
+            return None
+        from precision_engine.numerics import triton_invariant
+
+        return fmt if triton_invariant.attention_quantize_fits(q.shape[-1], fmt) else None
+
+    def attention(
+        self, q, k, v, q_pos, kv_len, scale, k_scale, v_scale, *, cached: bool = False, reader: nn.Module | None = None
+    ) -> tuple[torch.Tensor, Quantized | None]:
+        """(attention output, its quantization for `reader` where the kernel makes it (`fused_output`), else None)."""
         if not self.invariant and cached and q.is_cuda:  # fast mode's launch: 16-row decode tiles, FP8 read as is
             from precision_engine.numerics import triton_invariant
 
-            return triton_invariant.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale,
-                                              v_scale=v_scale, fast=True)
+            fmt = self.fused_output(reader, q)
+            out = triton_invariant.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale,
+                                             v_scale=v_scale, fast=True, quantize=fmt)
+            return (out, None) if fmt is None else out
         if self.invariant or (q.is_cuda and (cached or k_scale is not None)):
             # Reads of the KV cache on the GPU take the Triton kernel in fast mode too: it stops at each row's
             # kv_len (a device value, so one CUDA graph serves every length, and a step reads only the live
             # blocks of the static cache), reads GQA k/v once and FP8 in place; SDPA would read the whole cache
             # through a mask built per layer (and a BF16 copy of an FP8 cache would cost more than it saves).
-            return invariant.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale)
+            fmt = self.fused_output(reader, q)
+            out = invariant.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale,
+                                      quantize=fmt)
+            return (out, None) if fmt is None else out
         if k_scale is not None:
             k, v = dequantize_kv(k, k_scale, q.dtype), dequantize_kv(v, v_scale, q.dtype)
-        return masked_sdpa(q, k, v, visible_slots(q_pos, kv_len, k.shape[2]), scale=scale)
+        return masked_sdpa(q, k, v, visible_slots(q_pos, kv_len, k.shape[2]), scale=scale), None
 
 
 class _RoundKV(torch.autograd.Function):

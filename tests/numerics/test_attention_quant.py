@@ -1,6 +1,6 @@
 """The attention kernel quantizes its output for o_proj in its epilogue (`triton_invariant.attention(...,
-quantize=fmt)`), in Triton's CPU interpreter at small shapes (D = 128, the 1x128 group; the file takes ~15 s on
-one core, the sm_90 PTX check ~15 s more, marked slow).
+quantize=fmt)`), in Triton's CPU interpreter at small shapes (D = 128, the 1x128 group; the file takes ~6 s on
+one core, the sm_90 PTX check ~10 s more, marked slow).
 
 Bitwise, for the batch-invariant and the fast launch, a BF16 and an FP8 KV cache, one query per row (decode)
 and several (a prefill chunk) with padding queries (q_pos = -1, zeros out) among them:
@@ -178,7 +178,7 @@ print("ok")
 
 @pytest.mark.slow
 def test_the_epilogue_leaves_the_attention_instructions_alone():
-    """Ahead-of-time sm_90 PTX (no GPU; ~15 s): with QUANT the kernel keeps every float instruction of the
+    """Ahead-of-time sm_90 PTX (no GPU; ~10 s): with QUANT the kernel keeps every float instruction of the
     launch without it and adds the same quantization epilogue for a BF16 and an FP8 cache (per tile shape:
     the invariant 64-row tile, the fast 16-row one), with no add left over from a contraction change. The bits
     themselves are pinned on the GPU (tests/numerics/gpu/test_attention_quant_gpu.py)."""

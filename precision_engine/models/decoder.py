@@ -385,12 +385,17 @@ class Decoder(nn.Module):
             attn, mlp = layer.self_attn, layer.mlp
             qkv, gate_up = (attn.q_proj, attn.k_proj, attn.v_proj), (mlp.gate_proj, mlp.up_proj)
             x, h, hq = ops.add_norm_into(layer.input_layernorm, x, y, qkv)
-            q, k, v = ops.linears(qkv, h, fuse=self.fuse_linears, x_quantized=hq)
-            q = q.view(b, t, c.num_heads, c.head_dim)
-            k, v = k.view(b, t, c.num_kv_heads, c.head_dim), v.view(b, t, c.num_kv_heads, c.head_dim)
-            if c.qk_norm:
-                q, k = ops.norm(attn.q_norm, q), ops.norm(attn.k_norm, k)
-            q, k = invariant.rope_qk(q, k, cos, sin)  # [B, H, T, D], exact: both modes; one launch on the GPU
+            qkv_out = ops.linears(qkv, h, fuse=self.fuse_linears, x_quantized=hq,
+                                  split_sums=ops.fused_add(x) and not c.qk_norm)
+            if isinstance(qkv_out, SplitSums):  # the GEMM's segment sums: added in the RoPE launch
+                q, k, v = invariant.rope_qkv_sums(qkv_out, b, (c.num_heads, c.num_kv_heads), cos, sin)
+            else:
+                q, k, v = qkv_out
+                q = q.view(b, t, c.num_heads, c.head_dim)
+                k, v = k.view(b, t, c.num_kv_heads, c.head_dim), v.view(b, t, c.num_kv_heads, c.head_dim)
+                if c.qk_norm:
+                    q, k = ops.norm(attn.q_norm, q), ops.norm(attn.k_norm, k)
+                q, k = invariant.rope_qk(q, k, cos, sin)  # [B, H, T, D], exact: both modes; one launch on the GPU
             out, oq = attend(i, q, k, v.transpose(1, 2), attn.o_proj)
             out = out.transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim)
             y = ops.linear(attn.o_proj, out, x_quantized=oq, split_sums=ops.fused_add(x))
@@ -446,16 +451,18 @@ class _Ops:
         return invariant.linear(x, weight, bias) if self.invariant else F.linear(x, weight, bias)
 
     def linears(
-        self, modules: tuple[nn.Module, ...], x: torch.Tensor, *, fuse: bool, x_quantized: Quantized | None = None
-    ) -> tuple[torch.Tensor, ...]:
+        self, modules: tuple[nn.Module, ...], x: torch.Tensor, *, fuse: bool, x_quantized: Quantized | None = None,
+        split_sums: bool = False,
+    ) -> tuple[torch.Tensor, ...] | SplitSums:
         """Linears reading the same x (q/k/v, gate/up). With `fuse`, FP8 parts of one numerics run as one GEMM
         per pass (`fused_linear`: x quantized once, no narrow host-bound k/v GEMMs); both phases take this
         path, so their bits agree. BF16 parts run one by one: stacking their weights would copy them every
         forward (they change every step), for one launch saved; the Triton BF16 kernel's split-K depends on N
         too (`triton_invariant.segment_kb`), so a stack would not even keep the separate calls' bits.
-        `x_quantized`: Q(x) from the op that made x (`norm_into`), then every part reads it."""
+        `x_quantized`: Q(x) from the op that made x (`norm_into`), then every part reads it. `split_sums`: the
+        one GEMM's split-K segment sums where it has them (`SplitSums`, for `invariant.rope_qkv_sums`)."""
         if fuse and shares_one_gemm(modules):
-            return fp8_linear_group(modules, x, x_quantized=x_quantized)
+            return fp8_linear_group(modules, x, x_quantized=x_quantized, split_sums=split_sums)
         return tuple(self.linear(m, x, x_quantized=x_quantized) for m in modules)
 
     def triton_norm(self, x: torch.Tensor) -> bool:

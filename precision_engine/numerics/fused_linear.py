@@ -36,9 +36,9 @@ from torch import nn
 from torch.nn.modules import module as _module_hooks
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.contract import Quantized
+from precision_engine.numerics.contract import Quantized, SplitSums
 from precision_engine.numerics.gemm import transpose_operand
-from precision_engine.numerics.linear import Fp8Linear, fp8_linear
+from precision_engine.numerics.linear import Fp8Linear, fp8_linear, fprop_split_sums
 from precision_engine.numerics.quantize import quantize_blocks
 
 
@@ -61,16 +61,24 @@ def shares_one_gemm(parts: Sequence[nn.Module]) -> bool:
 
 
 def fp8_linear_group(
-    parts: Sequence[Fp8Linear], x: torch.Tensor, *, x_quantized: Quantized | None = None
-) -> tuple[torch.Tensor, ...]:
+    parts: Sequence[Fp8Linear], x: torch.Tensor, *, x_quantized: Quantized | None = None, split_sums: bool = False
+) -> tuple[torch.Tensor, ...] | SplitSums:
     """(part(x) for each part), one GEMM each for forward, dgrad and wgrad when `shares_one_gemm(parts)`,
     else each part's own forward. `x_quantized`: Q(x) in the parts' input format, made by the caller (a fused
-    norm -> quant kernel), so x is not quantized again. The outputs are column views of one [..., sum N]."""
+    norm -> quant kernel), so x is not quantized again. The outputs are column views of one [..., sum N].
+    `split_sums`: without autograd and biases, the one GEMM's split-K segment sums where it has them
+    (`SplitSums` of the stacked output, for `invariant.rope_qkv_sums`)."""
     if not all(isinstance(p, Fp8Linear) for p in parts):
         raise OperandError(f"fp8_linear_group takes Fp8Linear parts, got {[type(p).__name__ for p in parts]}")
     if not shares_one_gemm(parts):
         return tuple(p(x, x_quantized=x_quantized) for p in parts)
     first = parts[0]
+    recording = torch.is_grad_enabled() and (x.requires_grad or any(p.weight.requires_grad for p in parts))
+    if split_sums and first.bias is None and not recording and not torch.compiler.is_compiling():
+        y = fprop_split_sums(x, _stacked_weights(parts, dgrad=False)[0], (first.spec, first.numerics), x_quantized)
+        if isinstance(y, SplitSums):
+            return y
+        return tuple(y.split([p.out_features for p in parts], dim=-1))
     wq, wt = _stacked_weights(parts, dgrad=first._dgrad_in_fp8())
     y = fp8_linear(x, wq, wt, (first.spec, first.numerics), tuple(p.weight for p in parts),
                    tuple(p.bias for p in parts), x_quantized=x_quantized)

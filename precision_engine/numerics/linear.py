@@ -171,7 +171,7 @@ class Fp8Linear(nn.Linear):
         x by N), for a reader that adds them up itself (`fused_quant.add_rms_norm`)."""
         recording = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
         if split_sums and self.bias is None and not recording and not torch.compiler.is_compiling():
-            return _fprop_split_sums(x, self.quantized_weight(), (self.spec, self.numerics), x_quantized)
+            return fprop_split_sums(x, self.quantized_weight(), (self.spec, self.numerics), x_quantized)
         if torch.compiler.is_compiling():
             wq = quantize_blocks(self.weight.detach(), self.spec.weight)
             wt = transpose_operand(wq) if self._dgrad_in_fp8() else None
@@ -229,7 +229,7 @@ def _fprop(x2: torch.Tensor, xq: Quantized | None, wq: Quantized, config: tuple[
     return xq, y
 
 
-def _fprop_split_sums(x: torch.Tensor, wq: Quantized, config: tuple[LinearSpec, NumericsSpec],
+def fprop_split_sums(x: torch.Tensor, wq: Quantized, config: tuple[LinearSpec, NumericsSpec],
                       x_quantized: Quantized | None) -> torch.Tensor | SplitSums:
     """`Fp8Linear.forward` without autograd or bias: the GEMM's segment sums where the launch has them and the
     output dtype is x's, else the output as the autograd path returns it."""

@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 
 from precision_engine.errors import UnsupportedError
-from precision_engine.numerics.contract import Quantized, fp8_dtype
+from precision_engine.numerics.contract import Quantized, SplitSums, fp8_dtype
 from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
 from precision_engine.numerics.triton_gemm import WHOLE_TILES_MIN, _sm_count, _tile_counters
 from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
@@ -545,6 +545,71 @@ def rope_qk(
     return q_out.transpose(1, 2), k_out.transpose(1, 2)
 
 
+@triton.jit
+def _rope_qkv_sums_kernel(ws_ptr, y_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, T, HQ, HK, N, stride_part, stride_cb,
+                          stride_ct, PARTS: tl.constexpr, D: tl.constexpr, BLOCK_HQ: tl.constexpr,
+                          BLOCK_HK: tl.constexpr, INTERPRET: tl.constexpr):
+    """Program (token bt, j): the fused q/k/v GEMM's split-K segment sums of token bt's q (j = 0), k (1) or v (2)
+    columns, added in order from zero and rounded once (`triton_gemm._sum_segments_kernel`'s bits) into row bt
+    of y [B*T, N]; then, read back after a barrier, q and k rotated by `_rope_token` (rope_qk's code)."""
+    bt = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1)
+    if j == 0:
+        _sum_heads(ws_ptr, y_ptr, bt, 0, HQ, N, stride_part, PARTS, D, BLOCK_HQ, INTERPRET)
+    elif j == 1:
+        _sum_heads(ws_ptr, y_ptr, bt, HQ * D, HK, N, stride_part, PARTS, D, BLOCK_HK, INTERPRET)
+    else:
+        _sum_heads(ws_ptr, y_ptr, bt, (HQ + HK) * D, HK, N, stride_part, PARTS, D, BLOCK_HK, INTERPRET)
+    tl.debug_barrier()
+    if j == 0:
+        _rope_token(y_ptr, cos_ptr, sin_ptr, qo_ptr, bt, T, HQ, T * N, N, D, stride_cb, stride_ct, D, BLOCK_HQ,
+                    INTERPRET)
+    elif j == 1:
+        _rope_token(y_ptr + HQ * D, cos_ptr, sin_ptr, ko_ptr, bt, T, HK, T * N, N, D, stride_cb, stride_ct, D,
+                    BLOCK_HK, INTERPRET)
+
+
+@triton.jit
+def _sum_heads(ws_ptr, y_ptr, row, col0, H, N, stride_part, PARTS: tl.constexpr, D: tl.constexpr,
+               BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
+    """y[row, col0 : col0 + H * D] = the in-order sum of the PARTS segment sums there, rounded once."""
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, D)
+    cols = col0 + offs_h[:, None] * D + offs_d[None, :]
+    mask = offs_h[:, None] < H
+    total = tl.zeros((BLOCK_H, D), dtype=tl.float32)
+    for part in tl.static_range(PARTS):
+        total += tl.load(ws_ptr + part * stride_part + row * N + cols, mask=mask, other=0.0)
+    if INTERPRET:  # the interpreter's cast truncates; so does `_sum_segments_kernel`'s, which this equals
+        y = total.to(y_ptr.dtype.element_ty)
+    else:
+        y = _round_opaque(total, y_ptr.dtype.element_ty, INTERPRET)
+    tl.store(y_ptr + row * N + cols, y, mask=mask)
+
+
+def rope_qkv_sums(sums: SplitSums, batch: int, heads: tuple[int, int], cos: torch.Tensor, sin: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fused q/k/v GEMM's `SplitSums` [S, B*T, (Hq + 2 Hk) D] -> (rope(q), rope(k), v) in one launch: q, k as
+    `rope_qk` returns them ([B, H, T, D] views), v [B, T, Hk, D] a view of the summed output; the bits of the
+    GEMM's own sum followed by `rope_qk`. No autograd (a decode step's hand-over)."""
+    hq, hk = heads
+    parts, rows, n = sums.parts.shape
+    d = n // (hq + 2 * hk)
+    t = rows // batch
+    y = torch.empty((rows, n), dtype=sums.dtype, device=sums.parts.device)
+    q, k = y[:, : hq * d].view(batch, t, hq, d), y[:, hq * d: (hq + hk) * d].view(batch, t, hk, d)
+    _check_rope(q, cos, sin)
+    cos, sin = cos.contiguous(), sin.contiguous()
+    q_out = torch.empty((batch, t, hq, d), dtype=y.dtype, device=y.device)
+    k_out = torch.empty((batch, t, hk, d), dtype=y.dtype, device=y.device)
+    if rows:
+        _rope_qkv_sums_kernel[(rows, 3)](
+            sums.parts, y, cos, sin, q_out, k_out, t, hq, hk, n, sums.parts.stride(0), cos.stride(0), cos.stride(1),
+            PARTS=parts, D=d, BLOCK_HQ=triton.next_power_of_2(hq), BLOCK_HK=triton.next_power_of_2(hk),
+            INTERPRET=_interpreting(), num_warps=4)
+    return q_out.transpose(1, 2), k_out.transpose(1, 2), y[:, (hq + hk) * d:].view(batch, t, hk, d)
+
+
 # -------------------------------------------------------------------------------------------------- kv write
 
 @triton.jit
@@ -930,4 +995,4 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Te
 
 __all__ = ["KV_BLOCK", "LINEAR", "LinearConfig", "attention", "attention_quantize_fits", "attention_reference",
            "attention_twin", "linear", "linear_forward", "linear_twin", "log_softmax", "log_softmax_twin", "rms_norm",
-           "rms_norm_twin", "kv_write", "rope", "segment_kb"]
+           "rms_norm_twin", "kv_write", "rope", "rope_qk", "rope_qkv_sums", "segment_kb"]

@@ -91,3 +91,27 @@ def test_fp8_linear_hands_over_sums_only_without_autograd_and_bias():
     biased = Fp8Linear.from_linear(torch.nn.Linear(2048, 256, dtype=torch.bfloat16, device=DEVICE), spec)
     with torch.no_grad():
         assert isinstance(biased(x, split_sums=True), torch.Tensor)
+
+
+@pytest.mark.parametrize("rows", [64, 17])
+def test_rope_qkv_sums_equal_the_sum_then_rope_qk(rows):
+    """The fused q/k/v GEMM's segment sums added in the RoPE launch: q, k rotated and v as the GEMM's own
+    output followed by `rope_qk` give them (batch 1 x rows tokens and rows x 1, so both T layouts run)."""
+    from precision_engine.numerics import invariant
+    from precision_engine.numerics import triton_invariant as TI
+
+    hq, hk, d = 4, 2, 32
+    xq, wq = _operands(rows, (hq + 2 * hk) * d, 2048, seed=rows)
+    sums = _gemm(xq, wq, split_sums=True)
+    assert isinstance(sums, SplitSums)
+    y = _gemm(xq, wq)
+    for batch in (1, rows):
+        t = rows // batch
+        g = torch.Generator().manual_seed(4)
+        cos, sin = (torch.randn(batch, t, d, generator=g).bfloat16().to(DEVICE) for _ in range(2))
+        q, k, v = TI.rope_qkv_sums(sums, batch, (hq, hk), cos, sin)
+        y4 = y.view(batch, t, hq + 2 * hk, d)
+        q_ref, k_ref = invariant.rope_qk(y4[:, :, :hq], y4[:, :, hq:hq + hk], cos, sin)
+        for a, b in ((q, q_ref), (k, k_ref), (v, y4[:, :, hq + hk:])):
+            assert a.shape == b.shape
+            _same(a, b)

@@ -389,6 +389,8 @@ compile_(TI._attention_kernel, att_fp8, dict(G=4, D=128, BLOCK_M=16, BLOCK_N=64,
 compile_(TI._rms_norm_kernel, ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"],
          dict(BLOCK_H=4096, INTERPRET=False), num_warps=8)
 compile_(TI._rope_kernel, ["*bf16"] * 4 + ["i32"] * 7, dict(D=128, BLOCK_H=32, INTERPRET=False), num_warps=4)
+compile_(TI._rope_qkv_sums_kernel, ["*fp32"] + ["*bf16"] * 5 + ["i32"] * 7,
+         dict(PARTS=4, D=128, BLOCK_HQ=32, BLOCK_HK=8, INTERPRET=False), num_warps=4)
 compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*fp8e4nv", "*fp8e4nv", "*fp32", "*fp32"] + ["i32"] * 13,
          dict(D=128, BLOCK_H=8, FP8_KV=True, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
 compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*bf16", "*bf16", "*i64", "*i64"] + ["i32"] * 13,

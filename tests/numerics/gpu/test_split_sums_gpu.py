@@ -35,3 +35,24 @@ def test_split_sums_equal_the_gemm_output_at_8b_shapes(n, k, m):
     for a, b in ((fused[0], plain[0]), (fused[1], plain[1]), (fused[2].data, plain[2].data),
                  (fused[2].scale, plain[2].scale)):
         assert torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+@pytest.mark.parametrize("batch,t", [(64, 1), (17, 1), (2, 32)])
+def test_rope_qkv_sums_at_8b_shapes(batch, t):
+    """The fused q/k/v (6144x4096) segment sums added in the RoPE launch: bitwise the GEMM's output, then
+    `rope_qk` (q, k) and its v columns."""
+    from precision_engine.numerics import invariant
+
+    hq, hk, d, m = 32, 8, 128, batch * t
+    g = torch.Generator(device="cuda").manual_seed(m)
+    xq = quantize_rows_1xG(torch.randn(m, 4096, device="cuda", generator=g).bfloat16(), ACT)
+    wq = quantize_blocks((torch.randn(6144, 4096, device="cuda", generator=g) * 0.02).bfloat16(), WEIGHT)
+    gemm = lambda **kw: block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, **kw)  # noqa: E731
+    sums = gemm(split_sums=True)
+    assert isinstance(sums, SplitSums)
+    cos, sin = (torch.randn(batch, t, d, device="cuda", generator=g).bfloat16() for _ in range(2))
+    q, k, v = invariant.rope_qkv_sums(sums, batch, (hq, hk), cos, sin)
+    y = gemm().view(batch, t, hq + 2 * hk, d)
+    q_ref, k_ref = invariant.rope_qk(y[:, :, :hq], y[:, :, hq:hq + hk], cos, sin)
+    for a, b in ((q, q_ref), (k, k_ref), (v, y[:, :, hq + hk:])):
+        assert torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))

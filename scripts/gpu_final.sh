@@ -7,7 +7,7 @@
 #   run(command='SKIP="bench_linear bench_quant" bash scripts/gpu_final.sh', carry=[".whl"])
 #
 # Each step has its own time limit; the whole script outruns one 600 s device call, so a call runs part of
-# it: SKIP="bench_linear bench_quant" (tests and benches, ~6-7 min), then SKIP="<all but bench_linear>" (torchao's
+# it: SKIP="bench_linear bench_quant" (tests and benches, ~7-8 min), then SKIP="<all but bench_linear>" (torchao's
 # autotuning, up to LINEAR_LIMIT s).
 set -u
 cd "$(dirname "$0")/.."
@@ -33,14 +33,14 @@ t() {  # NAME LIMIT CMD...: bounded, logged, exit status kept; SKIP="name ..." l
   timeout -k 5 "$limit" "$@" > "$LOG/$name.log" 2>&1
   echo $? > "$LOG/$name.rc"
 }
-t test_numerics 220 $PY -m pytest -q -m gpu -p no:cacheprovider tests/numerics/gpu/test_gemm_gpu.py \
-  tests/numerics/gpu/test_quant_gpu.py tests/numerics/gpu/test_linear_gpu.py tests/numerics/test_fused_linear.py \
-  tests/numerics/gpu/test_triton_invariant_gpu.py tests/numerics/test_fused_quant.py &
-t test_engine 140 $PY -m pytest -q -m gpu -p no:cacheprovider tests/rl/gpu &
+t test_numerics 240 $PY -m pytest -q -m gpu -p no:cacheprovider tests/numerics/gpu tests/numerics/test_fused_linear.py \
+  tests/numerics/test_fused_quant.py tests/models &
+t test_engine 200 $PY -m pytest -q -m gpu -p no:cacheprovider tests/rl/gpu &
 t test_gluon_compile 60 $PY -m pytest -q -p no:cacheprovider tests/numerics/test_gluon_compile.py &
 wait
-t bench_rollout 180 $PY -m precision_engine.bench.rollout --model llama-3.1-8b --batch 64 --prompt 128 --gen 256 \
+t bench_rollout 190 $PY -m precision_engine.bench.rollout --model llama-3.1-8b --batch 64 --prompt 128 --gen 256 \
   --runs 2 --hf-runs 1 --out "$OUT/bench_rollout.json"
+t profile_decode 60 $PY -m precision_engine.bench.rollout --profile 20 --prompt 256
 t bench_block 90 $PY -c "$CLI" bench block --reps 10 --out "$OUT/bench_block.json"
 t bench_invariant 90 $PY -m precision_engine.bench.invariant --quick --reps 30
 # torchao's Triton kernels autotune for minutes on their first calls (bench/torchao_ref.py): ours run first,
@@ -49,10 +49,10 @@ PYTHONPATH=/tmp/ao:$PYTHONPATH t bench_linear "${LINEAR_LIMIT:-300}" $PY -c "$CL
   --variants "${LINEAR_VARIANTS:-bf16,fp8_cublas,fp8_bi,torchao}" --out "$OUT/bench_linear.json"
 t bench_quant 60 $PY -m precision_engine.bench.quant --sweep --only requant,dy --reps 30 --json "$OUT/bench_quant.json"
 
-cp "$LOG/test_numerics.log" "$LOG/test_engine.log" "$LOG/test_gluon_compile.log" "$OUT/"
+cp "$LOG/test_numerics.log" "$LOG/test_engine.log" "$LOG/test_gluon_compile.log" "$LOG/profile_decode.log" "$OUT/"
 {
   cat "$LOG/env.txt"
-  for name in test_numerics test_engine test_gluon_compile bench_rollout bench_block bench_invariant bench_linear bench_quant; do
+  for name in test_numerics test_engine test_gluon_compile bench_rollout profile_decode bench_block bench_invariant bench_linear bench_quant; do
     echo "== $name rc=$(cat "$LOG/$name.rc")"
     grep -v "^\[W\|^STAGE:\|Warning\|warn(" "$LOG/$name.log" | tail -n 28 | cut -c1-220
   done

@@ -9,8 +9,12 @@ batch-invariant mode, and in a fast forward without autograd on the GPU (rollout
 whose readers are FP8 linears of one input format also makes their 1xG quantization in the same kernel
 (`numerics.fused_quant`), so the linears do not read and quantize the activation again; the bits are those of
 `numerics.invariant`'s RMSNorm and SiLU and the separate quantizer (which fast rollout's RMSNorm runs anyway).
-On the GPU without autograd, each residual add also runs in the kernel of the RMSNorm after it
-(`fused_quant.add_rms_norm`, torch's add bits): launches are what a CUDA-graph decode step costs.
+On the GPU without autograd (rollout, both modes) launches are what a CUDA-graph decode step costs, so: each
+residual add runs in the kernel of the RMSNorm after it (`fused_quant.add_rms_norm`, torch's add bits); the
+attention kernel also quantizes o_proj's input; q and k are rotated in one launch; and an FP8 GEMM that splits K
+hands its segment sums (`SplitSums`) to that RMSNorm or RoPE kernel, which adds them as the GEMM's own second
+launch would. Every such fusion gives the bits of the separate ops, which the trainer's forward runs. Fast mode
+decodes attention with its own launch (16-row tiles, an FP8 cache read as is: not batch-invariant).
 Submodule names equal HF's (`model.layers.{i}.self_attn.q_proj`, ..., `lm_head`), so compiled plans and
 `rewrite.apply` work unchanged and HF safetensors load as they are.
 

@@ -268,7 +268,7 @@ class _Fp8LinearFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, xq_data, xq_scale, w_data, w_scale, wt_data, wt_scale, config, *params):
-        spec, numerics = config
+        spec = config[0]
         compute = COMPUTE_TORCH_DTYPE[spec.compute]
         parts = len(params) // 2
         weights, biases = params[:parts], params[parts:]

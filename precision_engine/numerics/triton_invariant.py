@@ -18,7 +18,11 @@ of rows, their order or padding:
   its own scores; a block that is fully masked for a row (the tile's other rows needed it) leaves m, l and
   the accumulator exactly as they were (alpha = 1, p = 0), so a query gets the same bits in both modes.
   The kernel also reads an FP8 KV cache in place, dequantizing each block as it loads it (decode reads one
-  byte per cached element instead of a BF16 copy made per step).
+  byte per cached element instead of a BF16 copy made per step), and may quantize its output for o_proj in its
+  epilogue. `attention(..., fast=True)` is fast mode's launch of the same kernel and NOT batch-invariant:
+  16-row decode tiles, an FP8 cache widened exactly with its scales on the scores and the output.
+- `rope_qk`, `rope_qkv_sums`: RoPE of q and k in one launch, optionally adding the fused q/k/v GEMM's split-K
+  segment sums first (`SplitSums`), the bits of the sum and of `rope`.
 - `rms_norm`: one program per row, a fixed block size and warp count per row length.
 - `log_softmax`: re-exported from `numerics.triton_sampling` (a fixed split of each row into vocabulary
   chunks, shared with the fused sampler).

@@ -140,6 +140,27 @@ def _add_block(acc, a_src, b_src, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k,
 
 
 @triton.jit
+def _tile(a_src, b_src, sa_ptr, sb_ptr, off_m, off_n, offs_k, M, N, stride_am, stride_ak, stride_bn, stride_bk,
+          stride_sam, stride_sbn, SCALE_AM: tl.constexpr, SCALE_BN: tl.constexpr, TMA: tl.constexpr,
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The output tile at (off_m, off_n): its row and column offsets and masks, the operand sources `_add_block`
+    loads from (the tensor descriptors themselves with TMA, else pointer tiles at K block 0) and its scale rows."""
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    if TMA:
+        a_ops = a_src
+        b_ops = b_src
+    else:
+        a_ops = a_src + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+        b_ops = b_src + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    sa_ptrs = sa_ptr + (offs_m // SCALE_AM) * stride_sam
+    sb_ptrs = sb_ptr + (offs_n // SCALE_BN) * stride_sbn
+    return offs_m, offs_n, mask_m, mask_n, a_ops, b_ops, sa_ptrs, sb_ptrs
+
+
+@triton.jit
 def _fp8_block_gemm_kernel(
     a_src, b_src, c_ptr, ws_ptr, count_ptr, sa_ptr, sb_ptr,
     M, N, K, SEG_KB,
@@ -161,20 +182,11 @@ def _fp8_block_gemm_kernel(
 
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
+    offs_m, offs_n, mask_m, mask_n, a_ops, b_ops, sa_ptrs, sb_ptrs = _tile(
+        a_src, b_src, sa_ptr, sb_ptr, off_m, off_n, offs_k, M, N, stride_am, stride_ak, stride_bn, stride_bk,
+        stride_sam, stride_sbn, SCALE_AM, SCALE_BN, TMA, BLOCK_M, BLOCK_N)
     mask_c = mask_m[:, None] & mask_n[None, :]
-    if TMA:
-        a_ops = a_src
-        b_ops = b_src
-    else:
-        a_ops = a_src + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-        b_ops = b_src + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
-    sa_ptrs = sa_ptr + (offs_m // SCALE_AM) * stride_sam
-    sb_ptrs = sb_ptr + (offs_n // SCALE_BN) * stride_sbn
     # int64: an [M, N] output passes 2^31 elements at e.g. 16k tokens x a 150k vocabulary.
     c_offs = offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
     num_kb = tl.cdiv(K, BLOCK_K)
@@ -241,18 +253,9 @@ def _fp8_persistent_kernel(
             kb_hi = num_kb
         off_m = (tile // num_pid_n) * BLOCK_M
         off_n = (tile % num_pid_n) * BLOCK_N
-        offs_m = off_m + tl.arange(0, BLOCK_M)
-        offs_n = off_n + tl.arange(0, BLOCK_N)
-        mask_m = offs_m < M
-        mask_n = offs_n < N
-        if TMA:
-            a_ops = a_src
-            b_ops = b_src
-        else:
-            a_ops = a_src + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-            b_ops = b_src + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
-        sa_ptrs = sa_ptr + (offs_m // SCALE_AM) * stride_sam
-        sb_ptrs = sb_ptr + (offs_n // SCALE_BN) * stride_sbn
+        offs_m, offs_n, mask_m, mask_n, a_ops, b_ops, sa_ptrs, sb_ptrs = _tile(
+            a_src, b_src, sa_ptr, sb_ptr, off_m, off_n, offs_k, M, N, stride_am, stride_ak, stride_bn, stride_bk,
+            stride_sam, stride_sbn, SCALE_AM, SCALE_BN, TMA, BLOCK_M, BLOCK_N)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kb in range(kb_lo, kb_hi):

@@ -33,7 +33,7 @@ from triton.language.extra.cuda import libdevice
 
 from precision_engine.numerics.contract import Quantized, SplitSums, fp8_dtype
 from precision_engine.numerics.formats import QuantFormat
-from precision_engine.numerics.triton_invariant import _interpreting, _round, _round_opaque
+from precision_engine.numerics.triton_invariant import _interpreting, _round, _round_opaque, _sum_parts
 from precision_engine.numerics.triton_quant import (
     _INTERPRET,
     INTERPRET,
@@ -102,13 +102,7 @@ def _add_rms_norm_kernel(x_ptr, y_ptr, r_ptr, w_ptr, o_ptr, H, stride_x, stride_
     mask = offs < H
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
     if PARTS > 0:
-        total = tl.zeros((BLOCK_H,), dtype=tl.float32)
-        for part in tl.static_range(PARTS):
-            total += tl.load(y_ptr + part * stride_part + row * stride_y + offs, mask=mask, other=0.0)
-        if INTERPRET:  # the interpreter's cast truncates; so does `_sum_segments_kernel`'s, which this equals
-            y = total.to(x_ptr.dtype.element_ty)
-        else:
-            y = _round_opaque(total, x_ptr.dtype.element_ty, INTERPRET)
+        y = _sum_parts(y_ptr + row * stride_y + offs, stride_part, mask, PARTS, x_ptr.dtype.element_ty, INTERPRET)
     else:
         y = tl.load(y_ptr + row * stride_y + offs, mask=mask, other=0.0)
     tl.store(r_ptr + row * stride_r + offs, _add(x, y, r_ptr.dtype.element_ty, INTERPRET), mask=mask)

@@ -422,6 +422,21 @@ def _round_opaque(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def _sum_parts(ptrs, stride_part, mask, PARTS: tl.constexpr, dtype: tl.constexpr, INTERPRET: tl.constexpr):
+    """The in-order sum from zero of PARTS fp32 split-K segment sums (`SplitSums`) at ptrs + p * stride_part,
+    rounded once to dtype: the GEMM output `triton_gemm._sum_segments_kernel` would store (in the interpreter
+    its cast, which truncates; on the GPU an opaque cvt.rn the compiler cannot fold into the reader's math)."""
+    total = tl.zeros(ptrs.shape, dtype=tl.float32)
+    for part in tl.static_range(PARTS):
+        total += tl.load(ptrs + part * stride_part, mask=mask, other=0.0)
+    if INTERPRET:
+        y = total.to(dtype)
+    else:
+        y = _round_opaque(total, dtype, INTERPRET)
+    return y
+
+
+@triton.jit
 def _rope_kernel(x_ptr, cos_ptr, sin_ptr, o_ptr, T, H, stride_xb, stride_xt, stride_xh, stride_cb, stride_ct,
                  D: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
     """One token (b, t), all H heads: o = r(r(x * cos) + r(rotate_half(x) * sin)), r = rounding to x's dtype.
@@ -581,13 +596,7 @@ def _sum_heads(ws_ptr, y_ptr, row, col0, H, N, stride_part, PARTS: tl.constexpr,
     offs_d = tl.arange(0, D)
     cols = col0 + offs_h[:, None] * D + offs_d[None, :]
     mask = offs_h[:, None] < H
-    total = tl.zeros((BLOCK_H, D), dtype=tl.float32)
-    for part in tl.static_range(PARTS):
-        total += tl.load(ws_ptr + part * stride_part + row * N + cols, mask=mask, other=0.0)
-    if INTERPRET:  # the interpreter's cast truncates; so does `_sum_segments_kernel`'s, which this equals
-        y = total.to(y_ptr.dtype.element_ty)
-    else:
-        y = _round_opaque(total, y_ptr.dtype.element_ty, INTERPRET)
+    y = _sum_parts(ws_ptr + row * N + cols, stride_part, mask, PARTS, y_ptr.dtype.element_ty, INTERPRET)
     tl.store(y_ptr + row * N + cols, y, mask=mask)
 
 

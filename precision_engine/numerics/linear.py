@@ -232,14 +232,13 @@ def _fprop(x2: torch.Tensor, xq: Quantized | None, wq: Quantized, config: tuple[
 def fprop_split_sums(x: torch.Tensor, wq: Quantized, config: tuple[LinearSpec, NumericsSpec],
                       x_quantized: Quantized | None) -> torch.Tensor | SplitSums:
     """`Fp8Linear.forward` without autograd or bias: the GEMM's segment sums where the launch has them and the
-    output dtype is x's, else the output as the autograd path returns it."""
+    compute dtype is x's (the output needs no cast), else the output as the autograd path returns it."""
     if x_quantized is not None:
         _check_x_quantized(x, x_quantized, config[0].input)
-    _, y = _fprop(x.reshape(-1, x.shape[-1]), x_quantized, wq, config, split_sums=True)
+    same_dtype = COMPUTE_TORCH_DTYPE[config[0].compute] == x.dtype
+    _, y = _fprop(x.reshape(-1, x.shape[-1]), x_quantized, wq, config, split_sums=same_dtype)
     if isinstance(y, SplitSums):
-        if y.dtype == x.dtype:
-            return y
-        y = y.total()
+        return y
     return y.reshape(*x.shape[:-1], y.shape[-1]).to(x.dtype)
 
 

@@ -258,30 +258,27 @@ def run(model_spec: str, *, batch: int, prompt: int, gen: int, runs: int, hf_run
         out: Path | None, echo: Callable[[str], None] = print) -> list[dict]:
     """bench_rollout, echoing each row as it finishes and rewriting `out` (JSON) after each; then the table."""
     from precision_engine.bench.gemm import environment
+    from precision_engine.rl.runs.files import write_atomic
 
     done: list[dict] = []
     command = f"bench rollout --model {model_spec} --batch {batch} --prompt {prompt} --gen {gen}"
 
+    def save(rows: list[dict]) -> None:
+        if out is not None:
+            write_atomic(out, json.dumps({"command": command, "env": environment(), "rows": rows}, indent=1))
+
     def on_row(row: dict) -> None:
         done.append(row)
         echo(json.dumps(row))
-        if out is not None:
-            _write(out, {"command": command, "env": environment(), "rows": done})
+        save(done)
 
     if not torch.cuda.is_available():
         raise RuntimeError("bench rollout needs a CUDA GPU (none is visible); run it on the GPU machine")
     rows = bench_rollout(model_spec, batch=batch, prompt=prompt, gen=gen, runs=runs, hf_runs=hf_runs,
                          transformers_rows=transformers_rows, on_row=on_row)
-    if out is not None:
-        _write(out, {"command": command, "env": environment(), "rows": rows})
+    save(rows)
     echo(format_table(rows))
     return rows
-
-
-def _write(path: Path, result: dict) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(result, indent=1))
-    partial.replace(path)  # atomic: a reader never sees half a file
 
 
 def main(argv: list[str] | None = None) -> None:

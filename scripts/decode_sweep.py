@@ -186,12 +186,13 @@ def bf16_tiles(out: str, reps: int) -> None:
 def attention_decode(out: str, reps: int) -> None:
     """Decode attention (batch 64, 32/8 heads, D 128, a 512-slot cache filled to 128, 256 and 384, BF16 and FP8
     KV): the invariant launch over num_stages (a scheduling choice: bytes checked against 2 stages) and fast
-    mode's launch over stages (checked against the invariant launch within 8e-3, norm-relative)."""
+    mode's launch over KV slots per step, warps and stages (checked against the invariant launch within 8e-3,
+    norm-relative; named n<slots>w<warps>s<stages>)."""
     from precision_engine.numerics import triton_invariant as TI
 
     b, cap, d = 64, 512, 128
-    shipped = (TI.ATTN_STAGES, TI.ATTN_DECODE_STAGES)
-    result = {"env": environment(), "rows": []}
+    shipped = (TI.ATTN_STAGES, TI.ATTN_DECODE_STAGES, TI.FAST_KV_BLOCK, TI.FAST_ATTN_WARPS)
+    result = {"env": environment(), "shipped": shipped[:2] + (list(shipped[2].items()), shipped[3]), "rows": []}
     for fp8, ctx in itertools.product((True, False), (128, 256, 384)):
         def make():
             q = torch.randn(b, 32, 1, d, device="cuda", dtype=torch.bfloat16)
@@ -209,22 +210,26 @@ def attention_decode(out: str, reps: int) -> None:
 
         TI.ATTN_DECODE_STAGES = 2
         ref = launch(False)(*sets[0])
-        row = {"fp8_kv": fp8, "context": ctx, "shipped_stages": shipped, "invariant": {}, "fast": {}}
+        row = {"fp8_kv": fp8, "context": ctx, "invariant": {}, "fast": {}}
         for stages in (2, 3, 4):
-            TI.ATTN_DECODE_STAGES = TI.ATTN_STAGES = stages  # a decode launch reads the first, fast mode's the second
+            TI.ATTN_DECODE_STAGES = stages
             row["invariant"][stages] = measure(
                 lambda: torch.equal(launch(False)(*sets[0]).view(torch.int16), ref.view(torch.int16)),
                 launch(False), sets, reps)
-            row["fast"][stages] = measure(
+        for block_n, warps, stages in itertools.product((32, 64, 128), (4, 8), (2, 3, 4)):
+            TI.FAST_KV_BLOCK, TI.FAST_ATTN_WARPS, TI.ATTN_DECODE_STAGES = {fp8: block_n}, warps, stages
+            row["fast"][f"n{block_n}w{warps}s{stages}"] = measure(
                 lambda: ((launch(True)(*sets[0]).float() - ref.float()).norm() / ref.float().norm()).item() < 8e-3,
                 launch(True), sets, reps, "close")
-        TI.ATTN_STAGES, TI.ATTN_DECODE_STAGES = shipped
+        TI.ATTN_STAGES, TI.ATTN_DECODE_STAGES, TI.FAST_KV_BLOCK, TI.FAST_ATTN_WARPS = shipped
         result["rows"].append(row)
         save(out, result)
-        print(f"attention decode fp8_kv={fp8} ctx={ctx}: " + " ".join(
-            f"{part}{name}={v['ms'] * 1e3:.1f}{'' if v.get('bitwise', v.get('close')) else '!'}" if "ms" in v
-            else f"{part}{name}=ERR" for part in ("invariant", "fast") for name, v in row[part].items()), flush=True)
-
+        timed_ = {name: v["ms"] for name, v in row["fast"].items() if "ms" in v and v["close"]}
+        best = min(timed_, key=timed_.get) if timed_ else None
+        print(f"attention decode fp8_kv={fp8} ctx={ctx}: invariant " + " ".join(
+            f"s{n}={v['ms'] * 1e3:.1f}" for n, v in row["invariant"].items() if "ms" in v)
+            + f" | fast shipped={row['fast'].get(f'n{shipped[2][fp8]}w{shipped[3]}s{shipped[1]}', {}).get('ms', 0) * 1e3:.1f}"
+            + (f" best {best}={timed_[best] * 1e3:.1f}" if best else " no fast variant ran"), flush=True)
 
 if __name__ == "__main__":
     main()

@@ -33,7 +33,7 @@ from triton.language.extra.cuda import libdevice
 
 from precision_engine.numerics.contract import Quantized, SplitSums, fp8_dtype
 from precision_engine.numerics.formats import QuantFormat
-from precision_engine.numerics.triton_invariant import _interpreting, _round, _round_opaque, _sum_parts
+from precision_engine.numerics.triton_invariant import _interpreting, _round, _round_opaque, _sum_parts, norm_warps
 from precision_engine.numerics.triton_quant import (
     _INTERPRET,
     INTERPRET,
@@ -202,7 +202,7 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, fmt: Qu
         _rms_norm_quant_kernel[(m,)](
             x, weight.contiguous(), y, h, x.stride(0), y.stride(0), eps, q, scale, m,
             BLOCK_H=block, INTERPRET=_interpreting(), G=fmt.group, **_fmt_args(fmt, exact_round),
-            num_warps=8 if block >= 4096 else 4,
+            num_warps=norm_warps(block),
         )
     return y, Quantized(q, scale, fmt)
 
@@ -229,7 +229,7 @@ def add_rms_norm(x: torch.Tensor, y: torch.Tensor | SplitSums, weight: torch.Ten
             x, y, r, weight.contiguous(), out, h, x.stride(0), y.stride(-2), r.stride(0), out.stride(0), eps, q,
             scale, m, y.stride(0) if parts else 0, PARTS=parts, BLOCK_H=block, INTERPRET=_interpreting(),
             QUANT=fmt is not None, **quant,
-            num_warps=8 if block >= 4096 else 4,
+            num_warps=norm_warps(block),
         )
     return r, out, None if fmt is None else Quantized(q, scale, fmt)
 

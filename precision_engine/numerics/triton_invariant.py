@@ -336,6 +336,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 # -------------------------------------------------------------------------------------------------- rms_norm
 
+def norm_warps(block_h: int) -> int:
+    """Warps of every RMSNorm launch (plain, quantizing, residual-adding): the reduction's order depends on
+    them, so all use one rule and a row gets the same bits from each. 32 warps from 4096 columns on: a decode
+    step's norm of split-K sums, 64 rows of 4 / 8 parts, took 3.9 / 4.9 us where 8 warps took 6.0 / 6.5
+    (H200, 2026-12-01, fifth session)."""
+    return 32 if block_h >= 4096 else 4
+
+
 @triton.jit
 def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, BLOCK_H: tl.constexpr,
                      INTERPRET: tl.constexpr):
@@ -360,7 +368,7 @@ def _rms_norm_launch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch
     if x2.shape[0] and h:
         block = triton.next_power_of_2(h)
         _rms_norm_kernel[(x2.shape[0],)](x2, weight.contiguous(), out, h, x2.stride(0), out.stride(0), eps,
-                                         BLOCK_H=block, INTERPRET=_interpreting(), num_warps=8 if block >= 4096 else 4)
+                                         BLOCK_H=block, INTERPRET=_interpreting(), num_warps=norm_warps(block))
     return out.reshape(x.shape)
 
 
@@ -702,10 +710,13 @@ ATTN_STAGES = 2
 # cached tokens on the H200 (scripts/decode_sweep.py --attention); the full forward keeps 2.
 ATTN_DECODE_STAGES = 3
 # Fast mode (not batch-invariant) decodes with 16-row tiles, the GQA group padded to the smallest tensor-core
-# tile instead of 64 rows, and an FP8 cache widened exactly to BF16 with its scales applied to the scores and
-# the output. Same sweep, batch 64, 8B heads, 128 / 256 / 384 cached tokens: FP8 11.4 / 17.5 / 23.5 us where
-# the invariant launch takes 16.9 / 27.4 / 38.2; BF16 13.6 / 23.4 / 32.9 where it takes 17.6 / 26.8 / 36.1.
+# tile instead of 64 rows, and an FP8 cache multiplied in fp16 (widened exactly) with its scales applied to the
+# scores and the output. Same sweep, batch 64, 8B heads, 128 / 256 / 384 cached tokens (2026-12-01, fifth
+# session, before fp16): FP8 10.9 / 16.9 / 22.7 us with 64 slots a step, where the invariant launch takes
+# 15.9 / 24.4 / 32.6; BF16 12.4 / 20.8 / 29.0 with 32 slots (64: 12.9 / 22.9 / 32.0).
 FAST_BLOCK_M = 16
+FAST_KV_BLOCK = {True: 64, False: 32}  # fast decode's KV slots per online-softmax step, by FP8 cache or not
+FAST_ATTN_WARPS = 4
 # `_attention_kernel`'s quantization parameters when it quantizes nothing (QUANT=False never reads them).
 _NO_QUANT = {"FMAX": 1.0, "RFMAX": 1.0, "MBITS": 3, "EMIN": -6, "POW2": False, "EXACT_ROUND": False}
 
@@ -723,8 +734,9 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, pos_ptr, len_p
 
     FP8_KV: k, v are float8_e4m3fn with fp32 dequant multipliers (one, or one per kv head with SCALE_PER_HEAD);
     each block becomes (x.to(fp32) * scale) rounded to q's dtype as it is loaded: `dequantize_kv`'s bits. With
-    FOLD_SCALES (fast mode) a block is widened exactly to q's dtype instead, and the scales multiply the scores
-    and the output: fewer instructions per cached element, other bits.
+    FOLD_SCALES (fast mode) the products run in fp16 instead: q in fp16 (`_fp16_query`), each block widened
+    exactly to fp16, p rounded to fp16, the scales multiplying the scores and the output: fewer instructions
+    per cached element, other bits.
 
     QUANT: the output is also quantized for o_proj, whose input [B * Tq, Hq * D] holds row (query t, head hq)
     of sequence b as group hq of token b * Tq + t: `triton_quant`'s 1xD arithmetic on the stored output, into
@@ -753,6 +765,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, pos_ptr, len_p
             k_scale = tl.load(ks_ptr)
             v_scale = tl.load(vs_ptr)
         if FOLD_SCALES:
+            q = _fp16_query(q, INTERPRET)
             qk_scale = qk_scale * k_scale
             out_scale = v_scale
 
@@ -804,13 +817,29 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, pos_ptr, len_p
 
 @triton.jit
 def _widen_kv(x, scale, dtype: tl.constexpr, FOLD_SCALES: tl.constexpr, INTERPRET: tl.constexpr):
-    """An FP8 block in q's dtype: (x * scale) rounded once (`dequantize_kv`), or with FOLD_SCALES x alone (exact:
-    e4m3 values are bf16 and fp16 values)."""
+    """An FP8 block as a tensor-core operand: (x * scale) rounded once to q's dtype (`dequantize_kv`), or with
+    FOLD_SCALES x alone in fp16 (exact, and one cvt per pair of elements on sm_90, where bf16 takes four)."""
     if FOLD_SCALES:
-        y = _round(x.to(tl.float32), dtype, INTERPRET)
+        if INTERPRET:
+            y = x.to(tl.float32).to(tl.float16)
+        else:
+            y = x.to(tl.float16)
     else:
         y = _round(x.to(tl.float32) * scale, dtype, INTERPRET)
     return y
+
+
+FP16_MAX = tl.constexpr(65504.0)
+
+
+@triton.jit
+def _fp16_query(q, INTERPRET: tl.constexpr):
+    """q in fp16 for the FP8 cache's fp16 products: exact within fp16's normal range, magnitudes below 2^-14
+    rounded to its 2^-24 steps, beyond 65504 saturated (a bf16 query that large means the model has already
+    diverged); NaN stays NaN."""
+    x = q.to(tl.float32)
+    y = tl.where(x == x, tl.minimum(tl.maximum(x, -FP16_MAX), FP16_MAX), x)
+    return _round(y, tl.float16, INTERPRET)
 
 
 def attention_quantize_fits(d: int, fmt: QuantFormat) -> bool:
@@ -871,7 +900,7 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
                             for t in (k_scale, v_scale))
     else:
         k_scale = v_scale = kv_len  # never read
-    block_m = FAST_BLOCK_M if fast and g * tq <= FAST_BLOCK_M else ATTN_BLOCK_M
+    block_m, block_n, warps = _attention_tiles(fast, g * tq, k.dtype == FP8_KV_DTYPE)
     stages = ATTN_DECODE_STAGES if tq == 1 else ATTN_STAGES
     grid = (triton.cdiv(g * tq, block_m), b * hkv)
     _attention_kernel[grid](
@@ -879,11 +908,19 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
         q_pos.stride(0), q_pos.stride(1),
-        G=g, D=d, BLOCK_M=block_m, BLOCK_N=KV_BLOCK, FP8_KV=fp8, SCALE_PER_HEAD=fp8 and k_scale.numel() > 1,
+        G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, FP8_KV=fp8, SCALE_PER_HEAD=fp8 and k_scale.numel() > 1,
         FOLD_SCALES=fp8 and fast, INTERPRET=_interpreting(), QUANT=quantize is not None, **quant,
-        num_warps=ATTN_WARPS, num_stages=stages,
+        num_warps=warps, num_stages=stages,
     )
     return result
+
+
+def _attention_tiles(fast: bool, rows: int, fp8: bool) -> tuple[int, int, int]:
+    """(rows per program, KV slots per step, warps) of a launch whose programs hold `rows` = G x Tq rows: fast
+    mode's decode launch where they fit its tile, else the batch-invariant launch's (what the twin follows)."""
+    if fast and rows <= FAST_BLOCK_M:
+        return FAST_BLOCK_M, FAST_KV_BLOCK[fp8], FAST_ATTN_WARPS
+    return ATTN_BLOCK_M, KV_BLOCK, ATTN_WARPS
 
 
 def _cached_slots(k, v, kv_len, g):
@@ -894,18 +931,21 @@ def _cached_slots(k, v, kv_len, g):
 
 def attention_twin(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scale=None,
                    fast: bool = False) -> torch.Tensor:
-    """The kernel's arithmetic in torch: KV blocks of KV_BLOCK in increasing order, fp32 online softmax in log2
+    """The kernel's arithmetic in torch: KV blocks of the launch's size in increasing order, fp32 online softmax in log2
     units, p rounded to v's dtype before the P @ V product, every block of the cache visited (the extra
     blocks change nothing, which is the property the kernel relies on). An FP8 k/v is dequantized first, or
-    with `fast` widened exactly, k_scale folded into the score multiplier and v_scale applied to the output."""
+    with `fast` multiplied in fp16 (`_fp16_query`), k_scale folded into the score multiplier and v_scale applied
+    to the output."""
     b, hq, tq, d = q.shape
+    out_dtype, fp8 = q.dtype, k.dtype == FP8_KV_DTYPE
     qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32)
     out_scale = None
-    if k.dtype == FP8_KV_DTYPE and fast:
+    if fp8 and fast:
         per_head = (lambda t: t.to(device=q.device, dtype=torch.float32).reshape(-1)
                     .repeat_interleave(hq // k.shape[1] if t.numel() > 1 else 1).reshape(1, -1, 1, 1))
+        q = _fp16_query_twin(q)
         qk_scale, out_scale = qk_scale.to(q.device) * per_head(k_scale), per_head(v_scale)
-        k, v = k.to(q.dtype), v.to(q.dtype)
+        k, v = k.to(torch.float16), v.to(torch.float16)
     elif k.dtype == FP8_KV_DTYPE:
         k, v = _dequantized(k, k_scale, q.dtype), _dequantized(v, v_scale, q.dtype)
     s = k.shape[2]
@@ -915,8 +955,9 @@ def attention_twin(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scal
     m_i = torch.full((b, hq, tq, 1), float("-inf"), device=q.device)
     l_i = torch.zeros(b, hq, tq, 1, device=q.device)
     acc = torch.zeros(b, hq, tq, d, device=q.device)
-    for lo in range(0, s, KV_BLOCK):
-        blk = slice(lo, lo + KV_BLOCK)
+    block = _attention_tiles(fast, hq // k.shape[1] * tq, fp8)[1]
+    for lo in range(0, s, block):
+        blk = slice(lo, lo + block)
         ok = seen[..., blk]
         sc = torch.where(ok, (qf @ kf[:, :, blk].transpose(-1, -2)) * qk_scale.to(q.device), float("-inf"))
         m_new = torch.maximum(m_i, sc.amax(-1, keepdim=True))
@@ -927,7 +968,12 @@ def attention_twin(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scal
         acc = acc * alpha + p.to(v.dtype).float() @ vf[:, :, blk]
         m_i = m_new
     out = acc / torch.where(l_i == 0, 1.0, l_i)
-    return (out if out_scale is None else out * out_scale).to(q.dtype)
+    return (out if out_scale is None else out * out_scale).to(out_dtype)
+
+
+def _fp16_query_twin(q):
+    """`_fp16_query` in torch."""
+    return q.float().clamp(-FP16_MAX.value, FP16_MAX.value).to(torch.float16)
 
 
 def _dequantized(states, scale, dtype):

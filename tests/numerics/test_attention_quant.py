@@ -142,8 +142,8 @@ from triton.compiler import ASTSource
 from precision_engine.numerics import triton_invariant as TI
 
 def float_ops(quant, kv, block_m, fold, stages):
-    """The kernel's float instructions (sm_90 PTX) by opcode, a pair rounding to bf16x2 counted as two roundings
-    to bf16 (the same cvt.rn on each value: LLVM packs them or not by context)."""
+    """The kernel's float instructions (sm_90 PTX) by opcode, a paired rounding (to bf16x2, f16x2) or NaN test
+    counted as two (the same instruction on each value: LLVM packs them or not by context)."""
     types = ["*bf16", kv, kv, "*bf16", "*fp8e4nv", "*fp32", "*i64", "*i64", "*fp32", "*fp32", "fp32"] + ["i32"] * 17
     fmt = dict(FMAX=448.0, RFMAX=1 / 448.0, MBITS=3, EMIN=-6, POW2=False, EXACT_ROUND=False) if quant else TI._NO_QUANT
     constexprs = dict(G=4, D=128, BLOCK_M=block_m, BLOCK_N=64, FP8_KV=kv != "*bf16", SCALE_PER_HEAD=True,
@@ -157,8 +157,8 @@ def float_ops(quant, kv, block_m, fold, stages):
     ops = Counter()
     for line in ptx.splitlines():
         op = re.sub(r"^@!?%p\d+\s+", "", line.strip()).split(" ")[0].split("\t")[0]
-        if op == "cvt.rn.bf16x2.f32":
-            ops["cvt.rn.bf16.f32"] += 2
+        if op in ("cvt.rn.bf16x2.f32", "cvt.rn.f16x2.f32", "setp.num.bf16x2"):
+            ops[op.replace("x2", "")] += 2
         elif any(t in op for t in (".f32", ".bf16", ".f16")):
             ops[op] += 1
     return ops

@@ -192,19 +192,19 @@ fmt = dict(G=128, FMAX=448.0, RFMAX=1 / 448.0, MBITS=3, EMIN=-6, POW2=False, EXA
 norm = ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"]
 add = ["*bf16"] * 5 + ["i32"] * 5 + ["fp32", "*fp8e4nv", "*fp32", "i32", "i32"]
 add_sums = add[:1] + ["*fp32"] + add[2:]  # y: a split-K GEMM's fp32 segment sums (SplitSums)
-plain = float_ops(TI._rms_norm_kernel, norm, dict(BLOCK_H=4096, INTERPRET=False), 8)
+warps = TI.norm_warps(4096)  # as every launch at an 8B model's 4096 columns
+plain = float_ops(TI._rms_norm_kernel, norm, dict(BLOCK_H=4096, INTERPRET=False), warps)
 quant = float_ops(TF._rms_norm_quant_kernel, norm + ["*fp8e4nv", "*fp32", "i32"],
-                  dict(BLOCK_H=4096, INTERPRET=False, **fmt), 8)
+                  dict(BLOCK_H=4096, INTERPRET=False, **fmt), warps)
 for q, alone, parts in ((False, plain, 0), (True, quant, 0), (True, quant, 4)):
     fused = float_ops(TF._add_rms_norm_kernel, add_sums if parts else add,
-                      dict(PARTS=parts, BLOCK_H=4096, INTERPRET=False, QUANT=q, **fmt), 8)
+                      dict(PARTS=parts, BLOCK_H=4096, INTERPRET=False, QUANT=q, **fmt), warps)
     body = after_first_barrier(fused)
     prologue = fused[: len(fused) - len(body)]
-    names = {}
-    renamed = [re.sub(r"%v\d+", lambda m: names.setdefault(m.group(0), f"%w{len(names)}"), op) for op in body]
-    names = {}
-    expected = [re.sub(r"%v\d+", lambda m: names.setdefault(m.group(0), f"%w{len(names)}"), op) for op in alone]
-    assert renamed == expected, (q, len(renamed), len(expected))
+    # The opcodes in order (what FMA contraction changes). Operands are left out: at 32 warps a thread holds 4
+    # values, and the two kernels convert and square them in another (independent) order, so names permute.
+    opcodes = [op.split()[0] for op in body]
+    assert opcodes == [op.split()[0] for op in alone], (q, len(body), len(alone))
     assert not any(".bf16" in op.split(" ")[0] and not op.startswith("cvt") for op in prologue), prologue
 print("ok")
 '''
@@ -213,8 +213,8 @@ print("ok")
 @pytest.mark.slow
 def test_the_fused_norm_compiles_to_the_norm_kernels_float_instructions():
     """Ahead-of-time sm_90 PTX (no GPU; ~10 s): after the add's barrier, `_add_rms_norm_kernel` runs the float
-    instructions of `_rms_norm_kernel` (QUANT off) / `_rms_norm_quant_kernel` (on) in the same order on the
-    same operands, at hidden 4096; the add itself is an fp32 add and a cvt.rn, no native bf16 arithmetic."""
+    instructions of `_rms_norm_kernel` (QUANT off) / `_rms_norm_quant_kernel` (on) in the same order, at hidden
+    4096 with the launches' warps (their bits: tests/numerics/gpu/test_fused_add_norm_gpu.py); the add itself is an fp32 add and a cvt.rn, no native bf16 arithmetic."""
     import os
     import subprocess
     import sys

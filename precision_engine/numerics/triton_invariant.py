@@ -608,6 +608,11 @@ def _sum_heads(ws_ptr, y_ptr, row, col0, H, N, stride_part, PARTS: tl.constexpr,
     tl.store(y_ptr + row * N + cols, y, mask=mask)
 
 
+# Elementwise (no warp changes a bit): at decode, 64 rows of 4 parts of 6144, 16 warps took 4.6 us where 4 took
+# 6.4 (H200, 2026-12-01, fifth session): more loads in flight per program.
+ROPE_SUMS_WARPS = 16
+
+
 def rope_qkv_sums(sums: SplitSums, batch: int, heads: tuple[int, int], cos: torch.Tensor, sin: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The fused q/k/v GEMM's `SplitSums` [S, B*T, (Hq + 2 Hk) D] -> (rope(q), rope(k), v) in one launch: q, k as
@@ -627,7 +632,7 @@ def rope_qkv_sums(sums: SplitSums, batch: int, heads: tuple[int, int], cos: torc
         _rope_qkv_sums_kernel[(rows, 3)](
             sums.parts, y, cos, sin, q_out, k_out, t, hq, hk, n, sums.parts.stride(0), cos.stride(0), cos.stride(1),
             PARTS=parts, D=d, BLOCK_HQ=triton.next_power_of_2(hq), BLOCK_HK=triton.next_power_of_2(hk),
-            INTERPRET=_interpreting(), num_warps=4)
+            INTERPRET=_interpreting(), num_warps=ROPE_SUMS_WARPS)
     return q_out.transpose(1, 2), k_out.transpose(1, 2), y[:, (hq + hk) * d:].view(batch, t, hk, d)
 
 
@@ -710,10 +715,10 @@ ATTN_STAGES = 2
 # cached tokens on the H200 (scripts/decode_sweep.py --attention); the full forward keeps 2.
 ATTN_DECODE_STAGES = 3
 # Fast mode (not batch-invariant) decodes with 16-row tiles, the GQA group padded to the smallest tensor-core
-# tile instead of 64 rows, and an FP8 cache multiplied in fp16 (widened exactly) with its scales applied to the
-# scores and the output. Same sweep, batch 64, 8B heads, 128 / 256 / 384 cached tokens (2026-12-01, fifth
-# session, before fp16): FP8 10.9 / 16.9 / 22.7 us with 64 slots a step, where the invariant launch takes
-# 15.9 / 24.4 / 32.6; BF16 12.4 / 20.8 / 29.0 with 32 slots (64: 12.9 / 22.9 / 32.0).
+# tile instead of 64 rows, and an FP8 cache widened exactly to BF16 with its scales applied to the scores and
+# the output. Same sweep, batch 64, 8B heads, 128 / 256 / 384 cached tokens (2026-12-01, fifth session): FP8
+# 10.9 / 16.9 / 22.7 us with 64 slots a step, where the invariant launch takes 15.9 / 24.4 / 32.6; BF16
+# 12.4 / 20.8 / 29.0 with 32 slots (64: 12.9 / 22.9 / 32.0). Every slots x warps x stages variant: benchmarks/.
 FAST_BLOCK_M = 16
 FAST_KV_BLOCK = {True: 64, False: 32}  # fast decode's KV slots per online-softmax step, by FP8 cache or not
 FAST_ATTN_WARPS = 4
@@ -734,9 +739,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, pos_ptr, len_p
 
     FP8_KV: k, v are float8_e4m3fn with fp32 dequant multipliers (one, or one per kv head with SCALE_PER_HEAD);
     each block becomes (x.to(fp32) * scale) rounded to q's dtype as it is loaded: `dequantize_kv`'s bits. With
-    FOLD_SCALES (fast mode) the products run in fp16 instead: q in fp16 (`_fp16_query`), each block widened
-    exactly to fp16, p rounded to fp16, the scales multiplying the scores and the output: fewer instructions
-    per cached element, other bits.
+    FOLD_SCALES (fast mode) a block is widened exactly to q's dtype instead, and the scales multiply the scores
+    and the output: fewer instructions per cached element, other bits.
 
     QUANT: the output is also quantized for o_proj, whose input [B * Tq, Hq * D] holds row (query t, head hq)
     of sequence b as group hq of token b * Tq + t: `triton_quant`'s 1xD arithmetic on the stored output, into
@@ -765,7 +769,6 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, pos_ptr, len_p
             k_scale = tl.load(ks_ptr)
             v_scale = tl.load(vs_ptr)
         if FOLD_SCALES:
-            q = _fp16_query(q, INTERPRET)
             qk_scale = qk_scale * k_scale
             out_scale = v_scale
 
@@ -817,29 +820,14 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, pos_ptr, len_p
 
 @triton.jit
 def _widen_kv(x, scale, dtype: tl.constexpr, FOLD_SCALES: tl.constexpr, INTERPRET: tl.constexpr):
-    """An FP8 block as a tensor-core operand: (x * scale) rounded once to q's dtype (`dequantize_kv`), or with
-    FOLD_SCALES x alone in fp16 (exact, and one cvt per pair of elements on sm_90, where bf16 takes four)."""
+    """An FP8 block in q's dtype: (x * scale) rounded once (`dequantize_kv`), or with FOLD_SCALES x alone (exact:
+    e4m3 values are bf16 and fp16 values). Widening to fp16 instead (one cvt per pair on sm_90, with q in fp16)
+    measured 5-9% slower (2026-12-01, fifth session)."""
     if FOLD_SCALES:
-        if INTERPRET:
-            y = x.to(tl.float32).to(tl.float16)
-        else:
-            y = x.to(tl.float16)
+        y = _round(x.to(tl.float32), dtype, INTERPRET)
     else:
         y = _round(x.to(tl.float32) * scale, dtype, INTERPRET)
     return y
-
-
-FP16_MAX = tl.constexpr(65504.0)
-
-
-@triton.jit
-def _fp16_query(q, INTERPRET: tl.constexpr):
-    """q in fp16 for the FP8 cache's fp16 products: exact within fp16's normal range, magnitudes below 2^-14
-    rounded to its 2^-24 steps, beyond 65504 saturated (a bf16 query that large means the model has already
-    diverged); NaN stays NaN."""
-    x = q.to(tl.float32)
-    y = tl.where(x == x, tl.minimum(tl.maximum(x, -FP16_MAX), FP16_MAX), x)
-    return _round(y, tl.float16, INTERPRET)
 
 
 def attention_quantize_fits(d: int, fmt: QuantFormat) -> bool:
@@ -934,8 +922,7 @@ def attention_twin(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scal
     """The kernel's arithmetic in torch: KV blocks of the launch's size in increasing order, fp32 online softmax in log2
     units, p rounded to v's dtype before the P @ V product, every block of the cache visited (the extra
     blocks change nothing, which is the property the kernel relies on). An FP8 k/v is dequantized first, or
-    with `fast` multiplied in fp16 (`_fp16_query`), k_scale folded into the score multiplier and v_scale applied
-    to the output."""
+    with `fast` widened exactly, k_scale folded into the score multiplier and v_scale applied to the output."""
     b, hq, tq, d = q.shape
     out_dtype, fp8 = q.dtype, k.dtype == FP8_KV_DTYPE
     qk_scale = torch.tensor(scale * LOG2E, dtype=torch.float32)
@@ -943,9 +930,8 @@ def attention_twin(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scal
     if fp8 and fast:
         per_head = (lambda t: t.to(device=q.device, dtype=torch.float32).reshape(-1)
                     .repeat_interleave(hq // k.shape[1] if t.numel() > 1 else 1).reshape(1, -1, 1, 1))
-        q = _fp16_query_twin(q)
         qk_scale, out_scale = qk_scale.to(q.device) * per_head(k_scale), per_head(v_scale)
-        k, v = k.to(torch.float16), v.to(torch.float16)
+        k, v = k.to(q.dtype), v.to(q.dtype)
     elif k.dtype == FP8_KV_DTYPE:
         k, v = _dequantized(k, k_scale, q.dtype), _dequantized(v, v_scale, q.dtype)
     s = k.shape[2]
@@ -969,11 +955,6 @@ def attention_twin(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scal
         m_i = m_new
     out = acc / torch.where(l_i == 0, 1.0, l_i)
     return (out if out_scale is None else out * out_scale).to(out_dtype)
-
-
-def _fp16_query_twin(q):
-    """`_fp16_query` in torch."""
-    return q.float().clamp(-FP16_MAX.value, FP16_MAX.value).to(torch.float16)
 
 
 def _dequantized(states, scale, dtype):

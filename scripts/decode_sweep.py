@@ -8,7 +8,7 @@ Every variant's bytes are checked against the shipped launch's. Rows are printed
 they finish, and no new variant starts after --budget seconds, so a cut-short call keeps what it measured.
 `decode_sweep.py OUT.json --bf16-invariant`: the same for the batch-invariant BF16 linear's launches;
 `--bf16-tiles`: its tile shapes (other bits, so checked for row invariance instead); `--attention`: decode
-attention, the invariant and fast launches over pipeline stages.
+attention, the invariant launch over pipeline stages and fast mode's over KV slots per step, warps and stages.
 """
 
 import argparse

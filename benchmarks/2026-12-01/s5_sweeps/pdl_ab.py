@@ -8,10 +8,13 @@ from precision_engine.models.loader import resolve_config
 config = resolve_config("llama-3.1-8b")
 model = R.random_decoder(config, device="cuda", seed=0)
 ids = torch.randint(0, config["vocab_size"], (64, 128), device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
+from precision_engine.numerics import triton_gemm as TG  # PREFETCH_BUDGET: with pdl_experiment.patch only
 modes = sys.argv[1].split(",") if len(sys.argv) > 1 else ["0", "1"]  # pdl[:prefetch MiB]
 rows = []
 for pdl in modes:
     os.environ["PRECISION_PDL"] = pdl.split(":")[0]
+    if ":" in pdl:
+        TG.PREFETCH_BUDGET = int(pdl.split(":")[1]) << 20
     for label, pol in (R.FORMATS[0], R.FORMATS[2]):
         engine = R._engine(model, "llama-3.1-8b", pol, False, ids)
         engine.generate(ids.tolist(), max_new_tokens=24, temperature=1.0, seed=0)

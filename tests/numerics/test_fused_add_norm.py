@@ -161,6 +161,7 @@ def test_bad_requests_are_refused():
 
 _COMPILE_FOR_SM90 = r'''
 import re
+from collections import Counter
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -180,6 +181,24 @@ def float_ops(fn, types, constexprs, num_warps):
         if op.startswith(("bar.", "shfl.")) or any(t in op for t in (".f32", ".bf16", ".f16")):
             ops.append(re.sub(r"%[a-z]+\d+", lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), line))
     return ops
+
+def dataflow(ops):
+    """Each instruction as the expression of what it computes, over the values it reads from outside `ops` (loads,
+    parameters) left anonymous: the same multiset whatever order independent instructions, or the values a
+    thread holds, come in."""
+    exprs, defined = [], {}
+    for op in ops:
+        name, _, rest = op.partition(" ")
+        operands = re.findall(r"%v\d+|[^\s,;{}\[\]|]+", rest)
+        regs = [o for o in operands if o.startswith("%v")]
+        if not regs:
+            exprs.append(op.strip())
+            continue
+        expr = f"{name.strip()}(" + ",".join(defined.get(o, "in") if o.startswith("%v") else o
+                                               for o in operands[1:]) + ")"
+        defined[operands[0]] = expr
+        exprs.append(expr)
+    return Counter(exprs)
 
 def after_first_barrier(ops):
     """What follows the first barrier (a run of bar.sync: the debug barrier compiles to two here)."""
@@ -201,10 +220,12 @@ for q, alone, parts in ((False, plain, 0), (True, quant, 0), (True, quant, 4)):
                       dict(PARTS=parts, BLOCK_H=4096, INTERPRET=False, QUANT=q, **fmt), warps)
     body = after_first_barrier(fused)
     prologue = fused[: len(fused) - len(body)]
-    # The opcodes in order (what FMA contraction changes). Operands are left out: at 32 warps a thread holds 4
-    # values, and the two kernels convert and square them in another (independent) order, so names permute.
+    # The opcodes in order (what FMA contraction changes) and what each instruction computes from what: at 32
+    # warps a thread holds 4 values, which the two kernels convert and square in another (independent) order,
+    # so register names permute and are compared through the dataflow instead.
     opcodes = [op.split()[0] for op in body]
     assert opcodes == [op.split()[0] for op in alone], (q, len(body), len(alone))
+    assert dataflow(body) == dataflow(alone), (q, dataflow(body) - dataflow(alone), dataflow(alone) - dataflow(body))
     assert not any(".bf16" in op.split(" ")[0] and not op.startswith("cvt") for op in prologue), prologue
 print("ok")
 '''
@@ -213,8 +234,9 @@ print("ok")
 @pytest.mark.slow
 def test_the_fused_norm_compiles_to_the_norm_kernels_float_instructions():
     """Ahead-of-time sm_90 PTX (no GPU; ~10 s): after the add's barrier, `_add_rms_norm_kernel` runs the float
-    instructions of `_rms_norm_kernel` (QUANT off) / `_rms_norm_quant_kernel` (on) in the same order, at hidden
-    4096 with the launches' warps (their bits: tests/numerics/gpu/test_fused_add_norm_gpu.py); the add itself is an fp32 add and a cvt.rn, no native bf16 arithmetic."""
+    instructions of `_rms_norm_kernel` (QUANT off) / `_rms_norm_quant_kernel` (on) in the same order and on the
+    same dataflow, at hidden 4096 with the launches' warps (their bits: tests/numerics/gpu/
+    test_fused_add_norm_gpu.py); the add itself is an fp32 add and a cvt.rn, no native bf16 arithmetic."""
     import os
     import subprocess
     import sys

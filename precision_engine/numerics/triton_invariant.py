@@ -339,8 +339,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 def norm_warps(block_h: int) -> int:
     """Warps of every RMSNorm launch (plain, quantizing, residual-adding): the reduction's order depends on
     them, so all use one rule and a row gets the same bits from each. 32 warps from 4096 columns on: a decode
-    step's norm of split-K sums, 64 rows of 4 / 8 parts, took 3.9 / 4.9 us where 8 warps took 6.0 / 6.5
-    (H200, 2026-12-01, fifth session)."""
+    step's norm of split-K sums, 64 rows of 4 / 8 parts, took 4.5 / 5.5 us where 8 warps took 6.5 / 7.1, and
+    8192 plain rows 98.7 us where they took 80.7 (H200, 2026-12-01, fifth session; BENCHMARKS.md)."""
     return 32 if block_h >= 4096 else 4
 
 

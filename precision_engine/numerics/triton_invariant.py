@@ -722,6 +722,11 @@ ATTN_DECODE_STAGES = 3
 FAST_BLOCK_M = 16
 FAST_KV_BLOCK = {True: 64, False: 32}  # fast decode's KV slots per online-softmax step, by FP8 cache or not
 FAST_ATTN_WARPS = 4
+# Register cap of fast mode's FP8-cache decode launch: its 512 programs (64 sequences x 8 kv heads) fill the
+# H200's 132 SMs in one wave only at 4 per SM, <= 128 registers a thread. With o_proj's quantization epilogue
+# ptxas took 168 (3 per SM, ncu), which cost 13.7 / 20.5 / 26.9 us at 128 / 256 / 384 cached tokens; capped at
+# 120 it takes 12.0 / 18.0 / 23.9, same bytes (128: within 1%; 96: slower). The BF16 cache fits uncapped.
+FAST_ATTN_MAX_REGS = {True: 120, False: None}  # by FP8 cache or not
 # `_attention_kernel`'s quantization parameters when it quantizes nothing (QUANT=False never reads them).
 _NO_QUANT = {"FMAX": 1.0, "RFMAX": 1.0, "MBITS": 3, "EMIN": -6, "POW2": False, "EXACT_ROUND": False}
 
@@ -888,8 +893,9 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
                             for t in (k_scale, v_scale))
     else:
         k_scale = v_scale = kv_len  # never read
-    block_m, block_n, warps = _attention_tiles(fast, g * tq, k.dtype == FP8_KV_DTYPE)
+    block_m, block_n, warps, max_regs = _attention_tiles(fast, g * tq, k.dtype == FP8_KV_DTYPE)
     stages = ATTN_DECODE_STAGES if tq == 1 else ATTN_STAGES
+    cap = {"maxnreg": max_regs} if max_regs and not _interpreting() else {}
     grid = (triton.cdiv(g * tq, block_m), b * hkv)
     _attention_kernel[grid](
         q, k, v, out, xq, xs, q_pos, kv_len, k_scale, v_scale, scale * LOG2E, tq, s, hkv,
@@ -898,17 +904,18 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
         q_pos.stride(0), q_pos.stride(1),
         G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, FP8_KV=fp8, SCALE_PER_HEAD=fp8 and k_scale.numel() > 1,
         FOLD_SCALES=fp8 and fast, INTERPRET=_interpreting(), QUANT=quantize is not None, **quant,
-        num_warps=warps, num_stages=stages,
+        num_warps=warps, num_stages=stages, **cap,
     )
     return result
 
 
-def _attention_tiles(fast: bool, rows: int, fp8: bool) -> tuple[int, int, int]:
-    """(rows per program, KV slots per step, warps) of a launch whose programs hold `rows` = G x Tq rows: fast
-    mode's decode launch where they fit its tile, else the batch-invariant launch's (what the twin follows)."""
+def _attention_tiles(fast: bool, rows: int, fp8: bool) -> tuple[int, int, int, int | None]:
+    """(rows per program, KV slots per step, warps, register cap) of a launch whose programs hold `rows` = G x Tq
+    rows: fast mode's decode launch where they fit its tile, else the batch-invariant launch's (what the twin
+    follows)."""
     if fast and rows <= FAST_BLOCK_M:
-        return FAST_BLOCK_M, FAST_KV_BLOCK[fp8], FAST_ATTN_WARPS
-    return ATTN_BLOCK_M, KV_BLOCK, ATTN_WARPS
+        return FAST_BLOCK_M, FAST_KV_BLOCK[fp8], FAST_ATTN_WARPS, FAST_ATTN_MAX_REGS[fp8]
+    return ATTN_BLOCK_M, KV_BLOCK, ATTN_WARPS, None
 
 
 def _cached_slots(k, v, kv_len, g):

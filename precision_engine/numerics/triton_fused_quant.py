@@ -159,9 +159,11 @@ def _silu_mul_quant_kernel(g_ptr, u_ptr, h_ptr, q_ptr, s_ptr, M, K, stride_g, st
                              G, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND)
 
 
-# SiLU-mul launch: the 1x128 quantizer's (64 rows x one group, 8 warps; 16 rows below 2048). Not yet timed.
+# SiLU-mul launch: the 1x128 quantizer's (64 rows x one group, 8 warps), not timed at that size. Below 2048 rows:
+# 8 rows x one group, 4 warps: 3.8 us for 64 rows of the 8B's 14336 where 16 rows took 4.2 (H200, 2026-12-01,
+# benchmarks/2026-12-01/s6_sweeps; no tile changes a bit).
 _SILU_CONFIG = {"BLOCK_M": 64, "GROUPS": 1, "num_warps": 8}
-_SILU_CONFIG_SMALL_M = {"BLOCK_M": 16, "GROUPS": 1, "num_warps": 4}
+_SILU_CONFIG_SMALL_M = {"BLOCK_M": 8, "GROUPS": 1, "num_warps": 4}
 _SILU_SMALL_M = 2048
 _INTERPRET_SILU = {"BLOCK_M": 8, "GROUPS": 2}
 

@@ -39,6 +39,7 @@ transposed rotation of the output gradient in fp32.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -453,7 +454,7 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, o_ptr, T, H, stride_xb, stride_xt, str
     opaque to the compiler (`_round_opaque`): with plain casts, LLVM narrows the fp32 add of two widened bf16
     values to a native bf16 add (HADD2.BF16/HFMA2.BF16 on sm_90), whose bits are not torch's on the H200."""
     _rope_token(x_ptr, cos_ptr, sin_ptr, o_ptr, tl.program_id(0), T, H, stride_xb, stride_xt, stride_xh, stride_cb,
-                stride_ct, D, BLOCK_H, INTERPRET)
+                stride_ct, H * D, D, BLOCK_H, INTERPRET)
 
 
 @triton.jit
@@ -463,16 +464,17 @@ def _rope_qk_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, T, HQ, HK, s
     """`_rope_kernel` for q and k in one launch: program (bt, 0) rotates token bt of q, (bt, 1) that of k."""
     if tl.program_id(1) == 0:
         _rope_token(q_ptr, cos_ptr, sin_ptr, qo_ptr, tl.program_id(0), T, HQ, stride_qb, stride_qt, stride_qh,
-                    stride_cb, stride_ct, D, BLOCK_HQ, INTERPRET)
+                    stride_cb, stride_ct, HQ * D, D, BLOCK_HQ, INTERPRET)
     else:
         _rope_token(k_ptr, cos_ptr, sin_ptr, ko_ptr, tl.program_id(0), T, HK, stride_kb, stride_kt, stride_kh,
-                    stride_cb, stride_ct, D, BLOCK_HK, INTERPRET)
+                    stride_cb, stride_ct, HK * D, D, BLOCK_HK, INTERPRET)
 
 
 @triton.jit
 def _rope_token(x_ptr, cos_ptr, sin_ptr, o_ptr, bt, T, H, stride_xb, stride_xt, stride_xh, stride_cb, stride_ct,
-                D: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
-    """Token bt = b * T + t of x, all H heads, into row bt of o: the rotation `_rope_kernel` describes."""
+                stride_o, D: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
+    """Token bt = b * T + t of x, H heads, into row bt of o (stride_o elements a row): the rotation
+    `_rope_kernel` describes."""
     b = (bt // T).to(tl.int64)
     t = (bt % T).to(tl.int64)
     offs_h = tl.arange(0, BLOCK_H)
@@ -491,7 +493,7 @@ def _rope_token(x_ptr, cos_ptr, sin_ptr, o_ptr, bt, T, H, stride_xb, stride_xt, 
     a = _round_opaque(x * c[None, :], dtype, INTERPRET).to(tl.float32)
     r = _round_opaque(xr * s[None, :], dtype, INTERPRET).to(tl.float32)
     out = _round_opaque(a + r, dtype, INTERPRET)
-    o_offs = bt.to(tl.int64) * H * D + offs_h[:, None].to(tl.int64) * D + offs_d[None, :]
+    o_offs = bt.to(tl.int64) * stride_o + offs_h[:, None].to(tl.int64) * D + offs_d[None, :]
     tl.store(o_ptr + o_offs, out, mask=mask)
 
 
@@ -574,26 +576,22 @@ def rope_qk(
 
 @triton.jit
 def _rope_qkv_sums_kernel(ws_ptr, y_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, T, HQ, HK, N, stride_part, stride_cb,
-                          stride_ct, PARTS: tl.constexpr, D: tl.constexpr, BLOCK_HQ: tl.constexpr,
-                          BLOCK_HK: tl.constexpr, INTERPRET: tl.constexpr):
-    """Program (token bt, j): the fused q/k/v GEMM's split-K segment sums of token bt's q (j = 0), k (1) or v (2)
-    columns, added in order from zero and rounded once (`triton_gemm._sum_segments_kernel`'s bits) into row bt
-    of y [B*T, N]; then, read back after a barrier, q and k rotated by `_rope_token` (rope_qk's code)."""
+                          stride_ct, PARTS: tl.constexpr, D: tl.constexpr, HB: tl.constexpr,
+                          BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
+    """Program (token bt, j): the fused q/k/v GEMM's split-K segment sums of heads j * HB .. j * HB + HB - 1 of
+    token bt's row (q heads first, then k, then v; HB divides HQ and HK), added in order from zero and rounded
+    once (`triton_gemm._sum_segments_kernel`'s bits) into row bt of y [B*T, N]; then, read back after a barrier,
+    q and k heads rotated by `_rope_token` (rope_qk's code)."""
     bt = tl.program_id(0).to(tl.int64)
-    j = tl.program_id(1)
-    if j == 0:
-        _sum_heads(ws_ptr, y_ptr, bt, 0, HQ, N, stride_part, PARTS, D, BLOCK_HQ, INTERPRET)
-    elif j == 1:
-        _sum_heads(ws_ptr, y_ptr, bt, HQ * D, HK, N, stride_part, PARTS, D, BLOCK_HK, INTERPRET)
-    else:
-        _sum_heads(ws_ptr, y_ptr, bt, (HQ + HK) * D, HK, N, stride_part, PARTS, D, BLOCK_HK, INTERPRET)
+    h0 = tl.program_id(1) * HB
+    _sum_heads(ws_ptr, y_ptr, bt, h0 * D, HB, N, stride_part, PARTS, D, BLOCK_H, INTERPRET)
     tl.debug_barrier()
-    if j == 0:
-        _rope_token(y_ptr, cos_ptr, sin_ptr, qo_ptr, bt, T, HQ, T * N, N, D, stride_cb, stride_ct, D, BLOCK_HQ,
-                    INTERPRET)
-    elif j == 1:
-        _rope_token(y_ptr + HQ * D, cos_ptr, sin_ptr, ko_ptr, bt, T, HK, T * N, N, D, stride_cb, stride_ct, D,
-                    BLOCK_HK, INTERPRET)
+    if h0 < HQ:
+        _rope_token(y_ptr + h0 * D, cos_ptr, sin_ptr, qo_ptr + h0 * D, bt, T, HB, T * N, N, D, stride_cb,
+                    stride_ct, HQ * D, D, BLOCK_H, INTERPRET)
+    elif h0 < HQ + HK:
+        _rope_token(y_ptr + h0 * D, cos_ptr, sin_ptr, ko_ptr + (h0 - HQ) * D, bt, T, HB, T * N, N, D, stride_cb,
+                    stride_ct, HK * D, D, BLOCK_H, INTERPRET)
 
 
 @triton.jit
@@ -608,9 +606,11 @@ def _sum_heads(ws_ptr, y_ptr, row, col0, H, N, stride_part, PARTS: tl.constexpr,
     tl.store(y_ptr + row * N + cols, y, mask=mask)
 
 
-# Elementwise (no warp changes a bit): at decode, 64 rows of 4 parts of 6144, 16 warps took 4.6 us where 4 took
-# 6.4 (H200, 2026-12-01, fifth session): more loads in flight per program.
-ROPE_SUMS_WARPS = 16
+# Elementwise (neither warps nor heads per program change a bit). At decode, 64 rows of 4 parts of 6144 (H200,
+# 2026-12-01, sixth session, benchmarks/2026-12-01/s6_sweeps): 4 heads a program and 8 warps 3.9 us, where one
+# program for the 32 q heads and one each for k and v (16 warps) took 4.6; 8 heads 4.0, 2 heads 4.1.
+ROPE_SUMS_WARPS = 8
+ROPE_SUMS_HEADS = 4  # heads per program, capped at gcd(HQ, HK)
 
 
 def rope_qkv_sums(sums: SplitSums, batch: int, heads: tuple[int, int], cos: torch.Tensor, sin: torch.Tensor
@@ -629,10 +629,11 @@ def rope_qkv_sums(sums: SplitSums, batch: int, heads: tuple[int, int], cos: torc
     q_out = torch.empty((batch, t, hq, d), dtype=y.dtype, device=y.device)
     k_out = torch.empty((batch, t, hk, d), dtype=y.dtype, device=y.device)
     if rows:
-        _rope_qkv_sums_kernel[(rows, 3)](
+        heads = math.gcd(hq, hk, ROPE_SUMS_HEADS)
+        _rope_qkv_sums_kernel[(rows, (hq + 2 * hk) // heads)](
             sums.parts, y, cos, sin, q_out, k_out, t, hq, hk, n, sums.parts.stride(0), cos.stride(0), cos.stride(1),
-            PARTS=parts, D=d, BLOCK_HQ=triton.next_power_of_2(hq), BLOCK_HK=triton.next_power_of_2(hk),
-            INTERPRET=_interpreting(), num_warps=ROPE_SUMS_WARPS)
+            PARTS=parts, D=d, HB=heads, BLOCK_H=triton.next_power_of_2(heads), INTERPRET=_interpreting(),
+            num_warps=ROPE_SUMS_WARPS)
     return q_out.transpose(1, 2), k_out.transpose(1, 2), y[:, (hq + hk) * d:].view(batch, t, hk, d)
 
 
@@ -641,16 +642,17 @@ def rope_qkv_sums(sums: SplitSums, batch: int, heads: tuple[int, int], cos: torc
 @triton.jit
 def _kv_write_kernel(k_ptr, v_ptr, pos_ptr, ko_ptr, vo_ptr, ks_ptr, vs_ptr, T, H, stride_kb, stride_kh, stride_kt,
                      stride_vb, stride_vh, stride_vt, stride_pb, stride_pt, stride_ob, stride_oh, stride_os,
-                     D: tl.constexpr, BLOCK_H: tl.constexpr, FP8_KV: tl.constexpr, SCALE_PER_HEAD: tl.constexpr,
-                     EXACT_ROUND: tl.constexpr):
-    """Token (b, t) of k and v, all heads, into slot pos[b, t] of the cache (ko/vo share their strides).
-    FP8_KV: `quantize_kv`'s bits, fp8_rne(clamp(x32 / scale, +-448)) with +-Inf stored as NaN."""
+                     D: tl.constexpr, HB: tl.constexpr, BLOCK_H: tl.constexpr, FP8_KV: tl.constexpr,
+                     SCALE_PER_HEAD: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """Token (b, t) of k and v, heads j * HB .. j * HB + HB - 1 for program (b * T + t, j), into slot pos[b, t]
+    of the cache (ko/vo share their strides). FP8_KV: `quantize_kv`'s bits, fp8_rne(clamp(x32 / scale, +-448))
+    with +-Inf stored as NaN."""
     bt = tl.program_id(0)
     b = (bt // T).to(tl.int64)
     t = (bt % T).to(tl.int64)
-    offs_h = tl.arange(0, BLOCK_H)
+    offs_h = tl.program_id(1) * HB + tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, D)
-    mask = offs_h[:, None] < H
+    mask = (offs_h[:, None] < H) & (tl.arange(0, BLOCK_H)[:, None] < HB)
     h64 = offs_h[:, None].to(tl.int64)
     slot = tl.load(pos_ptr + b * stride_pb + t * stride_pt).to(tl.int64)
     o_offs = b * stride_ob + h64 * stride_oh + slot * stride_os + offs_d[None, :]
@@ -679,6 +681,13 @@ def _kv_fp8(x, scale, out_ty: tl.constexpr, EXACT_ROUND: tl.constexpr):
     return y.to(out_ty, fp_downcast_rounding="rtne")
 
 
+# kv heads per program, by FP8 store or not; elementwise, so it changes no bit. One decode token of 64 sequences,
+# 8 kv heads (same sweep): an FP8 store 1.7 us at 2 heads where all 8 in one program took 2.0; a BF16 store is
+# fastest at 8 (1.4 us; 1.5-1.6 at fewer).
+KV_WRITE_HEADS = {True: 2, False: 8}
+KV_WRITE_WARPS = 4
+
+
 def kv_write(k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, k_store: torch.Tensor,
              v_store: torch.Tensor, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> None:
     """k, v [B, H, T, D] (any strides with a contiguous last dim) into slots positions [B, T] of rows 0..B-1 of
@@ -698,11 +707,12 @@ def kv_write(k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, k_store:
     else:
         k_scale = v_scale = positions  # never read
     if b * t:
-        _kv_write_kernel[(b * t,)](
+        heads = min(h, KV_WRITE_HEADS[fp8])
+        _kv_write_kernel[(b * t, triton.cdiv(h, heads))](
             k, v, positions, k_store, v_store, k_scale, v_scale, t, h, k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), positions.stride(0), positions.stride(1), k_store.stride(0),
-            k_store.stride(1), k_store.stride(2), D=d, BLOCK_H=triton.next_power_of_2(h), FP8_KV=fp8,
-            SCALE_PER_HEAD=fp8 and k_scale.numel() > 1, EXACT_ROUND=_interpreting(), num_warps=4)
+            k_store.stride(1), k_store.stride(2), D=d, HB=heads, BLOCK_H=triton.next_power_of_2(heads), FP8_KV=fp8,
+            SCALE_PER_HEAD=fp8 and k_scale.numel() > 1, EXACT_ROUND=_interpreting(), num_warps=KV_WRITE_WARPS)
 
 
 # ------------------------------------------------------------------------------------------------- attention

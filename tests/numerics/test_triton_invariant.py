@@ -233,11 +233,14 @@ def test_rope_with_autograd_runs_the_kernel_and_differentiates():
     assert x.grad.dtype == torch.bfloat16 and _rel(x.grad, xd.grad) < 1e-2
 
 
-@pytest.mark.parametrize("per_head", [False, True])
-def test_kv_write_gives_the_bytes_of_quantize_kv_and_index_put(per_head):
+@pytest.mark.parametrize("per_head, heads_per_program", [(False, 8), (True, 8), (True, 3)])
+def test_kv_write_gives_the_bytes_of_quantize_kv_and_index_put(per_head, heads_per_program, monkeypatch):
     """BF16 and FP8 stores, strided k (a view of a fused projection), decode and prefill shapes, +-Inf (stored
-    as NaN) and values past 448 (saturated): the bytes of torch's quantize_kv and advanced-index write."""
+    as NaN) and values past 448 (saturated), all heads in one program or split (3 a program: a partial last
+    block): the bytes of torch's quantize_kv and advanced-index write."""
     from precision_engine.numerics.kv_cache import quantize_kv
+
+    monkeypatch.setattr(TI, "KV_WRITE_HEADS", {True: heads_per_program, False: heads_per_program})
 
     g = torch.Generator().manual_seed(14)
     for fp8 in (False, True):
@@ -390,11 +393,11 @@ compile_(TI._rms_norm_kernel, ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "
          dict(BLOCK_H=4096, INTERPRET=False), num_warps=8)
 compile_(TI._rope_kernel, ["*bf16"] * 4 + ["i32"] * 7, dict(D=128, BLOCK_H=32, INTERPRET=False), num_warps=4)
 compile_(TI._rope_qkv_sums_kernel, ["*fp32"] + ["*bf16"] * 5 + ["i32"] * 7,
-         dict(PARTS=4, D=128, BLOCK_HQ=32, BLOCK_HK=8, INTERPRET=False), num_warps=4)
+         dict(PARTS=4, D=128, HB=4, BLOCK_H=4, INTERPRET=False), num_warps=8)
 compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*fp8e4nv", "*fp8e4nv", "*fp32", "*fp32"] + ["i32"] * 13,
-         dict(D=128, BLOCK_H=8, FP8_KV=True, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
+         dict(D=128, HB=2, BLOCK_H=2, FP8_KV=True, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
 compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*bf16", "*bf16", "*i64", "*i64"] + ["i32"] * 13,
-         dict(D=128, BLOCK_H=8, FP8_KV=False, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
+         dict(D=128, HB=8, BLOCK_H=8, FP8_KV=False, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
 print("ok")
 '''
 

@@ -33,7 +33,7 @@ t() {  # NAME LIMIT CMD...: bounded, logged, exit status kept; SKIP="name ..." l
   timeout -k 5 "$limit" "$@" > "$LOG/$name.log" 2>&1
   echo $? > "$LOG/$name.rc"
 }
-t test_numerics 240 $PY -m pytest -q -m gpu -p no:cacheprovider tests/numerics/gpu tests/numerics/test_fused_linear.py \
+t test_numerics 330 $PY -m pytest -q -m gpu -p no:cacheprovider tests/numerics/gpu tests/numerics/test_fused_linear.py \
   tests/numerics/test_fused_quant.py tests/models &
 t test_engine 200 $PY -m pytest -q -m gpu -p no:cacheprovider tests/rl/gpu &
 t test_gluon_compile 60 $PY -m pytest -q -p no:cacheprovider tests/numerics/test_gluon_compile.py &

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -313,7 +313,7 @@ def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
 
 
 def _gluon_runs(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the Gluon kernel (Hopper, training sizes) takes these operands; False where Gluon is missing."""
+    """Whether the Gluon kernels (Hopper) take these operands; False where Gluon is missing."""
     if not a.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
         return False
     try:
@@ -321,6 +321,19 @@ def _gluon_runs(a: torch.Tensor, b: torch.Tensor) -> bool:
     except ImportError:  # a Triton whose Gluon lacks these names: the Triton kernel, same bits
         return False
     return runs(a, b)
+
+
+_GLUON_DECODE_FILL = 0.8  # the least share of the SMs' work slots a Gluon decode launch must fill
+
+
+def _gluon_decode_fills(n: int, k: int, seg: int, sms: int) -> bool:
+    """Whether `gluon_gemm.DECODE`'s units (a 128-row weight tile's K segment each, or a whole tile when the
+    weight is wide) fill >= _GLUON_DECODE_FILL of the SMs over their waves. At M = 64 on the H200 it beat this
+    file's launch where they did: o 9.5 -> 8.7 us, down 22.9 -> 21.8, fused gate/up 39.9 -> 38.1; not on the
+    fused q/k/v (192 units, 73% of two waves: 12.1 -> 12.2) (benchmarks/2026-12-01/s6_sweeps/gluon_decode)."""
+    tiles = triton.cdiv(n, 128)
+    units = tiles if tiles >= WHOLE_TILES_MIN else tiles * triton.cdiv(triton.cdiv(k, BLOCK_K), seg)
+    return units >= _GLUON_DECODE_FILL * triton.cdiv(units, sms) * sms
 
 
 def _tma_ok(x: torch.Tensor) -> bool:
@@ -348,18 +361,24 @@ def block_scaled_gemm(
     `split` (one program per segment, then an in-order sum of the segments) defaults to on when the tiles
     alone would leave SMs idle, and off for a persistent config. Neither config nor split changes a bit of the
     result. `split_sums`: where the launch splits K and sums the segments in a second kernel, return the
-    segment sums instead (`SplitSums`: the reader of c adds them, one launch fewer). Above decode sizes on Hopper with Triton 3.6, with neither given and block-scaled b, `gluon_gemm`
-    runs instead: the same additions, so the same bits (GPU-tested), 1.2-1.4x the speed of this kernel's tiles
-    there.
+    segment sums instead (`SplitSums`: the reader of c adds them, one launch fewer).
+
+    On Hopper with Triton 3.6, with neither config nor split given and block-scaled b, `gluon_gemm` runs
+    instead, with the same additions, so the same bits (GPU-tested): above decode sizes (1.2-1.4x the speed of
+    this kernel's tiles there), and from 17 to 64 rows where its decode units fill the SMs
+    (`_gluon_decode_fills`).
     """
     m, k = a.shape
     n = b.shape[0]
     seg = seg_kb or segment_kb(n, k)
-    if config is None and split is None and m > SMALL_M_MAX and b_scale_rows % BLOCK_K == 0 and _gluon_runs(a, b):
+    gluon = config is None and split is None and b_scale_rows % BLOCK_K == 0 and _gluon_runs(a, b)
+    if gluon and m > SMALL_M_MAX:
         from precision_engine.numerics.gluon_gemm import gluon_block_scaled_gemm
 
         return gluon_block_scaled_gemm(a, a_scale, b, b_scale, b_scale_rows=b_scale_rows, seg_kb=seg,
                                        out_dtype=out_dtype)
+    if gluon and m > _SWAP_M_MAX and _gluon_decode_fills(n, k, seg, _sm_count(a.device.index or 0)):
+        return _gluon_decode(a, a_scale, b, b_scale, b_scale_rows, seg, out_dtype, split_sums)
     cfg = config or config_for(m, n, k)
     segments = triton.cdiv(triton.cdiv(k, BLOCK_K), seg)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
@@ -408,6 +427,25 @@ def block_scaled_gemm(
     if split and not fused:
         block = 1024
         _sum_segments_kernel[(triton.cdiv(m * n, block),)](ws, c, m * n, segments, BLOCK=block, num_warps=4)
+    return c
+
+
+def _gluon_decode(a, a_scale, b, b_scale, b_scale_rows, seg, out_dtype, split_sums) -> torch.Tensor | SplitSums:
+    """`gluon_gemm.gluon_decode_gemm`'s output as `block_scaled_gemm` returns it: c, or the segment sums as
+    `SplitSums` (split_sums) or added in order by `_sum_segments_kernel`."""
+    from precision_engine.numerics.gluon_gemm import DECODE, gluon_decode_gemm
+
+    whole = triton.cdiv(b.shape[0], 128) >= WHOLE_TILES_MIN
+    out = gluon_decode_gemm(a, a_scale, b, b_scale, b_scale_rows=b_scale_rows, seg_kb=seg, out_dtype=out_dtype,
+                            config=replace(DECODE, whole=whole))
+    if out.dim() == 2:
+        return out
+    if split_sums:
+        return SplitSums(out, out_dtype)
+    m, n = out.shape[1:]
+    c = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    if m and n:
+        _sum_segments_kernel[(triton.cdiv(m * n, 1024),)](out, c, m * n, out.shape[0], BLOCK=1024, num_warps=4)
     return c
 
 

@@ -104,6 +104,33 @@ def test_transpose_operand_is_quantized_transpose():
     assert torch.equal(wt.scale, direct.scale)
 
 
+@pytest.mark.parametrize("n,k", [(4096, 4096), (4096, 14336), (28672, 4096), (6144, 4096), (1000, 320)])
+def test_gluon_decode_gives_the_triton_kernels_bytes(n, k):
+    """The Gluon decode launch (what AUTO runs from 17 to 64 rows where its units fill the SMs) against the
+    Triton decode launch: the same segment sums, or with whole tiles the same output, for every schedule
+    choice and over repeated launches; M below the 64-row tile (TMA zero-fills past it), ragged N and K."""
+    from precision_engine.numerics import triton_gemm
+    from precision_engine.numerics.gluon_gemm import DECODE, gluon_decode_gemm
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Gluon's wgmma kernel is Hopper-only")
+    seg = triton_gemm.segment_kb(n, k)
+    for m in (17, 40, 64):
+        xq, wq = _operands(m, n, k, seed=m + n)
+        args = (xq.data, xq.scale, wq.data, wq.scale)
+        c = triton_gemm.block_scaled_gemm(*args, b_scale_rows=128, config=triton_gemm.config_for(m, n, k))
+        sums = triton_gemm.block_scaled_gemm(*args, b_scale_rows=128, config=triton_gemm.GemmConfig(64, 128, 4, 3, 1),
+                                             split=True, split_sums=True)
+        for cfg in (DECODE, replace(DECODE, stages=6), replace(DECODE, block_n=64, stages=8, unroll=4),
+                    replace(DECODE, per_sm=2, stages=3), replace(DECODE, whole=True)):
+            for _ in range(2):
+                out = gluon_decode_gemm(*args, b_scale_rows=128, seg_kb=seg, config=cfg)
+                want = c if out.dim() == 2 else sums.parts  # whole tiles or one segment: c; else the sums
+                assert torch.equal(out.view(torch.uint8), want.view(torch.uint8)), (m, cfg)
+        auto = fp8_gemm(xq, wq, kernel=Kernel.AUTO, batch_invariant=True)  # dispatches to it where it fills
+        assert torch.equal(auto.view(torch.uint16), c.view(torch.uint16))
+
+
 @pytest.mark.parametrize("m,n,k", [(65, 4096, 4096), (200, 1000, 320), (4097, 6144, 4096), (2048, 4096, 14336)])
 def test_gluon_gives_the_triton_kernels_bytes(m, n, k):
     """The Gluon kernel (what AUTO runs above decode sizes on Hopper) against the Triton kernel's one-program

@@ -73,7 +73,8 @@ KERNELS: dict[Kernel, KernelRow] = {
         # compared across M; CPU GEMM libraries pick their blocking by M, so it is not batch-invariant.
         KernelRow(Kernel.EMULATED, frozenset({"cpu", "cuda"}), FP8, ALL_GEMMS, batch_invariant=False, auto=True,
                   requires="any device"),
-        # Fixed K order and a split-K fixed by (N, K); above decode sizes on Hopper its Gluon twin (same bits).
+        # Fixed K order and a split-K fixed by (N, K); on Hopper its Gluon twins (same bits) above decode sizes
+        # and from 17 to 64 rows where their decode units fill the SMs.
         # On the CPU only in Triton's interpreter (tests).
         KernelRow(Kernel.TRITON, frozenset({"cuda"}), FP8, ALL_GEMMS, batch_invariant=True, auto=True,
                   requires="a CUDA device (or TRITON_INTERPRET=1)"),

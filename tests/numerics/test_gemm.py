@@ -212,3 +212,17 @@ def test_emulated_gemm_is_the_reference_within_fp32_rounding(m, n, k):
     exact = reference_gemm(a, b, out_dtype=torch.float64)
     emulated = emulated_gemm(a, b, out_dtype=torch.float32).double()
     assert torch.linalg.norm(emulated - exact) / torch.linalg.norm(exact) < 1e-6
+
+
+def test_gluon_decode_runs_where_its_units_fill_the_sms():
+    """The decode dispatch rule (`triton_gemm._gluon_decode_fills`) on the H200's 132 SMs and the 8B decode
+    shapes it was measured on: o_proj (128 units), down_proj (256) and the fused gate/up (224 whole tiles) take
+    the Gluon launch; the fused q/k/v (192 units, 73% of two waves) keeps the Triton launch, which was faster."""
+    from precision_engine.numerics.triton_gemm import _gluon_decode_fills, segment_kb
+
+    def fills(n, k, sms=132):
+        return _gluon_decode_fills(n, k, segment_kb(n, k), sms)
+
+    assert fills(4096, 4096) and fills(4096, 14336) and fills(28672, 4096)
+    assert not fills(6144, 4096)
+    assert not fills(4096, 4096, sms=100)  # 128 units over 100 SMs: two waves, 64% full

@@ -236,6 +236,22 @@ def _tile_product(a_bufs, b_bufs, ready, empty, total, zero, base, num_kb, SEG_K
 
 
 @gluon.jit
+def _ring(a_desc, b_desc, A_ROWS: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+    """The load ring both kernels share: STAGES slots of an A_ROWS-row `a` tile and a `b` tile, a `ready`
+    barrier per slot (the TMA warp's one arrival) and an `empty` one (one arrival per MMA warpgroup)."""
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, A_ROWS, BLOCK_K], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=CONSUMERS)
+    return a_bufs, b_bufs, ready, empty
+
+
+@gluon.jit
 def _gluon_block_gemm_kernel(
     a_desc, b_desc, c_ptr, sa_ptr, sb_ptr,
     M, N, K, SEG_KB,
@@ -246,13 +262,7 @@ def _gluon_block_gemm_kernel(
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=BLOCK_M // WARPGROUP_ROWS)  # one arrival per MMA warpgroup
+    a_bufs, b_bufs, ready, empty = _ring(a_desc, b_desc, BLOCK_M, STAGES, BLOCK_M // WARPGROUP_ROWS)
     total_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WARPGROUP_ROWS, BLOCK_N], gl.float32)
     totals = gl.allocate_shared_memory(gl.float32, [BLOCK_M // WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N],
                                        total_layout)
@@ -353,13 +363,7 @@ def _gluon_decode_gemm_kernel(
     [segments, M, N] for its reader, or WHOLE, c [M, N] to out."""
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, WARPGROUP_ROWS, BLOCK_K], a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+    a_bufs, b_bufs, ready, empty = _ring(a_desc, b_desc, WARPGROUP_ROWS, STAGES, 1)
     if WHOLE:
         total = gl.allocate_shared_memory(
             gl.float32, [WARPGROUP_ROWS, BLOCK_N],
@@ -430,7 +434,8 @@ def gluon_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b
         return out
     units = triton.cdiv(n, config.block_n) * (1 if whole else segments)
     slots = config.per_sm * _device(a.device.index or 0).multi_processor_count
-    programs = triton.cdiv(units, triton.cdiv(units, slots))  # equal shares but for the last few
+    # equal shares but for the last few, as triton_gemm._balanced_programs (which this module may not import)
+    programs = triton.cdiv(units, triton.cdiv(units, slots))
     _gluon_decode_gemm_kernel[(programs,)](
         _descriptor(a, WARPGROUP_ROWS.value), _descriptor(b, config.block_n), out, a_scale, b_scale,
         m, n, k, seg_kb, units,

@@ -84,6 +84,12 @@ def segment_kb(n: int, k: int) -> int:
     return triton.cdiv(num_kb, segments)
 
 
+def walks_whole_tiles(n: int) -> bool:
+    """Whether decode against an N-row weight walks whole-K 128-row tiles (>= WHOLE_TILES_MIN of them, enough
+    to fill the SMs without a split), in this file's launch and in Gluon's alike."""
+    return triton.cdiv(n, 128) >= WHOLE_TILES_MIN
+
+
 def config_for(m: int, n: int, k: int) -> GemmConfig:
     """The tile config for an [M, N] output (H200 sweeps, 2026-11-30; none of it changes a bit):
 
@@ -100,7 +106,7 @@ def config_for(m: int, n: int, k: int) -> GemmConfig:
     """
     if m > SMALL_M_MAX:
         return PREFILL
-    if triton.cdiv(n, 128) >= WHOLE_TILES_MIN:  # whole-K 128-row weight tiles, two persistent programs per SM
+    if walks_whole_tiles(n):  # two persistent programs per SM
         if m <= _SWAP_M_MAX:
             return GemmConfig(block_m=128, block_n=16, num_warps=4, num_stages=4, group_m=1, swap_ab=True,
                               flatten=True, persistent=2)
@@ -332,7 +338,7 @@ def _gluon_decode_fills(n: int, k: int, seg: int, sms: int) -> bool:
     file's launch where they did: o 9.5 -> 8.7 us, down 22.9 -> 21.8, fused gate/up 39.9 -> 38.1; not on the
     fused q/k/v (192 units, 73% of two waves: 12.1 -> 12.2) (benchmarks/2026-12-01/s6_sweeps/gluon_decode)."""
     tiles = triton.cdiv(n, 128)
-    units = tiles if tiles >= WHOLE_TILES_MIN else tiles * triton.cdiv(triton.cdiv(k, BLOCK_K), seg)
+    units = tiles if walks_whole_tiles(n) else tiles * triton.cdiv(triton.cdiv(k, BLOCK_K), seg)
     return units >= _GLUON_DECODE_FILL * triton.cdiv(units, sms) * sms
 
 
@@ -422,11 +428,18 @@ def block_scaled_gemm(
             FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K, GROUP_M=cfg.group_m,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
-    if split and not fused and split_sums:
-        return SplitSums(ws, out_dtype)
-    if split and not fused:
+    return _from_segments(ws, c, split_sums) if split and not fused else c
+
+
+def _from_segments(ws: torch.Tensor, c: torch.Tensor, split_sums: bool) -> torch.Tensor | SplitSums:
+    """Segment sums ws [S, M, N] as `block_scaled_gemm` returns them: `SplitSums` for their reader
+    (split_sums), else added in order into c by `_sum_segments_kernel`."""
+    if split_sums:
+        return SplitSums(ws, c.dtype)
+    if c.numel():
         block = 1024
-        _sum_segments_kernel[(triton.cdiv(m * n, block),)](ws, c, m * n, segments, BLOCK=block, num_warps=4)
+        _sum_segments_kernel[(triton.cdiv(c.numel(), block),)](ws, c, c.numel(), ws.shape[0], BLOCK=block,
+                                                               num_warps=4)
     return c
 
 
@@ -435,18 +448,11 @@ def _gluon_decode(a, a_scale, b, b_scale, b_scale_rows, seg, out_dtype, split_su
     `SplitSums` (split_sums) or added in order by `_sum_segments_kernel`."""
     from precision_engine.numerics.gluon_gemm import DECODE, gluon_decode_gemm
 
-    whole = triton.cdiv(b.shape[0], 128) >= WHOLE_TILES_MIN
     out = gluon_decode_gemm(a, a_scale, b, b_scale, b_scale_rows=b_scale_rows, seg_kb=seg, out_dtype=out_dtype,
-                            config=replace(DECODE, whole=whole))
+                            config=replace(DECODE, whole=walks_whole_tiles(b.shape[0])))
     if out.dim() == 2:
         return out
-    if split_sums:
-        return SplitSums(out, out_dtype)
-    m, n = out.shape[1:]
-    c = torch.empty((m, n), dtype=out_dtype, device=a.device)
-    if m and n:
-        _sum_segments_kernel[(triton.cdiv(m * n, 1024),)](out, c, m * n, out.shape[0], BLOCK=1024, num_warps=4)
-    return c
+    return _from_segments(out, torch.empty(out.shape[1:], dtype=out_dtype, device=a.device), split_sums)
 
 
 @triton.jit

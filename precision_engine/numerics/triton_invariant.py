@@ -903,7 +903,7 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
                             for t in (k_scale, v_scale))
     else:
         k_scale = v_scale = kv_len  # never read
-    block_m, block_n, warps, max_regs = _attention_tiles(fast, g * tq, k.dtype == FP8_KV_DTYPE)
+    block_m, block_n, warps, max_regs = _attention_tiles(fast, g * tq, fp8)
     stages = ATTN_DECODE_STAGES if tq == 1 else ATTN_STAGES
     cap = {"maxnreg": max_regs} if max_regs and not _interpreting() else {}
     grid = (triton.cdiv(g * tq, block_m), b * hkv)

@@ -19,19 +19,17 @@ pytestmark = pytest.mark.skipif(tuple(int(p) for p in triton.__version__.split("
                                 reason="the Gluon kernel is Triton 3.6's (no GPU needed)")
 
 
-@pytest.mark.parametrize("scale_rows", [128, 1], ids=["weight-blocks", "token-groups"])
-def test_shipped_config_keeps_wgmma_async(tmp_path, scale_rows):
+def _ptxas_report(tmp_path, fn, rows_a: int, block_n: int, constexprs: dict, pointers: dict) -> str:
+    """ptxas -v's report on Gluon kernel `fn` compiled for sm_90: FP8 descriptors of rows_a / block_n rows,
+    `pointers` the types of its pointer arguments, every other argument an i32."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
     from precision_engine.numerics import gluon_gemm as G
 
-    cfg = G.TRAINING
     fp8 = torch.empty(512, 512, dtype=torch.float8_e4m3fn)
-    descs = {"a_desc": G._descriptor(fp8, G.TILE_M), "b_desc": G._descriptor(fp8, cfg.block_n)}
-    fn = G._gluon_block_gemm_kernel
-    constexprs = {"SCALE_BN": scale_rows, "GROUP_M": cfg.group_m, "STAGES": cfg.stages, "UNROLL": cfg.unroll}
+    descs = {"a_desc": G._descriptor(fp8, rows_a), "b_desc": G._descriptor(fp8, block_n)}
     signature = {}
     for name in fn.arg_names:
         if name in descs:
@@ -39,14 +37,25 @@ def test_shipped_config_keeps_wgmma_async(tmp_path, scale_rows):
         elif name in constexprs:
             signature[name] = "constexpr"
         else:
-            signature[name] = {"c_ptr": "*bf16", "sa_ptr": "*fp32", "sb_ptr": "*fp32"}.get(name, "i32")
+            signature[name] = pointers.get(name, "i32")
     source = GluonASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()})
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
     ptx = tmp_path / "kernel.ptx"
     ptx.write_text(kernel.asm["ptx"])
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    report = subprocess.run([ptxas, "-v", "-arch=sm_90a", str(ptx), "-o", os.devnull], capture_output=True,
-                            text=True, check=True).stderr
+    return subprocess.run([ptxas, "-v", "-arch=sm_90a", str(ptx), "-o", os.devnull], capture_output=True,
+                          text=True, check=True).stderr
+
+
+@pytest.mark.parametrize("scale_rows", [128, 1], ids=["weight-blocks", "token-groups"])
+def test_shipped_config_keeps_wgmma_async(tmp_path, scale_rows):
+    from precision_engine.numerics import gluon_gemm as G
+
+    cfg = G.TRAINING
+    report = _ptxas_report(
+        tmp_path, G._gluon_block_gemm_kernel, G.TILE_M, cfg.block_n,
+        {"SCALE_BN": scale_rows, "GROUP_M": cfg.group_m, "STAGES": cfg.stages, "UNROLL": cfg.unroll},
+        {"c_ptr": "*bf16", "sa_ptr": "*fp32", "sb_ptr": "*fp32"})
     assert "C7514" not in report, report
     if scale_rows == 128:  # 1x128 groups on both operands (wgrad) hold a scale per column: some spills there
         assert "0 bytes spill stores" in report, report
@@ -58,32 +67,12 @@ def test_decode_config_keeps_wgmma_async(tmp_path, whole):
     serialised wgmma, and no spill over segments (unroll 4 over 128-row units spilled 450-700 bytes). Whole
     tiles spill 8 bytes as shipped (their running total's shared-memory round trip), which the H200 timed
     faster than the Triton launch (38.1 against 39.9 us, fused gate/up at M = 64): more fails here."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
     from precision_engine.numerics import gluon_gemm as G
 
     cfg = G.DECODE
-    fp8 = torch.empty(512, 512, dtype=torch.float8_e4m3fn)
-    descs = {"a_desc": G._descriptor(fp8, 64), "b_desc": G._descriptor(fp8, cfg.block_n)}
-    fn = G._gluon_decode_gemm_kernel
-    constexprs = {"SCALE_BN": 128, "STAGES": cfg.stages, "UNROLL": cfg.unroll, "WHOLE": whole}
-    signature = {}
-    for name in fn.arg_names:
-        if name in descs:
-            signature[name] = mangle_type(descs[name])
-        elif name in constexprs:
-            signature[name] = "constexpr"
-        else:
-            out = "*bf16" if whole else "*fp32"
-            signature[name] = {"out_ptr": out, "sa_ptr": "*fp32", "sb_ptr": "*fp32"}.get(name, "i32")
-    source = GluonASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-    ptx = tmp_path / "kernel.ptx"
-    ptx.write_text(kernel.asm["ptx"])
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    report = subprocess.run([ptxas, "-v", "-arch=sm_90a", str(ptx), "-o", os.devnull], capture_output=True,
-                            text=True, check=True).stderr
+    report = _ptxas_report(
+        tmp_path, G._gluon_decode_gemm_kernel, 64, cfg.block_n,
+        {"SCALE_BN": 128, "STAGES": cfg.stages, "UNROLL": cfg.unroll, "WHOLE": whole},
+        {"out_ptr": "*bf16" if whole else "*fp32", "sa_ptr": "*fp32", "sb_ptr": "*fp32"})
     spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
     assert "C7514" not in report and spilled <= (8 if whole else 0), report

@@ -22,13 +22,13 @@ from precision_engine.numerics.triton_gemm import PREFILL, block_scaled_gemm, se
 ACT, WEIGHT = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
 SHAPES = [(4096, 4096), (1024, 4096), (6144, 4096), (14336, 4096), (28672, 4096), (4096, 14336)]
 MS = [8192, 16384]
-CONFIGS = {  # the sweep that chose TRAINING (p_s5u4), 2026-12-01
-    "p_s5u4": GluonConfig(128, 5, 8, 4, True),
-    "p_s4u4": GluonConfig(128, 4, 8, 4, True),
-    "p_s5u2": GluonConfig(128, 5, 8, 2, True),
-    "p_s5u4g16": GluonConfig(128, 5, 16, 4, True),
-    "p_s5u4g4": GluonConfig(128, 5, 4, 4, True),
-    "s5u4": GluonConfig(128, 5, 8, 4, False),
+CONFIGS = {  # the sweep that chose TRAINING (s6), 2026-12-01 (session 7)
+    "s6": GluonConfig(128, 6, 8, True),
+    "s5": GluonConfig(128, 5, 8, True),
+    "s4": GluonConfig(128, 4, 8, True),
+    "s6g16": GluonConfig(128, 6, 16, True),
+    "s6g4": GluonConfig(128, 6, 4, True),
+    "s6np": GluonConfig(128, 6, 8, False),
 }
 REPS, WARMUP = 30, 5
 

@@ -9,17 +9,19 @@ on the 8B shapes. Gluon states the schedule (H200 sweeps, scripts/gluon_sweep.py
 - warp specialisation: one TMA warp fills a ring of `stages` shared-memory slots; two MMA warpgroups, each
   owning 64 rows of a 128x128 tile, wait on the slot's `ready` barrier and give it back through `empty`, never
   waiting for each other (one 8-warp consumer synchronised both at every K block: 0.66-1.13x);
-- block kb's wgmma is issued asynchronously, then block kb-1's is waited for and scaled while the tensor cores
-  run kb; ptxas serialises every wgmma of a loop that keeps one in flight across its back edge, so each trip
-  issues `unroll` blocks and drains; scales are loaded two blocks ahead (a load after a wgmma wait stalls the
-  promotion for an L2 round trip);
-- persistent: one program per SM walks tiles, so the TMA warp runs into the next tile during an epilogue.
+- each warpgroup waits for its block's wgmma and promotes it while the other warpgroup's wgmma runs, with the
+  segment sum and running total in registers (issuing block kb before promoting kb-1 inside one warpgroup
+  needs a second accumulator, which pushes the total into shared memory: 0.97-1.37x against 1.21-1.45x, H200,
+  session 7, exp sweep in benchmarks/2026-12-01/s7_sweeps);
+- a weight block's scale is loaded by every thread of the row layout, not as one scalar: ptxas moves a scalar
+  load into a uniform register at once, stalling the wgmma issue for an L2 round trip (ncu, 10% of samples);
+- persistent: one program per SM walks tiles, so the TMA warp runs into the next tile during an epilogue, which
+  stores through shared memory and one TMA copy per warpgroup (+10% over per-thread stores).
 
 The additions are exactly `triton_gemm`'s: per segment of `segment_kb(N, K)` blocks, seg = 0, then
 seg += D_kb * (sa[m, kb] * sb[n, kb]) in increasing kb; total = 0, then total += seg per segment in order;
 one rounding to the output dtype. So a row computed here has the bits the Triton kernel gives it at decode
-sizes (bitwise across M in tests/numerics/gpu/test_gemm_gpu.py). Two register accumulators are in flight, so
-the running total lives in shared memory (read and written once per segment).
+sizes (bitwise across M in tests/numerics/gpu/test_gemm_gpu.py).
 
 The decode launch (`gluon_decode_gemm`, M <= 64) is the same walk with one TMA warp and one MMA warpgroup for
 the 64 token rows, over units of one K segment of a 128-row weight tile whose FP32 sums go to their reader
@@ -39,7 +41,8 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                             warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from precision_engine.numerics.capabilities import SCALE_BLOCK
@@ -52,12 +55,11 @@ TILE_M = 2 * 64  # two MMA warpgroups per tile
 @dataclass(frozen=True)
 class GluonConfig:
     """Load ring and schedule of a 128-row tile (two MMA warpgroups of 64 rows). Numerics-neutral: the GPU test
-    runs TRAINING and three other schedules bitwise against the Triton kernel."""
+    runs TRAINING and other schedules bitwise against the Triton kernel."""
 
     block_n: int = 128
-    stages: int = 5
+    stages: int = 6  # at most: fewer where the epilogue's buffer leaves no room (`_ring_slots`)
     group_m: int = 8  # programs sharing a column of `a` tiles run together (L2 reuse)
-    unroll: int = 4  # K blocks per loop trip (one of them is scaled with the tensor cores idle)
     persistent: bool = True  # one program per SM walking tiles (else one per tile)
 
 
@@ -147,18 +149,19 @@ def _release(done, sa, sb, seg, total, empty, it, kb, num_kb, SEG_KB, STAGES: gl
 
 
 @gluon.jit
-def _mma_partition(a_bufs, b_bufs, ready, empty, totals, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
+def _mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
                    stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
                    ROW0: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, SCALE_BN: gl.constexpr,
-                   GROUP_M: gl.constexpr, STAGES: gl.constexpr, UNROLL: gl.constexpr):
-    """One MMA warpgroup: rows ROW0 .. ROW0 + ROWS of each of this program's tiles, a wgmma per K block
-    promoted with its scales, then stored. The two warpgroups share the ring but never wait for each other."""
+                   GROUP_M: gl.constexpr, STAGES: gl.constexpr, TMA_STORE: gl.constexpr):
+    """One MMA warpgroup: rows ROW0 .. ROW0 + ROWS of each of this program's tiles. Per K block: its wgmma,
+    waited for, the slot released, the product promoted with its scales (loaded two blocks ahead) into the
+    segment sum; per segment, the sum into the running total; then the tile stored (TMA_STORE: through shared
+    memory, one TMA copy)."""
     BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32])
     UNIFORM_SB: gl.constexpr = SCALE_BN % BLOCK_N == 0  # one scale row for all the tile's columns
-    zero = gl.zeros([ROWS, BLOCK_N], gl.float32, mma)
-    total = totals.index(ROW0 // ROWS)
-    base = 0  # ring position of the tile's first K block
+    slot = 0
+    phase = 0
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
         off_m, off_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         offs_m = off_m + ROW0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma))
@@ -166,17 +169,42 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, totals, c_ptr, sa_ptr, sb_ptr, 
         mask_m = offs_m < M
         mask_n = offs_n < N
         sa_ptrs = sa_ptr + offs_m * stride_sam
-        if UNIFORM_SB:
-            sb_ptrs = sb_ptr + (off_n // SCALE_BN) * stride_sbn
+        if UNIFORM_SB:  # one address per tile, in the row layout (see the module docstring)
+            sb_ptrs = sb_ptr + (off_n // SCALE_BN) * stride_sbn + offs_m * 0
         else:
             sb_ptrs = sb_ptr + (offs_n // SCALE_BN) * stride_sbn
-        total.store(zero)
-        seg = _tile_product(a_bufs, b_bufs, ready, empty, total, zero, base, num_kb, SEG_KB, sa_ptrs, sb_ptrs,
-                            stride_sak, stride_sbk, mask_m, mask_n, ROW0, ROWS, STAGES, UNROLL, UNIFORM_SB, mma, True)
-        out = total.load(mma) + seg  # the last segment, never closed into the total by _release
-        c_offs = offs_m[:, None].to(gl.int64) * stride_cm + offs_n[None, :] * stride_cn
-        gl.store(c_ptr + c_offs, out.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
-        base += num_kb
+        zero = gl.zeros([ROWS, BLOCK_N], gl.float32, mma)
+        total = zero
+        sa_c, sb_c = _load_scales(sa_ptrs, sb_ptrs, 0, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB)
+        sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, 1, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB)
+        for s0 in range(0, num_kb, SEG_KB):
+            seg = zero
+            for kb in range(s0, min(s0 + SEG_KB, num_kb)):
+                sa_f, sb_f = _load_scales(sa_ptrs, sb_ptrs, kb + 2, num_kb, stride_sak, stride_sbk, mask_m, mask_n,
+                                          UNIFORM_SB)
+                mbarrier.wait(ready.index(slot), phase)
+                a = a_bufs.index(slot).slice(ROW0, ROWS)
+                d = warpgroup_mma(a, b_bufs.index(slot).permute((1, 0)), zero, use_acc=False, is_async=True)
+                d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
+                mbarrier.arrive(empty.index(slot))
+                seg = seg + _scaled(d, sa_c, sb_c, UNIFORM_SB)
+                sa_c, sb_c, sa_n, sb_n = sa_n, sb_n, sa_f, sb_f
+                slot += 1
+                if slot == STAGES:
+                    slot = 0
+                    phase ^= 1
+            total = total + seg
+        if TMA_STORE:
+            c_buf = c_bufs.index(ROW0 // ROWS)
+            tma.store_wait(0)  # the last tile's copy has left the buffer
+            c_buf.store(total.to(c_desc.dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(c_desc, [off_m + ROW0, off_n], c_buf)
+        else:
+            c_offs = offs_m[:, None].to(gl.int64) * stride_cm + offs_n[None, :] * stride_cn
+            gl.store(c_ptr + c_offs, total.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+    if TMA_STORE:
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -253,27 +281,30 @@ def _ring(a_desc, b_desc, A_ROWS: gl.constexpr, STAGES: gl.constexpr, CONSUMERS:
 
 @gluon.jit
 def _gluon_block_gemm_kernel(
-    a_desc, b_desc, c_ptr, sa_ptr, sb_ptr,
+    a_desc, b_desc, c_desc, c_ptr, sa_ptr, sb_ptr,
     M, N, K, SEG_KB,
     stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
-    SCALE_BN: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, UNROLL: gl.constexpr,
+    SCALE_BN: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, TMA_STORE: gl.constexpr,
 ):
-    """Persistent: each program walks tiles pid, pid + programs, ... with one TMA warp and two MMA warpgroups."""
+    """Persistent: each program walks tiles pid, pid + programs, ... with one TMA warp and two MMA warpgroups.
+    TMA_STORE: c's rows are TMA-legal and `c_desc` describes c (else c_desc is unused)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     a_bufs, b_bufs, ready, empty = _ring(a_desc, b_desc, BLOCK_M, STAGES, BLOCK_M // WARPGROUP_ROWS)
-    total_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WARPGROUP_ROWS, BLOCK_N], gl.float32)
-    totals = gl.allocate_shared_memory(gl.float32, [BLOCK_M // WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N],
-                                       total_layout)
+    if TMA_STORE:
+        c_bufs = gl.allocate_shared_memory(c_desc.dtype, [BLOCK_M // WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N],
+                                           c_desc.layout)
+    else:
+        c_bufs = ready  # never read (warp_specialize takes no None)
     num_kb = gl.cdiv(K, BLOCK_K)
     gl.warp_specialize([
-        (_mma_partition, (a_bufs, b_bufs, ready, empty, totals, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
+        (_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
                           stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                          0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, UNROLL)),
-        (_mma_partition, (a_bufs, b_bufs, ready, empty, totals, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
+                          0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, TMA_STORE)),
+        (_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
                           stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                          WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, UNROLL)),
+                          WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, TMA_STORE)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb, GROUP_M, STAGES)),
     ], [4, 1], [232, 40])
 
@@ -471,10 +502,30 @@ def gluon_block_scaled_gemm(
         return c
     tiles = triton.cdiv(m, TILE_M) * triton.cdiv(n, config.block_n)
     programs = min(tiles, _device(a.device.index or 0).multi_processor_count) if config.persistent else tiles
+    tma_store = (n * c.element_size()) % 16 == 0  # TMA needs 16-byte row strides (c is contiguous)
+    c_desc = _c_descriptor(c, config.block_n) if tma_store else _descriptor(a, TILE_M)  # the latter unused
     _gluon_block_gemm_kernel[(programs,)](
-        _descriptor(a, TILE_M), _descriptor(b, config.block_n), c, a_scale, b_scale,
+        _descriptor(a, TILE_M), _descriptor(b, config.block_n), c_desc, c, a_scale, b_scale,
         m, n, k, seg_kb,
         c.stride(0), c.stride(1), a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
-        SCALE_BN=b_scale_rows, GROUP_M=config.group_m, STAGES=config.stages, UNROLL=config.unroll, num_warps=4,
+        SCALE_BN=b_scale_rows, GROUP_M=config.group_m,
+        STAGES=_ring_slots(config, c.element_size() if tma_store else 0), TMA_STORE=tma_store, num_warps=4,
     )
     return c
+
+
+def _ring_slots(config: GluonConfig, out_bytes: int) -> int:
+    """config.stages, or fewer where the epilogue's shared buffer (two 64-row halves of a tile of out_bytes
+    elements) would leave the ring too little of the H200's 227 KiB."""
+    slot = (TILE_M + config.block_n) * BLOCK_K  # one FP8 `a` tile and one `b` tile
+    epilogue = TILE_M * config.block_n * out_bytes
+    return min(config.stages, (SHARED_BYTES - epilogue - 1024) // slot)  # 1 KiB: barriers and alignment
+
+
+SHARED_BYTES = 227 * 1024  # dynamic shared memory a Hopper program may take
+_GL_OUT = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
+
+
+def _c_descriptor(c: torch.Tensor, block_n: int) -> TensorDescriptor:
+    layout = gl.NVMMASharedLayout.get_default_for([WARPGROUP_ROWS.value, block_n], _GL_OUT[c.dtype])
+    return TensorDescriptor.from_tensor(c, [WARPGROUP_ROWS.value, block_n], layout)

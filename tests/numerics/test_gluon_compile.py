@@ -20,8 +20,9 @@ pytestmark = pytest.mark.skipif(tuple(int(p) for p in triton.__version__.split("
 
 
 def _ptxas_report(tmp_path, fn, rows_a: int, block_n: int, constexprs: dict, pointers: dict) -> str:
-    """ptxas -v's report on Gluon kernel `fn` compiled for sm_90: FP8 descriptors of rows_a / block_n rows,
-    `pointers` the types of its pointer arguments, every other argument an i32."""
+    """ptxas -v's report on Gluon kernel `fn` compiled for sm_90: FP8 descriptors of rows_a / block_n rows (and
+    a BF16 one for its output where it takes one), `pointers` the types of its pointer arguments, every other
+    argument an i32."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
@@ -29,7 +30,8 @@ def _ptxas_report(tmp_path, fn, rows_a: int, block_n: int, constexprs: dict, poi
     from precision_engine.numerics import gluon_gemm as G
 
     fp8 = torch.empty(512, 512, dtype=torch.float8_e4m3fn)
-    descs = {"a_desc": G._descriptor(fp8, rows_a), "b_desc": G._descriptor(fp8, block_n)}
+    descs = {"a_desc": G._descriptor(fp8, rows_a), "b_desc": G._descriptor(fp8, block_n),
+             "c_desc": G._c_descriptor(torch.empty(512, 512, dtype=torch.bfloat16), block_n)}
     signature = {}
     for name in fn.arg_names:
         if name in descs:
@@ -54,7 +56,7 @@ def test_shipped_config_keeps_wgmma_async(tmp_path, scale_rows):
     cfg = G.TRAINING
     report = _ptxas_report(
         tmp_path, G._gluon_block_gemm_kernel, G.TILE_M, cfg.block_n,
-        {"SCALE_BN": scale_rows, "GROUP_M": cfg.group_m, "STAGES": cfg.stages, "UNROLL": cfg.unroll},
+        {"SCALE_BN": scale_rows, "GROUP_M": cfg.group_m, "STAGES": G._ring_slots(cfg, 2), "TMA_STORE": True},
         {"c_ptr": "*bf16", "sa_ptr": "*fp32", "sb_ptr": "*fp32"})
     assert "C7514" not in report, report
     if scale_rows == 128:  # 1x128 groups on both operands (wgrad) hold a scale per column: some spills there

@@ -77,16 +77,30 @@ def _issue_mma(a_bufs, b_bufs, ready, it, acc, ROW0: gl.constexpr, ROWS: gl.cons
 
 
 @gluon.jit
-def _load_scales(sa_ptrs, sb_ptrs, kb, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB: gl.constexpr):
+def _load_scales(sa_ptrs, sb_ptrs, kb, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB: gl.constexpr,
+                 SB_ROWS: gl.constexpr = False):
     """Block kb's scales (zeros past the last block), loaded two blocks before they are used: a load issued
-    after a wgmma wait would stall the promotion for a whole L2 round trip."""
+    after a wgmma wait would stall the promotion for a whole L2 round trip. SB_ROWS: `sb_ptrs` holds the
+    tile's one weight scale in every row (`_row_scale_ptrs`) instead of as a scalar."""
     live = kb < num_kb
     sa = gl.load(sa_ptrs + kb * stride_sak, mask=mask_m & live, other=0.0)
-    if UNIFORM_SB:
+    if SB_ROWS:
+        sb = gl.load(sb_ptrs + kb * stride_sbk, mask=mask_m & live, other=0.0)
+    elif UNIFORM_SB:
         sb = gl.load(sb_ptrs + kb * stride_sbk, mask=live, other=0.0)
     else:
         sb = gl.load(sb_ptrs + kb * stride_sbk, mask=mask_n & live, other=0.0)
     return sa, sb
+
+
+@gluon.jit
+def _row_scale_ptrs(sb_ptr, offs_m, off_n, stride_sbn, SCALE_BN: gl.constexpr):
+    """The address of a tile's one weight-block scale row, in each of its rows. Loaded as a scalar (or with a
+    scalar mask), ptxas moves the value into a uniform register as soon as it is loaded, which stalls the
+    warpgroup there for an L2 round trip (ncu: 10% of the training kernel's samples, the wgmma issue held).
+    The decode launch keeps the scalar: the row form's registers spill its whole-tile walk (24 bytes at 255
+    registers), and its speed with it was not measured."""
+    return sb_ptr + (off_n // SCALE_BN) * stride_sbn + offs_m * 0
 
 
 @gluon.jit
@@ -169,19 +183,21 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, 
         mask_m = offs_m < M
         mask_n = offs_n < N
         sa_ptrs = sa_ptr + offs_m * stride_sam
-        if UNIFORM_SB:  # one address per tile, in the row layout (see the module docstring)
-            sb_ptrs = sb_ptr + (off_n // SCALE_BN) * stride_sbn + offs_m * 0
+        if UNIFORM_SB:
+            sb_ptrs = _row_scale_ptrs(sb_ptr, offs_m, off_n, stride_sbn, SCALE_BN)
         else:
             sb_ptrs = sb_ptr + (offs_n // SCALE_BN) * stride_sbn
         zero = gl.zeros([ROWS, BLOCK_N], gl.float32, mma)
         total = zero
-        sa_c, sb_c = _load_scales(sa_ptrs, sb_ptrs, 0, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB)
-        sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, 1, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB)
+        sa_c, sb_c = _load_scales(sa_ptrs, sb_ptrs, 0, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB,
+                                  UNIFORM_SB)
+        sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, 1, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB,
+                                  UNIFORM_SB)
         for s0 in range(0, num_kb, SEG_KB):
             seg = zero
             for kb in range(s0, min(s0 + SEG_KB, num_kb)):
                 sa_f, sb_f = _load_scales(sa_ptrs, sb_ptrs, kb + 2, num_kb, stride_sak, stride_sbk, mask_m, mask_n,
-                                          UNIFORM_SB)
+                                          UNIFORM_SB, UNIFORM_SB)
                 mbarrier.wait(ready.index(slot), phase)
                 a = a_bufs.index(slot).slice(ROW0, ROWS)
                 d = warpgroup_mma(a, b_bufs.index(slot).permute((1, 0)), zero, use_acc=False, is_async=True)

@@ -11,8 +11,8 @@ on the 8B shapes. Gluon states the schedule (H200 sweeps, scripts/gluon_sweep.py
   waiting for each other (one 8-warp consumer synchronised both at every K block: 0.66-1.13x);
 - each warpgroup waits for its block's wgmma and promotes it while the other warpgroup's wgmma runs, with the
   segment sum and running total in registers (issuing block kb before promoting kb-1 inside one warpgroup
-  needs a second accumulator, which pushes the total into shared memory: 0.97-1.37x against 1.21-1.45x, H200,
-  session 7, exp sweep in benchmarks/2026-12-01/s7_sweeps);
+  needs a second accumulator, which pushes the total into shared memory: 0.84-1.37x against 1.16-1.50x in the
+  seventh session's sweeps, benchmarks/2026-12-01/s7_sweeps; the kernel runs 1.23-1.48x BF16 on the 8B shapes);
 - a weight block's scale is loaded by every thread of the row layout, not as one scalar: ptxas moves a scalar
   load into a uniform register at once, stalling the wgmma issue for an L2 round trip (ncu, 10% of samples);
 - persistent: one program per SM walks tiles, so the TMA warp runs into the next tile during an epilogue, which
@@ -23,9 +23,11 @@ seg += D_kb * (sa[m, kb] * sb[n, kb]) in increasing kb; total = 0, then total +=
 one rounding to the output dtype. So a row computed here has the bits the Triton kernel gives it at decode
 sizes (bitwise across M in tests/numerics/gpu/test_gemm_gpu.py).
 
-The decode launch (`gluon_decode_gemm`, M <= 64) is the same walk with one TMA warp and one MMA warpgroup for
-the 64 token rows, over units of one K segment of a 128-row weight tile whose FP32 sums go to their reader
-(`SplitSums`), or of a whole tile where the weight has enough tiles to fill the SMs alone (fused gate/up).
+The decode launch (`gluon_decode_gemm`, M <= 64) makes the same additions with one TMA warp and one MMA
+warpgroup for the 64 token rows, which is alone on the tensor cores, so it issues block kb's wgmma before it
+promotes kb-1 (`_tile_product`); its units are one K segment of a 128-row weight tile whose FP32 sums go to
+their reader (`SplitSums`), or a whole tile where the weight has enough tiles to fill the SMs alone (fused
+gate/up).
 At M = 64 on the H200 it took o_proj from 9.5 to 8.7 us, down_proj 22.9 -> 21.8, fused gate/up 39.9 -> 38.1.
 
 GPU only (Hopper, sm_90): Triton's interpreter does not run Gluon; on the CPU the reference kernel and the

@@ -69,13 +69,12 @@ TRAINING = GluonConfig()
 
 
 @gluon.jit
-def _issue_mma(a_bufs, b_bufs, ready, it, acc, ROW0: gl.constexpr, ROWS: gl.constexpr, STAGES: gl.constexpr):
-    """The FP8 product of the K block at ring position `it`, for this warpgroup's rows, into a fresh
-    accumulator (use_acc=False), asynchronously."""
+def _issue_mma(a_bufs, b_bufs, ready, it, acc, STAGES: gl.constexpr):
+    """The decode launch's FP8 product of the K block at ring position `it` into a fresh accumulator
+    (use_acc=False), asynchronously."""
     slot = it % STAGES
     mbarrier.wait(ready.index(slot), (it // STAGES) & 1)
-    a = a_bufs.index(slot).slice(ROW0, ROWS)
-    return warpgroup_mma(a, b_bufs.index(slot).permute((1, 0)), acc, use_acc=False, is_async=True)
+    return warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot).permute((1, 0)), acc, use_acc=False, is_async=True)
 
 
 @gluon.jit
@@ -227,9 +226,8 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, 
 
 @gluon.jit
 def _tile_product(a_bufs, b_bufs, ready, empty, total, zero, base, num_kb, SEG_KB, sa_ptrs, sb_ptrs,
-                  stride_sak, stride_sbk, mask_m, mask_n, ROW0: gl.constexpr, ROWS: gl.constexpr,
-                  STAGES: gl.constexpr, UNROLL: gl.constexpr, UNIFORM_SB: gl.constexpr, mma: gl.constexpr,
-                  CLOSES: gl.constexpr):
+                  stride_sak, stride_sbk, mask_m, mask_n, STAGES: gl.constexpr, UNROLL: gl.constexpr,
+                  UNIFORM_SB: gl.constexpr, mma: gl.constexpr, CLOSES: gl.constexpr):
     """Every K block of one tile: closed segments go to `total`, the open one is returned (CLOSES False: the
     blocks are one segment, never closed, and `total` is not used).
 
@@ -243,17 +241,17 @@ def _tile_product(a_bufs, b_bufs, ready, empty, total, zero, base, num_kb, SEG_K
     sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, 1, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB)
     full = num_kb - num_kb % UNROLL
     for kb0 in range(0, full, UNROLL):
-        d_x = _issue_mma(a_bufs, b_bufs, ready, base + kb0, d_x, ROW0, ROWS, STAGES)
+        d_x = _issue_mma(a_bufs, b_bufs, ready, base + kb0, d_x, STAGES)
         for j in gl.static_range(1, UNROLL):
             sa_f, sb_f = _load_scales(sa_ptrs, sb_ptrs, kb0 + j + 1, num_kb, stride_sak, stride_sbk, mask_m, mask_n,
                                       UNIFORM_SB)
             if j % 2 == 1:
-                d_y = _issue_mma(a_bufs, b_bufs, ready, base + kb0 + j, d_y, ROW0, ROWS, STAGES)
+                d_y = _issue_mma(a_bufs, b_bufs, ready, base + kb0 + j, d_y, STAGES)
                 d_x = warpgroup_mma_wait(num_outstanding=1, deps=(d_x,))
                 seg = _release(d_x, sa_c, sb_c, seg, total, empty, base + kb0 + j - 1, kb0 + j - 1, num_kb, SEG_KB,
                                STAGES, mma, UNIFORM_SB, CLOSES)
             else:
-                d_x = _issue_mma(a_bufs, b_bufs, ready, base + kb0 + j, d_x, ROW0, ROWS, STAGES)
+                d_x = _issue_mma(a_bufs, b_bufs, ready, base + kb0 + j, d_x, STAGES)
                 d_y = warpgroup_mma_wait(num_outstanding=1, deps=(d_y,))
                 seg = _release(d_y, sa_c, sb_c, seg, total, empty, base + kb0 + j - 1, kb0 + j - 1, num_kb, SEG_KB,
                                STAGES, mma, UNIFORM_SB, CLOSES)
@@ -271,7 +269,7 @@ def _tile_product(a_bufs, b_bufs, ready, empty, total, zero, base, num_kb, SEG_K
                            UNIFORM_SB, CLOSES)
         sa_c, sb_c, sa_n, sb_n = sa_n, sb_n, sa_f, sb_f
     for kb in range(full, num_kb):  # the blocks past the last whole trip, one at a time
-        d_x = _issue_mma(a_bufs, b_bufs, ready, base + kb, d_x, ROW0, ROWS, STAGES)
+        d_x = _issue_mma(a_bufs, b_bufs, ready, base + kb, d_x, STAGES)
         d_x = warpgroup_mma_wait(num_outstanding=0, deps=(d_x,))
         seg = _release(d_x, sa_c, sb_c, seg, total, empty, base + kb, kb, num_kb, SEG_KB, STAGES, mma, UNIFORM_SB,
                        CLOSES)
@@ -389,12 +387,12 @@ def _decode_mma_partition(a_bufs, b_bufs, ready, empty, total, out_ptr, sa_ptr, 
         if WHOLE:
             total.store(zero)
             seg = _tile_product(a_bufs, b_bufs, ready, empty, total, zero, base, count, SEG_KB, sa_ptrs, sb_ptrs,
-                                stride_sak, stride_sbk, mask_m, mask_n, 0, WARPGROUP_ROWS, STAGES, UNROLL,
+                                stride_sak, stride_sbk, mask_m, mask_n, STAGES, UNROLL,
                                 UNIFORM_SB, mma, True)
             gl.store(out_ptr + offs, (total.load(mma) + seg).to(out_ptr.dtype.element_ty), mask=mask)
         else:
             seg = _tile_product(a_bufs, b_bufs, ready, empty, None, zero, base, count, count, sa_ptrs, sb_ptrs,
-                                stride_sak, stride_sbk, mask_m, mask_n, 0, WARPGROUP_ROWS, STAGES, UNROLL,
+                                stride_sak, stride_sbk, mask_m, mask_n, STAGES, UNROLL,
                                 UNIFORM_SB, mma, False)
             gl.store(out_ptr + (u % segments) * stride_seg + offs, seg, mask=mask)
         base += count

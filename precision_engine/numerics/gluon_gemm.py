@@ -428,12 +428,15 @@ def _gluon_decode_gemm_kernel(
 
 
 _FP8_GL = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
+_GL = {**_FP8_GL, torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
 _TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
+SHARED_BYTES = 227 * 1024  # dynamic shared memory a Hopper program may take
 
 
-def _descriptor(x: torch.Tensor, rows: int) -> TensorDescriptor:
-    layout = gl.NVMMASharedLayout.get_default_for([rows, BLOCK_K], _FP8_GL[x.dtype])
-    return TensorDescriptor.from_tensor(x, [rows, BLOCK_K], layout)
+def _descriptor(x: torch.Tensor, rows: int, cols: int = BLOCK_K) -> TensorDescriptor:
+    """TMA blocks of rows x cols of x: an FP8 operand's K blocks, or (cols = block_n) an output tile half."""
+    layout = gl.NVMMASharedLayout.get_default_for([rows, cols], _GL[x.dtype])
+    return TensorDescriptor.from_tensor(x, [rows, cols], layout)
 
 
 # Gluon's API moves between Triton releases (3.9 replaced the TMA copies this kernel calls), so it runs only on
@@ -519,7 +522,7 @@ def gluon_block_scaled_gemm(
     tiles = triton.cdiv(m, TILE_M) * triton.cdiv(n, config.block_n)
     programs = min(tiles, _device(a.device.index or 0).multi_processor_count) if config.persistent else tiles
     tma_store = (n * c.element_size()) % 16 == 0  # TMA needs 16-byte row strides (c is contiguous)
-    c_desc = _c_descriptor(c, config.block_n) if tma_store else c  # c itself: never read as a descriptor
+    c_desc = _descriptor(c, WARPGROUP_ROWS.value, config.block_n) if tma_store else c  # else never read
     _gluon_block_gemm_kernel[(programs,)](
         _descriptor(a, TILE_M), _descriptor(b, config.block_n), c_desc, c, a_scale, b_scale,
         m, n, k, seg_kb,
@@ -536,12 +539,3 @@ def _ring_slots(config: GluonConfig, out_bytes: int) -> int:
     slot = (TILE_M + config.block_n) * BLOCK_K  # one FP8 `a` tile and one `b` tile
     epilogue = TILE_M * config.block_n * out_bytes
     return min(config.stages, (SHARED_BYTES - epilogue - 1024) // slot)  # 1 KiB: barriers and alignment
-
-
-SHARED_BYTES = 227 * 1024  # dynamic shared memory a Hopper program may take
-_GL_OUT = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
-
-
-def _c_descriptor(c: torch.Tensor, block_n: int) -> TensorDescriptor:
-    layout = gl.NVMMASharedLayout.get_default_for([WARPGROUP_ROWS.value, block_n], _GL_OUT[c.dtype])
-    return TensorDescriptor.from_tensor(c, [WARPGROUP_ROWS.value, block_n], layout)

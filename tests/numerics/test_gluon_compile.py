@@ -31,7 +31,7 @@ def _ptxas_report(tmp_path, fn, rows_a: int, block_n: int, constexprs: dict, poi
 
     fp8 = torch.empty(512, 512, dtype=torch.float8_e4m3fn)
     descs = {"a_desc": G._descriptor(fp8, rows_a), "b_desc": G._descriptor(fp8, block_n),
-             "c_desc": G._c_descriptor(torch.empty(512, 512, dtype=torch.bfloat16), block_n)}
+             "c_desc": G._descriptor(torch.empty(512, 512, dtype=torch.bfloat16), 64, block_n)}
     signature = {}
     for name in fn.arg_names:
         if name in descs:

@@ -44,7 +44,8 @@ from precision_engine.numerics import invariant
 from precision_engine.numerics.contract import Quantized, SplitSums
 from precision_engine.numerics.formats import QuantFormat
 from precision_engine.numerics.fused_linear import fp8_linear_group, hooked, shares_one_gemm
-from precision_engine.numerics.fused_quant import add_rms_norm, rms_norm_quantize, silu_mul_quantize
+from precision_engine.numerics.fused_quant import (add_rms_norm, rms_norm_quantize, silu_mul_quantize,
+                                                   silu_mul_quantize_packed)
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
@@ -404,8 +405,8 @@ class Decoder(nn.Module):
             out = out.transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim)
             y = ops.linear(attn.o_proj, out, x_quantized=oq, split_sums=ops.fused_add(x))
             x, h, hq = ops.add_norm_into(layer.post_attention_layernorm, x, y, gate_up)
-            gate, up = ops.linears(gate_up, h, fuse=self.fuse_linears, x_quantized=hq)
-            h, hq = ops.swiglu_into(gate, up, mlp.down_proj)
+            h, hq = ops.swiglu_into(ops.linears(gate_up, h, fuse=self.fuse_linears, x_quantized=hq, stacked=True),
+                                    mlp.down_proj)
             y = ops.linear(mlp.down_proj, h, x_quantized=hq, split_sums=ops.fused_add(x))
         return x, y
 
@@ -456,17 +457,18 @@ class _Ops:
 
     def linears(
         self, modules: tuple[nn.Module, ...], x: torch.Tensor, *, fuse: bool, x_quantized: Quantized | None = None,
-        split_sums: bool = False,
-    ) -> tuple[torch.Tensor, ...] | SplitSums:
+        split_sums: bool = False, stacked: bool = False,
+    ) -> tuple[torch.Tensor, ...] | torch.Tensor | SplitSums:
         """Linears reading the same x (q/k/v, gate/up). With `fuse`, FP8 parts of one numerics run as one GEMM
         per pass (`fused_linear`: x quantized once, no narrow host-bound k/v GEMMs); both phases take this
         path, so their bits agree. BF16 parts run one by one: stacking their weights would copy them every
         forward (they change every step), for one launch saved; the Triton BF16 kernel's split-K depends on N
         too (`triton_invariant.segment_kb`), so a stack would not even keep the separate calls' bits.
         `x_quantized`: Q(x) from the op that made x (`norm_into`), then every part reads it. `split_sums`: the
-        one GEMM's split-K segment sums where it has them (`SplitSums`, for `invariant.rope_qkv_sums`)."""
+        one GEMM's split-K segment sums where it has them (`SplitSums`, for `invariant.rope_qkv_sums`).
+        `stacked`: the one GEMM's output itself, the parts side by side (`fp8_linear_group`)."""
         if fuse and shares_one_gemm(modules):
-            return fp8_linear_group(modules, x, x_quantized=x_quantized, split_sums=split_sums)
+            return fp8_linear_group(modules, x, x_quantized=x_quantized, split_sums=split_sums, stacked=stacked)
         return tuple(self.linear(m, x, x_quantized=x_quantized) for m in modules)
 
     def triton_norm(self, x: torch.Tensor) -> bool:
@@ -512,13 +514,17 @@ class _Ops:
         return (x, *self.norm_into(module, x, readers))
 
     def swiglu_into(
-        self, gate: torch.Tensor, up: torch.Tensor, reader: nn.Module
+        self, gate_up: tuple[torch.Tensor, torch.Tensor] | torch.Tensor, reader: nn.Module
     ) -> tuple[torch.Tensor, Quantized | None]:
-        """(silu(gate) * up, its quantization for `reader` or None), fused as `norm_into`."""
+        """(silu(gate) * up, its quantization for `reader` or None), fused as `norm_into`. `gate_up`: the pair,
+        or one GEMM's output with gate and up side by side (`linears(stacked=True)`), whose gradient then
+        comes back whole (`silu_mul_quantize_packed`)."""
+        packed = isinstance(gate_up, torch.Tensor)
+        gate, up = gate_up.chunk(2, dim=-1) if packed else gate_up
         fmt = self.fused_input((reader,), gate)
         if fmt is None:
             return self.silu(gate) * up, None
-        return silu_mul_quantize(gate, up, fmt)
+        return silu_mul_quantize_packed(gate_up, fmt) if packed else silu_mul_quantize(gate, up, fmt)
 
     def norm(self, module: RMSNorm, x: torch.Tensor) -> torch.Tensor:
         if self.triton_norm(x):  # weight in the activations' dtype: FP32 master weights must not promote x to FP32

@@ -61,13 +61,16 @@ def shares_one_gemm(parts: Sequence[nn.Module]) -> bool:
 
 
 def fp8_linear_group(
-    parts: Sequence[Fp8Linear], x: torch.Tensor, *, x_quantized: Quantized | None = None, split_sums: bool = False
-) -> tuple[torch.Tensor, ...] | SplitSums:
+    parts: Sequence[Fp8Linear], x: torch.Tensor, *, x_quantized: Quantized | None = None, split_sums: bool = False,
+    stacked: bool = False,
+) -> tuple[torch.Tensor, ...] | torch.Tensor | SplitSums:
     """(part(x) for each part), one GEMM each for forward, dgrad and wgrad when `shares_one_gemm(parts)`,
     else each part's own forward. `x_quantized`: Q(x) in the parts' input format, made by the caller (a fused
-    norm -> quant kernel), so x is not quantized again. The outputs are column views of one [..., sum N].
-    `split_sums`: without autograd and biases, the one GEMM's split-K segment sums where it has them
-    (`SplitSums` of the stacked output, for `invariant.rope_qkv_sums`)."""
+    norm -> quant kernel), so x is not quantized again. The outputs are column views of one [..., sum N];
+    `stacked` returns that tensor itself where there is one GEMM (for a reader that takes the parts side by
+    side and hands back one gradient: `fused_quant.silu_mul_quantize_packed`). `split_sums`: without autograd
+    and biases, the one GEMM's split-K segment sums where it has them (`SplitSums` of the stacked output, for
+    `invariant.rope_qkv_sums`)."""
     if not all(isinstance(p, Fp8Linear) for p in parts):
         raise OperandError(f"fp8_linear_group takes Fp8Linear parts, got {[type(p).__name__ for p in parts]}")
     if not shares_one_gemm(parts):
@@ -78,11 +81,11 @@ def fp8_linear_group(
         y = fprop_split_sums(x, _stacked_weights(parts, dgrad=False)[0], (first.spec, first.numerics), x_quantized)
         if isinstance(y, SplitSums):
             return y
-        return tuple(y.split([p.out_features for p in parts], dim=-1))
-    wq, wt = _stacked_weights(parts, dgrad=first._dgrad_in_fp8())
-    y = fp8_linear(x, wq, wt, (first.spec, first.numerics), tuple(p.weight for p in parts),
-                   tuple(p.bias for p in parts), x_quantized=x_quantized)
-    return tuple(y.split([p.out_features for p in parts], dim=-1))
+    else:
+        wq, wt = _stacked_weights(parts, dgrad=first._dgrad_in_fp8())
+        y = fp8_linear(x, wq, wt, (first.spec, first.numerics), tuple(p.weight for p in parts),
+                       tuple(p.bias for p in parts), x_quantized=x_quantized)
+    return y if stacked else tuple(y.split([p.out_features for p in parts], dim=-1))
 
 
 def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool) -> tuple[Quantized, Quantized | None]:

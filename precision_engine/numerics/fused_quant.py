@@ -5,9 +5,10 @@ Jet-RL fuses the 1x128 quantization of every linear's input into the op that pro
 the linears are the norms (before q/k/v and gate/up) and the SwiGLU product (before down). Each function
 returns the op's output, bit for bit what the unfused op gives, and its `quantize_rows_1xG` quantization, bit
 for bit what quantizing that output gives; an FP8 linear that takes the quantized input then skips its own
-quantizer. The output stays in the graph: autograd differentiates it as the unfused op (the backward
-recomputes that op from the saved inputs, the same arithmetic as its own backward), the FP8 half carries no
-gradient.
+quantizer. The output stays in the graph with the unfused op's gradients, bit for bit: the fused SiLU
+product's backward is one Triton kernel (`triton_fused_quant.silu_mul_backward`), the RMSNorm's recomputes that
+op from the saved inputs and differentiates it; the FP8 half carries no gradient. A fused gate/up GEMM hands
+its output over whole (`silu_mul_quantize_packed`), so its gradient needs no concatenation of two halves.
 
 ``backend``: "auto" runs one Triton kernel per call for CUDA tensors (`triton_fused_quant`) and the composed
 unfused ops otherwise; "reference" always composes the unfused ops (on CUDA: the batch-invariant RMSNorm
@@ -21,6 +22,9 @@ separate ops, whose backward the trainer needs and whose bits the kernel equals.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -47,6 +51,17 @@ def silu_mul_quantize(gate: torch.Tensor, up: torch.Tensor, fmt: QuantFormat, *,
     if gate.shape != up.shape:
         raise OperandError(f"silu_mul_quantize: gate {tuple(gate.shape)} and up {tuple(up.shape)} differ")
     return _apply(_SILU_MUL, gate, up, None, fmt, backend)
+
+
+def silu_mul_quantize_packed(gate_up: torch.Tensor, fmt: QuantFormat, *,
+                             backend: str = "auto") -> tuple[torch.Tensor, Quantized]:
+    """`silu_mul_quantize` of gate_up's halves (gate, then up, along the last dim: the one GEMM of a fused
+    gate/up), the same bits. Its gradient is one [..., 2I] tensor, what that GEMM's backward reads: the halves
+    as column views would cost autograd a concatenation of their gradients."""
+    _check_fmt(fmt)
+    if gate_up.shape[-1] % 2:
+        raise OperandError(f"silu_mul_quantize_packed: gate_up {tuple(gate_up.shape)} has no two equal halves")
+    return _apply(_SILU_MUL_PACKED, gate_up, None, None, fmt, backend)
 
 
 def add_rms_norm(x: torch.Tensor, y: torch.Tensor | SplitSums, weight: torch.Tensor, eps: float,
@@ -131,41 +146,97 @@ def _silu_mul_op(gate, up, eps):
     return invariant.silu(gate) * up
 
 
-_RMS_NORM = (_rms_norm_forward, _rms_norm_op)
-_SILU_MUL = (_silu_mul_forward, _silu_mul_op)
+def _silu_mul_backward(gate, up, eps, grad, wanted, fused):
+    """(d_gate, d_up): `triton_fused_quant.silu_mul_backward` where the forward was fused, else autograd
+    through `_silu_mul_op`; the same bits."""
+    if not fused:
+        return _recomputed_grads(_silu_mul_op, gate, up, eps, grad, wanted)
+    from precision_engine.numerics import triton_fused_quant
+
+    d_gate, d_up = (torch.empty_like(t, memory_format=torch.contiguous_format) if w else None
+                    for t, w in zip((gate, up), wanted))
+    triton_fused_quant.silu_mul_backward(_rows(gate), _rows(up), _rows(grad), *(
+        None if d is None else d.view(-1, d.shape[-1]) for d in (d_gate, d_up)))
+    return d_gate, d_up
+
+
+def _halves(gate_up):
+    half = gate_up.shape[-1] // 2
+    return gate_up[..., :half], gate_up[..., half:]
+
+
+def _silu_mul_packed_forward(gate_up, _, eps, fmt, fused):
+    return _silu_mul_forward(*_halves(gate_up), eps, fmt, fused)
+
+
+def _silu_mul_packed_backward(gate_up, _, eps, grad, wanted, fused):
+    """d(gate_up), the halves' gradients side by side in one buffer (written there by the kernel, else
+    concatenated, as a split's backward does: -0 stays -0)."""
+    if not fused:
+        return torch.cat(_silu_mul_backward(*_halves(gate_up), eps, grad, (True, True), False), dim=-1), None
+    from precision_engine.numerics import triton_fused_quant
+
+    d = torch.empty(gate_up.shape, dtype=gate_up.dtype, device=gate_up.device)
+    gate, up = (_rows(t) for t in _halves(gate_up))
+    triton_fused_quant.silu_mul_backward(gate, up, _rows(grad), *(t.view(-1, t.shape[-1]) for t in _halves(d)))
+    return d, None
+
+
+def _rms_norm_backward(x, weight, eps, grad, wanted, fused):
+    return _recomputed_grads(_rms_norm_op, x, weight, eps, grad, wanted)
+
+
+class _Op(NamedTuple):
+    """A fused producer: its forward (fused kernel or composed reference) and its backward, (a, b, eps, dy,
+    wanted, fused) -> the inputs' gradients, the unfused op's bits."""
+
+    forward: Callable
+    backward: Callable
+
+
+_RMS_NORM = _Op(_rms_norm_forward, _rms_norm_backward)
+_SILU_MUL = _Op(_silu_mul_forward, _silu_mul_backward)
+_SILU_MUL_PACKED = _Op(_silu_mul_packed_forward, _silu_mul_packed_backward)
 
 
 def _apply(op, a, b, eps, fmt, backend):
     if backend not in BACKENDS:
         raise OperandError(f"backend must be one of {BACKENDS}, got {backend!r}")
     fused = backend == "triton" or (backend == "auto" and a.is_cuda)
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b)):
         out, data, scale = _Fused.apply(a, b, op, eps, fmt, fused)
         return out, Quantized(data, scale, fmt)
-    return op[0](a, b, eps, fmt, fused)
+    return op.forward(a, b, eps, fmt, fused)
+
+
+def _recomputed_grads(recompute, a, b, eps, grad, wanted):
+    """Autograd through `recompute(a, b, eps)` on detached copies of the inputs: their gradients (None where
+    not `wanted`)."""
+    with torch.enable_grad():
+        leaves = [None if t is None else t.detach().requires_grad_(w) for t, w in zip((a, b), wanted)]
+        out = recompute(leaves[0], leaves[1], eps)
+        grads = iter(torch.autograd.grad(out, [t for t, w in zip(leaves, wanted) if w], grad))
+    return tuple(next(grads) if w else None for w in wanted)
 
 
 class _Fused(torch.autograd.Function):
-    """Forward: the fused kernel (or the composed reference). Backward: autograd through the op, recomputed
-    from the saved inputs. The FP8 data and scales are outputs without a gradient."""
+    """Forward: the fused kernel (or the composed reference). Backward: the op's, from the saved inputs (a
+    kernel, or autograd through the unfused op recomputed; the same bits). The FP8 data and scales are outputs
+    without a gradient."""
 
     @staticmethod
     def forward(ctx, a, b, op, eps, fmt, fused):
-        out, q = op[0](a, b, eps, fmt, fused)
-        ctx.recompute, ctx.eps = op[1], eps
+        out, q = op.forward(a, b, eps, fmt, fused)
+        ctx.op, ctx.eps, ctx.fused = op, eps, fused
         ctx.save_for_backward(a, b)
         ctx.mark_non_differentiable(q.data, q.scale)
         return out, q.data, q.scale
 
     @staticmethod
     def backward(ctx, grad_out, _grad_data, _grad_scale):
-        a, b = ctx.saved_tensors
-        wanted = ctx.needs_input_grad[:2]
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_(w) for t, w in zip((a, b), wanted)]
-            out = ctx.recompute(leaves[0], leaves[1], ctx.eps)
-            grads = iter(torch.autograd.grad(out, [t for t, w in zip(leaves, wanted) if w], grad_out))
-        return (*(next(grads) if w else None for w in wanted), None, None, None, None)
+        a, b = (None if t is None else t.detach() for t in ctx.saved_tensors)  # Triton's interpreter refuses leaves
+        grads = ctx.op.backward(a, b, ctx.eps, grad_out, ctx.needs_input_grad[:2], ctx.fused)
+        return (*grads, None, None, None, None)
 
 
 def _check_fmt(fmt: QuantFormat) -> None:

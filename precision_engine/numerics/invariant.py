@@ -194,9 +194,35 @@ def _rope_kernel_fits(x: torch.Tensor) -> bool:
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
-    """x * sigmoid(x) in fp32 as x / (1 + exp(-x)), rounded to x.dtype (`F.silu`'s CPU tail rounds differently)."""
+    """x * sigmoid(x) in fp32 as x / (1 + exp(-x)), rounded to x.dtype (`F.silu`'s CPU tail rounds differently).
+    Differentiable (`_Silu`)."""
+    return _Silu.apply(x) if torch.is_grad_enabled() and x.requires_grad else _silu(x)
+
+
+def _silu(x: torch.Tensor) -> torch.Tensor:
     x32 = x.float()
     return (x32 / (1.0 + torch.exp(-x32))).to(x.dtype)
+
+
+class _Silu(torch.autograd.Function):
+    """`silu` with autograd's own arithmetic through its ops, op by op in fp32: dy / den for the numerator and
+    (dy * ((x / den) / den)) * e through den = e + 1, e = exp(-x), summed, rounded once to x.dtype. Except where
+    exp(-x) overflows (x < -88.7): there that chain multiplies -0 by inf, a NaN that would poison the whole
+    weight gradient, and the term is its limit, 0 (silu' ~ e^x (1 + x) there)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _silu(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        x32, t = x.float(), grad.float()
+        e = torch.exp(-x32)
+        den = e + 1.0
+        via_den = torch.where(torch.isinf(e), 0.0, (t * ((x32 / den) / den)) * e)
+        return (t / den + via_den).to(x.dtype)
 
 
 def _tiled_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -159,6 +159,38 @@ def _silu_mul_quant_kernel(g_ptr, u_ptr, h_ptr, q_ptr, s_ptr, M, K, stride_g, st
                              G, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND)
 
 
+@triton.jit
+def _silu_mul_backward_kernel(g_ptr, u_ptr, d_ptr, dg_ptr, du_ptr, M, K, stride_g, stride_u, stride_d, stride_dg,
+                              stride_du, WANT_G: tl.constexpr, WANT_U: tl.constexpr, BLOCK_M: tl.constexpr,
+                              BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr):
+    """The gradients of h = invariant.silu(gate) * up for dh on BLOCK_M x BLOCK_K elements, as torch's autograd
+    computes them through those ops, one fp32 rounding per op (see `silu_mul_backward`)."""
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (rows < M)[:, None] & (cols < K)[None, :]
+    gate = tl.load(g_ptr + rows[:, None] * stride_g + cols[None, :], mask=mask, other=0.0)
+    dh = tl.load(d_ptr + rows[:, None] * stride_d + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x = gate.to(tl.float32)
+    if WANT_U:  # mul's backward: dh * silu(gate) in the product's dtype
+        s = _round(_silu(x), gate.dtype, INTERPRET).to(tl.float32)
+        du = _round_opaque(dh * s, du_ptr.dtype.element_ty, INTERPRET)
+        tl.store(du_ptr + rows[:, None] * stride_du + cols[None, :], du, mask=mask)
+    if WANT_G:
+        up = tl.load(u_ptr + rows[:, None] * stride_u + cols[None, :], mask=mask, other=0.0)
+        t = _round_opaque(dh * up.to(tl.float32), gate.dtype, INTERPRET).to(tl.float32)  # mul's, into silu's dtype
+        if _INTERPRET:
+            e = tl.exp(-x)
+        else:
+            e = libdevice.exp(-x)
+        den = e + 1.0
+        q = tl.math.div_rn(x, den)
+        # div's backward: t / den for the numerator, -t * ((x / den) / den) for den; exp's: times e; neg's: minus
+        # (where e overflows: 0, the term's limit, as invariant.silu's backward)
+        via_den = tl.where(e == float("inf"), 0.0, (t * tl.math.div_rn(q, den)) * e)
+        dg = _round_opaque(tl.math.div_rn(t, den) + via_den, dg_ptr.dtype.element_ty, INTERPRET)
+        tl.store(dg_ptr + rows[:, None] * stride_dg + cols[None, :], dg, mask=mask)
+
+
 # SiLU-mul launch: the 1x128 quantizer's (64 rows x one group, 8 warps), not timed at that size. Below 2048 rows:
 # 8 rows x one group, 4 warps: 3.8 us for 64 rows of the 8B's 14336 where 16 rows took 4.2 (H200, 2026-12-01,
 # benchmarks/2026-12-01/s6_sweeps; no tile changes a bit).
@@ -166,6 +198,11 @@ _SILU_CONFIG = {"BLOCK_M": 64, "GROUPS": 1, "num_warps": 8}
 _SILU_CONFIG_SMALL_M = {"BLOCK_M": 8, "GROUPS": 1, "num_warps": 4}
 _SILU_SMALL_M = 2048
 _INTERPRET_SILU = {"BLOCK_M": 8, "GROUPS": 2}
+
+
+# SiLU-mul backward launch: 4 rows x 512 columns, 4 warps (an elementwise pass; not yet swept).
+_SILU_BACKWARD_CONFIG = {"BLOCK_M": 4, "BLOCK_K": 512, "num_warps": 4}
+_INTERPRET_SILU_BACKWARD = {"BLOCK_M": 2, "BLOCK_K": 64}
 
 
 @functools.lru_cache(maxsize=None)
@@ -252,3 +289,27 @@ def silu_mul_quantize(gate: torch.Tensor, up: torch.Tensor, fmt: QuantFormat, *,
             **_fmt_args(fmt, exact_round), **config, **_exact_options(),
         )
     return h, Quantized(q, scale, fmt)
+
+
+def silu_mul_backward(gate: torch.Tensor, up: torch.Tensor, grad: torch.Tensor, d_gate: torch.Tensor | None,
+                      d_up: torch.Tensor | None) -> None:
+    """Write the gradients of h = invariant.silu(gate) * up for dh = `grad` into `d_gate` and `d_up` (None: not
+    wanted), all [M, K] with unit column stride and any row stride (column halves of one buffer included).
+
+    The bits are those of autograd through the unfused ops (`invariant.silu`'s backward, then mul's), which
+    `fused_quant` used to recompute and differentiate op by op (about ten elementwise launches on fp32
+    temporaries): d_up = dh * silu(gate) and t = dh * up rounded to the inputs' dtype (mul's backward), then
+    d_gate = t / den + (t * ((gate / den) / den)) * e with e = exp(-gate), den = e + 1, the second term 0 where
+    e overflows, each op one IEEE fp32 rounding, rounded once to gate's dtype. No FP contraction, as nvcc
+    builds torch's kernels."""
+    m, k = gate.shape
+    if not (m and k):
+        return
+    config = _INTERPRET_SILU_BACKWARD if INTERPRET else _SILU_BACKWARD_CONFIG
+    grid = (triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(k, config["BLOCK_K"]))
+    dg, du = (d_gate if d_gate is not None else grad), (d_up if d_up is not None else grad)
+    _silu_mul_backward_kernel[grid](
+        gate, up, grad, dg, du, m, k, gate.stride(0), up.stride(0), grad.stride(0), dg.stride(0), du.stride(0),
+        WANT_G=d_gate is not None, WANT_U=d_up is not None, INTERPRET=_interpreting(), **config,
+        **_exact_options(),
+    )

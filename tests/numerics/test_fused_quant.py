@@ -164,3 +164,61 @@ def test_silu_mul_quantize_reads_column_views_of_the_grouped_gate_up_output():
     h_ref, q_ref = F.silu_mul_quantize(gate.contiguous(), up.contiguous(), fmt, backend="triton")
     assert torch.equal(_bits(h.cpu()), _bits(h_ref.cpu()))
     assert_bitwise(_on_cpu(q), _on_cpu(q_ref))
+
+
+def _silu_mul_grads_with_numpy_exp(gate, up, dh):
+    """Autograd's gradients of invariant.silu(gate) * up, op by op in fp32 (mul's, then div's, exp's and neg's
+    backward), with numpy's exp (the interpreter's): what the backward kernel computes."""
+    g, e = gate.float(), torch.from_numpy(np.exp(-gate.float().numpy()))
+    den = e + 1.0
+    d_up = (dh.float() * (g / den).to(gate.dtype).float()).to(up.dtype)
+    t = (dh.float() * up.float()).to(gate.dtype).float()
+    via_den = torch.where(torch.isinf(e), 0.0, (t * ((g / den) / den)) * e)
+    return (t / den + via_den).to(gate.dtype), d_up, t
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")
+@pytest.mark.parametrize("shape", [(9, 256), (4, 200), (2, 3, 136)], ids=["even", "ragged", "leading-dims"])
+def test_silu_mul_backward_kernel_is_autograds_arithmetic(shape):
+    """The fused SiLU product's backward kernel gives autograd's bits through the unfused ops (on the GPU:
+    torch's own autograd; in the interpreter: the same ops with numpy's exp), and those are the derivative:
+    within bf16 rounding of float64's t * silu'(gate) (t = dh * up as mul's backward rounds it)."""
+    gate = (_rows(shape, seed=13, spread=1.5).float() * 4).to(torch.bfloat16)
+    gate.view(-1)[:5] = torch.tensor([-100.0, -85.0, 90.0, 1e-30, -1.278])  # exp overflow, underflow, silu' ~ 0
+    up, dh = _rows(shape, seed=14), _rows(shape, seed=15)
+    g, u = gate.to(DEVICE, copy=True).requires_grad_(), up.to(DEVICE, copy=True).requires_grad_()
+    h, _ = F.silu_mul_quantize(g, u, ACT, backend="triton")
+    d_gate, d_up = torch.autograd.grad(h, (g, u), dh.to(DEVICE))
+    if DEVICE == "cuda":
+        ref_gate, ref_up = torch.autograd.grad(invariant.silu(g) * u, (g, u), dh.to(DEVICE))
+        t = (dh.to(DEVICE).float() * u.float()).to(torch.bfloat16).float()
+    else:
+        ref_gate, ref_up, t = _silu_mul_grads_with_numpy_exp(gate, up, dh)
+    assert torch.equal(_bits(d_gate.cpu()), _bits(ref_gate.cpu())) and torch.equal(_bits(d_up.cpu()), _bits(ref_up.cpu()))
+    x = gate.double()
+    sig = torch.sigmoid(x)
+    exact = t.cpu().double() * sig * (1 + x * (1 - sig))
+    # Finite everywhere (no inf * 0 below x = -88.7). Below x ~ -45 the chain's (x / den) / den underflows fp32
+    # and the gradient keeps only t / den, an absolute error under 1e-17 |t|.
+    err = (d_gate.cpu().double() - exact).abs()
+    assert bool((err <= 2**-7 * exact.abs() + 1e-17 * t.cpu().double().abs()).all())
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_packed_gate_up_gives_the_pairs_bits_and_one_gradient(backend):
+    """silu_mul_quantize_packed on [gate | up] (one GEMM's output) equals silu_mul_quantize on the halves in
+    h and its FP8 half, and its gradient is the halves' gradients side by side in one contiguous tensor."""
+    both = (_rows((2, 3, 400), seed=16).float() * 3).to(torch.bfloat16).to(DEVICE).requires_grad_()
+    dh = _rows((2, 3, 200), seed=17).to(DEVICE)
+    h, q = F.silu_mul_quantize_packed(both, ACT, backend=backend)
+    (grad,) = torch.autograd.grad(h, (both,), dh)
+    gate, up = (half.detach().clone().requires_grad_() for half in both.split(200, dim=-1))
+    h_ref, q_ref = F.silu_mul_quantize(gate, up, ACT, backend=backend)
+    grad_ref = torch.cat(torch.autograd.grad(h_ref, (gate, up), dh), dim=-1)  # -0 stays -0, as split's backward
+    assert torch.equal(_bits(h.cpu()), _bits(h_ref.cpu()))
+    assert_bitwise(_on_cpu(q), _on_cpu(q_ref))
+    assert grad.is_contiguous() and grad.shape == both.shape
+    assert torch.equal(_bits(grad.cpu()), _bits(grad_ref.cpu()))
+    with pytest.raises(OperandError, match="two equal halves"):
+        F.silu_mul_quantize_packed(both[..., :399], ACT)

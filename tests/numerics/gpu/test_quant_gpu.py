@@ -216,3 +216,39 @@ def test_fused_producers_differentiate_as_the_unfused_ops():
     got = torch.autograd.grad(h, (gate, up), gy)
     ref = torch.autograd.grad(invariant.silu(gate) * up, (gate, up), gy)
     assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(got, ref))
+
+
+def test_silu_mul_backward_full_size_packed():
+    """The 8B's fused gate/up output [8192, 2 x 14336]: silu_mul_quantize_packed's gradient is autograd's
+    through the unfused ops on the two halves, concatenated, bit for bit, in one contiguous tensor."""
+    from precision_engine.numerics import fused_quant as F
+    from precision_engine.numerics import invariant
+
+    both = (random_input((8192, 2 * 14336), seed=29).float().clamp(-1e3, 1e3) * 0.1).to(torch.bfloat16)
+    dh = random_input((8192, 14336), seed=30)
+    packed = both.clone().requires_grad_()
+    h, _ = F.silu_mul_quantize_packed(packed, BASE[2])
+    (got,) = torch.autograd.grad(h, (packed,), dh)
+    gate, up = (half.clone().requires_grad_() for half in both.split(14336, dim=-1))
+    ref = torch.cat(torch.autograd.grad(invariant.silu(gate) * up, (gate, up), dh), dim=-1)
+    assert got.is_contiguous() and torch.equal(_bits(got), _bits(ref))
+
+
+def test_silu_mul_backward_every_bf16_gate():
+    """Every bf16 bit pattern as gate: the backward kernel's gradients equal autograd's through invariant.silu
+    (NaN where gate is NaN, nowhere else: below -88.7, where exp(-gate) overflows, both give the limit)."""
+    from precision_engine.numerics import fused_quant as F
+    from precision_engine.numerics import invariant
+
+    bits = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32, device="cuda").to(torch.int16)
+    gate = bits.view(torch.bfloat16).reshape(512, 128).clone().requires_grad_()
+    up = random_input((512, 128), seed=31).requires_grad_()
+    dh = random_input((512, 128), seed=32)
+    got = torch.autograd.grad(F.silu_mul_quantize(gate, up, BASE[2])[0], (gate, up), dh)
+    ref = torch.autograd.grad(invariant.silu(gate) * up, (gate, up), dh)
+    finite = torch.isfinite(gate.detach())
+    for a, b in zip(got, ref):
+        assert torch.equal(torch.isnan(a), torch.isnan(b))
+        assert not bool(torch.isnan(a[finite]).any())
+        keep = ~torch.isnan(b)
+        assert torch.equal(_bits(a)[keep], _bits(b)[keep])

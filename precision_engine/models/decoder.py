@@ -44,7 +44,7 @@ from precision_engine.numerics import invariant
 from precision_engine.numerics.contract import Quantized, SplitSums
 from precision_engine.numerics.formats import QuantFormat
 from precision_engine.numerics.fused_linear import fp8_linear_group, hooked, shares_one_gemm
-from precision_engine.numerics.fused_quant import (add_rms_norm, rms_norm_quantize, silu_mul_quantize,
+from precision_engine.numerics.fused_quant import (add_rms_norm, rms_norm_quantize, silu_mul, silu_mul_quantize,
                                                    silu_mul_quantize_packed)
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
 from precision_engine.numerics.linear import Fp8Linear
@@ -523,7 +523,7 @@ class _Ops:
         gate, up = gate_up.chunk(2, dim=-1) if packed else gate_up
         fmt = self.fused_input((reader,), gate)
         if fmt is None:
-            return self.silu(gate) * up, None
+            return self.silu_mul(gate, up), None
         return silu_mul_quantize_packed(gate_up, fmt) if packed else silu_mul_quantize(gate, up, fmt)
 
     def norm(self, module: RMSNorm, x: torch.Tensor) -> torch.Tensor:
@@ -531,8 +531,8 @@ class _Ops:
             return invariant.rms_norm(x, module.weight.to(x.dtype), module.eps)
         return module.weight.to(x.dtype) * F.rms_norm(x.float(), (x.shape[-1],), eps=module.eps).to(x.dtype)
 
-    def silu(self, x: torch.Tensor) -> torch.Tensor:
-        return invariant.silu(x) if self.invariant else F.silu(x)
+    def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return silu_mul(gate, up) if self.invariant else F.silu(gate) * up
 
     def fused_output(self, reader: nn.Module | None, q: torch.Tensor) -> QuantFormat | None:
         """The 1xG format in which the attention kernel also quantizes its output for `reader` (o_proj), in its

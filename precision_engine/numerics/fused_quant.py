@@ -53,6 +53,18 @@ def silu_mul_quantize(gate: torch.Tensor, up: torch.Tensor, fmt: QuantFormat, *,
     return _apply(_SILU_MUL, gate, up, None, fmt, backend)
 
 
+def silu_mul(gate: torch.Tensor, up: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
+    """invariant.silu(gate) * up with the fused SiLU product's backward (one kernel for CUDA tensors, the same
+    bits as autograd through the ops): the SwiGLU of a batch-invariant forward whose down_proj is not FP8."""
+    if backend not in BACKENDS:
+        raise OperandError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if gate.shape != up.shape:
+        raise OperandError(f"silu_mul: gate {tuple(gate.shape)} and up {tuple(up.shape)} differ")
+    if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
+        return _SiluMul.apply(gate, up, backend == "triton" or (backend == "auto" and gate.is_cuda))
+    return _silu_mul_op(gate, up, None)
+
+
 def silu_mul_quantize_packed(gate_up: torch.Tensor, fmt: QuantFormat, *,
                              backend: str = "auto") -> tuple[torch.Tensor, Quantized]:
     """`silu_mul_quantize` of gate_up's halves (gate, then up, along the last dim: the one GEMM of a fused
@@ -237,6 +249,21 @@ class _Fused(torch.autograd.Function):
         a, b = (None if t is None else t.detach() for t in ctx.saved_tensors)  # Triton's interpreter refuses leaves
         grads = ctx.op.backward(a, b, ctx.eps, grad_out, ctx.needs_input_grad[:2], ctx.fused)
         return (*grads, None, None, None, None)
+
+
+class _SiluMul(torch.autograd.Function):
+    """`silu_mul`: the ops forward, `_silu_mul_backward` backward."""
+
+    @staticmethod
+    def forward(ctx, gate, up, fused):
+        ctx.fused = fused
+        ctx.save_for_backward(gate, up)
+        return _silu_mul_op(gate, up, None)
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate, up = (t.detach() for t in ctx.saved_tensors)
+        return (*_silu_mul_backward(gate, up, None, grad, ctx.needs_input_grad[:2], ctx.fused), None)
 
 
 def _check_fmt(fmt: QuantFormat) -> None:

@@ -207,8 +207,8 @@ def _silu(x: torch.Tensor) -> torch.Tensor:
 class _Silu(torch.autograd.Function):
     """`silu` with autograd's own arithmetic through its ops, op by op in fp32: dy / den for the numerator and
     (dy * ((x / den) / den)) * e through den = e + 1, e = exp(-x), summed, rounded once to x.dtype. Except where
-    exp(-x) overflows (x < -88.7): there that chain multiplies -0 by inf, a NaN that would poison the whole
-    weight gradient, and the term is its limit, 0 (silu' ~ e^x (1 + x) there)."""
+    e is inf (x < -88.7) or 0 (x > 103.9): there the chain can multiply 0 by inf, a NaN that would poison the
+    whole weight gradient, and the second term is its limit, 0."""
 
     @staticmethod
     def forward(ctx, x):
@@ -221,7 +221,7 @@ class _Silu(torch.autograd.Function):
         x32, t = x.float(), grad.float()
         e = torch.exp(-x32)
         den = e + 1.0
-        via_den = torch.where(torch.isinf(e), 0.0, (t * ((x32 / den) / den)) * e)
+        via_den = torch.where((e == 0) | torch.isinf(e), 0.0, (t * ((x32 / den) / den)) * e)
         return (t / den + via_den).to(x.dtype)
 
 

@@ -185,8 +185,8 @@ def _silu_mul_backward_kernel(g_ptr, u_ptr, d_ptr, dg_ptr, du_ptr, M, K, stride_
         den = e + 1.0
         q = tl.math.div_rn(x, den)
         # div's backward: t / den for the numerator, -t * ((x / den) / den) for den; exp's: times e; neg's: minus
-        # (where e overflows: 0, the term's limit, as invariant.silu's backward)
-        via_den = tl.where(e == float("inf"), 0.0, (t * tl.math.div_rn(q, den)) * e)
+        # (0, the term's limit, where e is inf or 0: as invariant.silu's backward)
+        via_den = tl.where((e == 0.0) | (e == float("inf")), 0.0, (t * tl.math.div_rn(q, den)) * e)
         dg = _round_opaque(tl.math.div_rn(t, den) + via_den, dg_ptr.dtype.element_ty, INTERPRET)
         tl.store(dg_ptr + rows[:, None] * stride_dg + cols[None, :], dg, mask=mask)
 
@@ -300,7 +300,7 @@ def silu_mul_backward(gate: torch.Tensor, up: torch.Tensor, grad: torch.Tensor, 
     `fused_quant` used to recompute and differentiate op by op (about ten elementwise launches on fp32
     temporaries): d_up = dh * silu(gate) and t = dh * up rounded to the inputs' dtype (mul's backward), then
     d_gate = t / den + (t * ((gate / den) / den)) * e with e = exp(-gate), den = e + 1, the second term 0 where
-    e overflows, each op one IEEE fp32 rounding, rounded once to gate's dtype. No FP contraction, as nvcc
+    e is inf or 0, each op one IEEE fp32 rounding, rounded once to gate's dtype. No FP contraction, as nvcc
     builds torch's kernels."""
     m, k = gate.shape
     if not (m and k):

@@ -138,7 +138,7 @@ def test_fast_gpu_rollout_fuses_with_the_triton_ops_bits(policy_name, monkeypatc
         logits = model(ids, mask)
     assert calls == {"rms_norm_quantize": 2 * model.config.num_layers, "silu_mul_quantize": model.config.num_layers}
     monkeypatch.setattr(decoder_module._Ops, "fused_input", lambda self, readers, x: None)
-    monkeypatch.setattr(decoder_module._Ops, "silu", lambda self, x: invariant.silu(x))
+    monkeypatch.setattr(decoder_module._Ops, "silu_mul", lambda self, gate, up: invariant.silu(gate) * up)
     with torch.inference_mode():
         ref = model(ids, mask)
     assert torch.equal(logits.view(torch.int16), ref.view(torch.int16))

@@ -236,7 +236,8 @@ def test_silu_mul_backward_full_size_packed():
 
 def test_silu_mul_backward_every_bf16_gate():
     """Every bf16 bit pattern as gate: the backward kernel's gradients equal autograd's through invariant.silu
-    (NaN where gate is NaN, nowhere else: below -88.7, where exp(-gate) overflows, both give the limit)."""
+    (NaN only where gate is not finite: where exp(-gate) is inf or 0 both take the limit of the term that
+    would multiply 0 by inf)."""
     from precision_engine.numerics import fused_quant as F
     from precision_engine.numerics import invariant
 

@@ -18,8 +18,9 @@ this path, so on-policy logprobs stay bitwise equal; on the CPU the forward's re
 grouped equals separate bitwise. Parts whose rows would straddle a block, and parts with hooks (FSDP2's
 unshard and verify's layer recorder act in a module's own call only), run their own forwards instead.
 
-Caches: the stacked Q(W) is built from the parts' own cached Q(W) (so bytes pinned by `load_quantized` are
-the bytes multiplied) and kept on the first part as a plain attribute: no registered module, so state_dict,
+Caches: each part's weight is quantized straight into its rows of the stacked Q(W) (no concatenation per
+weight version; a part's still-current Q(W) is copied there instead, so bytes pinned by `load_quantized` are
+the bytes multiplied), kept on the first part as a plain attribute: no registered module, so state_dict,
 parameter names, export and weight sync are untouched. Each part then holds its rows of the stack as its Q(W),
 so the bytes exist once, and the decode CUDA graph's refresh, which copies a new version into the Q(W) it
 captured, writes into the very stack the graph reads. When any part's Q(W) is no longer the stacked rows (a
@@ -36,7 +37,7 @@ from torch import nn
 from torch.nn.modules import module as _module_hooks
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.contract import Quantized, SplitSums
+from precision_engine.numerics.contract import Quantized, SplitSums, fp8_dtype
 from precision_engine.numerics.gemm import transpose_operand
 from precision_engine.numerics.linear import Fp8Linear, fp8_linear, fprop_split_sums
 from precision_engine.numerics.quantize import quantize_blocks
@@ -94,14 +95,18 @@ def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool) -> tuple[Quanti
         wq = _stack([quantize_blocks(p.weight.detach(), p.spec.weight) for p in parts])
         return wq, transpose_operand(wq) if dgrad else None
     first = parts[0]
-    quantized = tuple(p.quantized_weight() for p in parts)
     cache = first._group_cache
-    if cache is None or len(cache[0]) != len(quantized) or any(a is not b for a, b in zip(cache[0], quantized)):
+    if cache is None or len(cache[0]) != len(parts) or not all(
+            p._holds_quantized_weight(view) for p, view in zip(parts, cache[0])):
         with torch.inference_mode(False):  # the training step saves these for backward (see quantized_weight)
-            wq = _stack(quantized)
+            fmt = first.spec.weight
+            n, k = sum(p.out_features for p in parts), first.in_features
+            wq = Quantized(torch.empty((n, k), dtype=fp8_dtype(fmt), device=first.weight.device),
+                           torch.empty((n // fmt.block[0], -(-k // fmt.block[1])), dtype=torch.float32,
+                                       device=first.weight.device), fmt)
             rows = _row_views(wq, [p.out_features for p in parts])
-        for part, view in zip(parts, rows):
-            part._share_quantized_weight(view)
+            for part, view in zip(parts, rows):
+                part._quantize_weight_into(view)
         cache = first._group_cache = [rows, wq, None]
     if dgrad and cache[2] is None:
         cache[2] = transpose_operand(cache[1])

@@ -157,11 +157,23 @@ class Fp8Linear(nn.Linear):
             self._wt_cache = (wq.data, transpose_operand(wq))
         return self._wt_cache[1]
 
-    def _share_quantized_weight(self, wq: Quantized) -> None:
-        """Hold `wq`, the very bytes of the cached Q(W) kept elsewhere (rows of a group's stacked Q(W)), as
-        this module's Q(W) for the same weight version, so the bytes live once (see fused_linear)."""
-        self._w_cache = (self._w_cache[0], wq)
+    def _quantize_weight_into(self, out: Quantized) -> None:
+        """Make `out` (this module's rows of a group's stacked Q(W), see fused_linear) its Q(W) for the current
+        weight version, so the bytes live once: a still-current Q(W) is copied there (bytes pinned by
+        `load_quantized` stay the bytes multiplied), else the weight is quantized straight into it."""
+        key = weight_cache_key(self.weight)
+        if self._w_cache is not None and self._w_cache[0] == key:
+            out.data.copy_(self._w_cache[1].data)
+            out.scale.copy_(self._w_cache[1].scale)
+        else:
+            quantize_blocks(self.weight.detach(), self.spec.weight, out=out)
+            check_finite(out, self.numerics.nonfinite, "weight")
+        self._w_cache = (key, out)
         self._wt_cache = None
+
+    def _holds_quantized_weight(self, wq: Quantized) -> bool:
+        """Whether `wq` is this module's Q(W) for the current weight version."""
+        return self._w_cache is not None and self._w_cache[1] is wq and self._w_cache[0] == weight_cache_key(self.weight)
 
     def forward(self, x: torch.Tensor, *, x_quantized: Quantized | None = None,
                 split_sums: bool = False) -> torch.Tensor | SplitSums:

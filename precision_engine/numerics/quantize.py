@@ -101,12 +101,34 @@ def quantize_rows_1xG(x: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto
     return _dispatch("rows", _as_2d(x), fmt, backend)
 
 
-def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto") -> Quantized:
-    """RxC blocks (weights, 128x128): data [N, K], scale [ceil(N/R), ceil(K/C)] contiguous."""
+def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto",
+                    out: Quantized | None = None) -> Quantized:
+    """RxC blocks (weights, 128x128): data [N, K], scale [ceil(N/R), ceil(K/C)] contiguous. `out`: buffers of
+    those shapes, FP8 and float32 with unit column stride, to write into (a part's rows of a stacked weight:
+    `fused_linear`); returned."""
     _check_fp8(fmt, Granularity.BLOCK)
     if w.dim() != 2:
         raise OperandError(f"block quantization needs a 2-D weight, got shape {tuple(w.shape)}")
-    return _dispatch("blocks", w, fmt, backend)
+    if out is None:
+        return _dispatch("blocks", w, fmt, backend)
+    scale_shape = tuple(-(-n // b) for n, b in zip(w.shape, fmt.block))
+    if (tuple(out.data.shape) != tuple(w.shape) or tuple(out.scale.shape) != scale_shape
+            or out.data.dtype != fp8_dtype(fmt) or out.scale.dtype != torch.float32
+            or out.data.stride(-1) != 1 or out.scale.stride(-1) != 1):
+        raise OperandError(
+            f"quantize_blocks out= must be {fp8_dtype(fmt)} {tuple(w.shape)} and float32 {scale_shape} with unit "
+            f"column stride; got {out.data.dtype} {tuple(out.data.shape)} and {out.scale.dtype} "
+            f"{tuple(out.scale.shape)}"
+        )
+    _check_input(w)
+    if _use_triton(w, backend):
+        from precision_engine.numerics import triton_quant
+
+        return triton_quant.quantize_blocks(w, fmt, out=out)
+    q = _REFERENCE["blocks"](w, fmt)
+    out.data.copy_(q.data)
+    out.scale.copy_(q.scale)
+    return replace(out, fmt=fmt)
 
 
 def quantize_tokens_transposed(x: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto") -> Quantized:

@@ -584,13 +584,18 @@ def quantize_channel(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | N
     return Quantized(q, scale, fmt)
 
 
-def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None = None) -> Quantized:
+def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None = None,
+                    out: Quantized | None = None) -> Quantized:
+    """`out`: the data and scale buffers to write (row-strided views allowed), as `quantize.quantize_blocks`."""
     w = _rowmajor(w)
     n, k = w.shape
     br, bc = fmt.block
     nb, kb = -(-n // br), -(-k // bc)
-    q = torch.empty((n, k), dtype=fp8_dtype(fmt), device=w.device)
-    scale = torch.empty((nb, kb), dtype=torch.float32, device=w.device)
+    if out is None:
+        q = torch.empty((n, k), dtype=fp8_dtype(fmt), device=w.device)
+        scale = torch.empty((nb, kb), dtype=torch.float32, device=w.device)
+    else:
+        q, scale = out.data, out.scale
     if nb and kb:
         _blocks_kernel[(nb, kb)](
             w, q, scale, n, k, w.stride(0), q.stride(0), scale.stride(0),

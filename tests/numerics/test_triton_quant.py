@@ -236,3 +236,20 @@ def test_fused_grad_output_even_tiles(shape):
     got_r, got_t = Q.quantize_rows_and_tokens_transposed(x.to(DEVICE), rows_fmt, tokens_fmt, backend="triton")
     assert_bitwise(to_cpu(got_r), Q.quantize_rows_1xG(x, rows_fmt, backend="reference"))
     assert_bitwise(to_cpu(got_t), Q.quantize_tokens_transposed(x, tokens_fmt, backend="reference"))
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_blocks_quantize_into_rows_of_a_stacked_buffer(backend):
+    """quantize_blocks(out=) writes the bytes and scales it would return into the given rows of a larger
+    buffer (a part of fused_linear's stacked Q(W)), leaving the other rows alone; a misfit buffer is refused."""
+    fmt = BASE[4]  # e4m3 128x128
+    w = (torch.randn(256, 320) * torch.exp(torch.randn(256, 1) * 2)).to(torch.bfloat16)
+    data = torch.full((512, 320), 0x11, dtype=torch.uint8).view(Q.fp8_dtype(fmt)).to(DEVICE)
+    scale = torch.full((4, 3), -1.0).to(DEVICE)
+    got = Q.quantize_blocks(w.to(DEVICE), fmt, backend=backend, out=Q.Quantized(data[128:384], scale[1:3], fmt))
+    assert got.data.data_ptr() == data[128:384].data_ptr()
+    assert_bitwise(to_cpu(got), Q.quantize_blocks(w, fmt, backend="reference"))
+    assert bool((data[:128].view(torch.uint8) == 0x11).all()) and bool((data[384:].view(torch.uint8) == 0x11).all())
+    assert bool((scale[0] == -1).all()) and bool((scale[3] == -1).all())
+    with pytest.raises(Q.OperandError, match="out= must be"):
+        Q.quantize_blocks(w.to(DEVICE), fmt, backend=backend, out=Q.Quantized(data[:128], scale[:1], fmt))

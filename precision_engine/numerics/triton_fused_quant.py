@@ -1,5 +1,6 @@
 """Triton kernels that quantize an op's output as they produce it: RMSNorm -> 1xG FP8 and SiLU(gate) * up ->
-1xG FP8 (the ops in front of the FP8 linears), and the residual add fused into the RMSNorm after it.
+1xG FP8 (the ops in front of the FP8 linears), the residual add fused into the RMSNorm after it, and the SiLU
+product's backward.
 `numerics.fused_quant` is the public side.
 
 Each kernel reads its inputs once and writes the op's output and its FP8 bytes and M-major scales, where the
@@ -20,6 +21,10 @@ instead of 9, plus one launch fewer). The output's bits are the unfused op's and
   contraction and without libdevice's flush-to-zero (where this Triton has the option), as nvcc builds torch.
   Triton's interpreter has no libdevice; there ``exp`` is numpy's (tests/numerics/test_fused_quant.py checks
   the rest of the arithmetic against numpy's exp, the GPU tests against torch).
+- `_silu_mul_backward_kernel` is that product's backward (`fused_quant`'s, and `silu_mul`'s): the gradients
+  autograd computes through those ops, op by op in fp32 with the same compile options, written into any two
+  row-strided outputs (the halves of a fused gate/up GEMM's gradient): one pass where autograd launched about
+  ten on fp32 temporaries.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ the linears are the norms (before q/k/v and gate/up) and the SwiGLU product (bef
 returns the op's output, bit for bit what the unfused op gives, and its `quantize_rows_1xG` quantization, bit
 for bit what quantizing that output gives; an FP8 linear that takes the quantized input then skips its own
 quantizer. The output stays in the graph with the unfused op's gradients, bit for bit: the fused SiLU
-product's backward is one Triton kernel (`triton_fused_quant.silu_mul_backward`), the RMSNorm's recomputes that
-op from the saved inputs and differentiates it; the FP8 half carries no gradient. A fused gate/up GEMM hands
+product's backward is one Triton kernel (`triton_fused_quant.silu_mul_backward`), the RMSNorm's is the
+unfused norm's own (`triton_invariant.rms_norm_backward` on the GPU); the FP8 half carries no gradient. A fused gate/up GEMM hands
 its output over whole (`silu_mul_quantize_packed`), so its gradient needs no concatenation of two halves.
 
 ``backend``: "auto" runs one Triton kernel per call for CUDA tensors (`triton_fused_quant`) and the composed
@@ -133,16 +133,6 @@ def _rms_norm_forward(x, weight, eps, fmt, fused):
     return y.reshape(x.shape), q
 
 
-def _rms_norm_op(x, weight, eps):
-    """What autograd differentiates: the unfused op's own backward arithmetic (triton_invariant's RMSNorm
-    backward is autograd through `rms_norm_twin`, recomputed; on the CPU it is the torch ops themselves)."""
-    if x.is_cuda:
-        from precision_engine.numerics.triton_invariant import rms_norm_twin
-
-        return rms_norm_twin(x, weight, eps)
-    return invariant.rms_norm(x, weight, eps)
-
-
 def _silu_mul_forward(gate, up, eps, fmt, fused):
     g2, u2 = _rows(gate), _rows(up)
     if fused:
@@ -195,7 +185,13 @@ def _silu_mul_packed_backward(gate_up, _, eps, grad, wanted, fused):
 
 
 def _rms_norm_backward(x, weight, eps, grad, wanted, fused):
-    return _recomputed_grads(_rms_norm_op, x, weight, eps, grad, wanted)
+    """The unfused norm's own backward: `triton_invariant.rms_norm_backward` on the GPU, autograd through
+    invariant.rms_norm's torch ops elsewhere."""
+    if x.is_cuda:
+        from precision_engine.numerics.triton_invariant import rms_norm_backward
+
+        return rms_norm_backward(x, weight, eps, grad)
+    return _recomputed_grads(invariant.rms_norm, x, weight, eps, grad, wanted)
 
 
 class _Op(NamedTuple):

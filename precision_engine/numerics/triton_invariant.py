@@ -374,14 +374,63 @@ def _rms_norm_launch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch
 
 
 def rms_norm_twin(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF LlamaRMSNorm.forward in torch ops (also the differentiable recomputation of the backward)."""
+    """HF LlamaRMSNorm.forward in torch ops (the kernel's bits in the interpreter, tests' reference)."""
     x32 = x.float()
     h = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * h.to(x.dtype)
 
 
+@triton.jit
+def _rms_norm_backward_kernel(x_ptr, w_ptr, dy_ptr, dx_ptr, dw_ptr, M, H, stride_x, stride_dy, stride_dx, eps,
+                              ROWS: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
+    """Gradients of out = weight * h, h = x * rsqrt(mean(x^2) + eps) rounded to x's dtype, for ROWS rows: dx
+    stored per row; the rows' sum of dy * h stored as this program's fp32 partial of dweight."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_H)
+    mask = offs < H
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for i in range(ROWS):
+        row = pid.to(tl.int64) * ROWS + i
+        live = mask & (offs * 0 + row < M)
+        x_in = tl.load(x_ptr + row * stride_x + offs, mask=live, other=0.0)
+        x = x_in.to(tl.float32)
+        dy = tl.load(dy_ptr + row * stride_dy + offs, mask=live, other=0.0).to(tl.float32)
+        inv = tl.rsqrt(tl.sum(x * x, axis=0) / H + eps)
+        dw += dy * _round(x * inv, x_in.dtype, INTERPRET).to(tl.float32)
+        g = _round(dy * w, x_in.dtype, INTERPRET).to(tl.float32)  # mul's backward, in h's dtype
+        dx = inv * g - x * (inv * inv * inv * (tl.sum(g * x, axis=0) / H))
+        tl.store(dx_ptr + row * stride_dx + offs, _round(dx, dx_ptr.dtype.element_ty, INTERPRET), mask=live)
+    tl.store(dw_ptr + pid * H + offs, dw, mask=mask)
+
+
+RMS_BACKWARD_ROWS = 32  # rows per program: 256 programs and a 4 MB fp32 partial of dweight at 8192 x 4096
+
+
+def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                      grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dweight) of `rms_norm` for dy = `grad`, in one pass over the rows: each row's statistic recomputed as
+    the forward computes it, then dx = inv * g - x * inv^3 * mean(g * x) with g = dy * weight rounded as the
+    product's backward rounds it; dweight = the sum over rows of dy * h, per-program fp32 partials added by torch
+    (a fixed order: deterministic). Within fp32 rounding of the exact gradient of the forward's arithmetic,
+    each rounded once; not bitwise the autograd recomputation through `rms_norm_twin` it replaces (about fifteen
+    launches on fp32 temporaries), which nothing compared bits with."""
+    h = x.shape[-1]
+    x2, g2 = (t.reshape(-1, h) if t.stride(-1) == 1 else t.reshape(-1, h).contiguous() for t in (x, grad))
+    m = x2.shape[0]
+    dx = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+    programs = triton.cdiv(m, RMS_BACKWARD_ROWS)
+    partial = torch.empty((programs, h), dtype=torch.float32, device=x.device)
+    if m and h:
+        block = triton.next_power_of_2(h)
+        _rms_norm_backward_kernel[(programs,)](
+            x2, weight.contiguous(), g2, dx, partial, m, h, x2.stride(0), g2.stride(0), dx.stride(0), eps,
+            ROWS=RMS_BACKWARD_ROWS, BLOCK_H=block, INTERPRET=_interpreting(), num_warps=norm_warps(block))
+    return dx.reshape(x.shape), partial.sum(0).to(weight.dtype)
+
+
 class _RmsNorm(torch.autograd.Function):
-    """Forward: the per-row kernel. Backward: autograd through `rms_norm_twin`, recomputed (not bitwise)."""
+    """Forward: the per-row kernel. Backward: `rms_norm_backward` (not bitwise any other backward)."""
 
     @staticmethod
     def forward(ctx, x, weight, eps):
@@ -392,9 +441,7 @@ class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        with torch.enable_grad():
-            xd, wd = x.detach().requires_grad_(), weight.detach().requires_grad_()
-            gx, gw = torch.autograd.grad(rms_norm_twin(xd, wd, ctx.eps), (xd, wd), grad)
+        gx, gw = rms_norm_backward(x, weight, ctx.eps, grad)
         return gx, gw, None
 
 
@@ -1052,4 +1099,4 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Te
 
 __all__ = ["KV_BLOCK", "LINEAR", "LinearConfig", "attention", "attention_quantize_fits", "attention_reference",
            "attention_twin", "linear", "linear_forward", "linear_twin", "log_softmax", "log_softmax_twin", "rms_norm",
-           "rms_norm_twin", "kv_write", "rope", "rope_qk", "rope_qkv_sums", "segment_kb"]
+           "rms_norm_backward", "rms_norm_twin", "kv_write", "rope", "rope_qk", "rope_qkv_sums", "segment_kb"]

@@ -163,6 +163,32 @@ def test_rms_norm_backward_matches_float64():
     assert _rel(x.grad, xd.grad) < 1e-2 and _rel(w.grad, wd.grad) < 1e-2
 
 
+@pytest.mark.parametrize("shape,wdtype", [((67, 320), torch.bfloat16), ((2, 40, 256), torch.float32)],
+                         ids=["ragged-programs", "leading-dims-fp32-weight"])
+def test_rms_norm_backward_kernel_per_element(shape, wdtype):
+    """The one-pass backward (rows over several programs, the last one ragged; H not a power of two; an fp32
+    weight) against float64 element by element. The kernel rounds g = dy * w and h to bf16, as the forward's
+    arithmetic does, so dx is within 2^-7 of its two terms' magnitudes plus the rounding of g carried through
+    mean(g * x) (2^-7 of x inv^3 mean|g x|), and dweight within 2^-7 of the sum of |dy * h|; and both are within
+    1e-2 (norm-relative) of autograd through the torch ops the kernel replaced."""
+    x = _randn(*shape, seed=8, scale=3.0)
+    x = (x.float() * torch.exp(_randn(*shape[:-1], 1, seed=9).float())).to(torch.bfloat16)  # rows ~0.1x..10x
+    w = _randn(shape[-1], seed=10, dtype=wdtype)
+    gy = _randn(*shape, seed=11)
+    dx, dw = TI.rms_norm_backward(x, w, 1e-6, gy)
+    assert dx.shape == x.shape and dx.dtype == x.dtype and dw.shape == w.shape and dw.dtype == w.dtype
+    x64, g64 = x.double().cpu(), (gy.double() * w.double()).cpu()
+    inv = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6)
+    second = x64 * inv**3 * (g64 * x64).mean(-1, keepdim=True)
+    bound = 2**-7 * ((inv * g64).abs() + second.abs() + (x64 * inv**3).abs() * (g64 * x64).abs().mean(-1, keepdim=True))
+    assert bool(((dx.double().cpu() - (inv * g64 - second)).abs() <= bound).all())
+    dyh = (gy.double().cpu() * x64 * inv).reshape(-1, shape[-1])
+    assert bool(((dw.double().cpu() - dyh.sum(0)).abs() <= 2**-7 * dyh.abs().sum(0) + 1e-30).all())
+    xd, wd = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ref = torch.autograd.grad(TI.rms_norm_twin(xd, wd, 1e-6), (xd, wd), gy)
+    assert _rel(dx, ref[0]) < 1e-2 and _rel(dw, ref[1]) < 1e-2
+
+
 # ----------------------------------------------------------------------------------------------- log_softmax
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -391,6 +417,12 @@ compile_(TI._attention_kernel, att_fp8, dict(G=4, D=128, BLOCK_M=16, BLOCK_N=64,
          FOLD_SCALES=True, INTERPRET=False, QUANT=True, **e4m3), num_warps=4, num_stages=3)  # fast decode, o_proj's Q
 compile_(TI._rms_norm_kernel, ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"],
          dict(BLOCK_H=4096, INTERPRET=False), num_warps=8)
+compile_(TI._rms_norm_backward_kernel, ["*bf16"] * 4 + ["*fp32"] + ["i32"] * 5 + ["fp32"],
+         dict(ROWS=TI.RMS_BACKWARD_ROWS, BLOCK_H=4096, INTERPRET=False), num_warps=32)
+from precision_engine.numerics import triton_fused_quant as TF
+compile_(TF._silu_mul_backward_kernel, ["*bf16"] * 5 + ["i32"] * 7,
+         dict(WANT_G=True, WANT_U=True, BLOCK_M=1, BLOCK_K=1024, INTERPRET=False), num_warps=4,
+         **TF._exact_options())
 compile_(TI._rope_kernel, ["*bf16"] * 4 + ["i32"] * 7, dict(D=128, BLOCK_H=32, INTERPRET=False), num_warps=4)
 compile_(TI._rope_qkv_sums_kernel, ["*fp32"] + ["*bf16"] * 5 + ["i32"] * 7,
          dict(PARTS=4, D=128, HB=4, BLOCK_H=4, INTERPRET=False), num_warps=8)
@@ -405,7 +437,8 @@ print("ok")
 @pytest.mark.slow
 def test_kernels_compile_for_hopper_on_tensor_cores():
     """Ahead-of-time compilation for sm_90 with this machine's Triton (no GPU needed; ~10-30 s): every kernel
-    lowers, and linear (all three launches) and attention multiply on wgmma, never mma.sync, whatever M."""
+    lowers (with the training backward kernels of RMSNorm and the SiLU product), and linear (all three
+    launches) and attention multiply on wgmma, never mma.sync, whatever M."""
     import subprocess
     import sys
 

@@ -44,8 +44,8 @@ from precision_engine.numerics import invariant
 from precision_engine.numerics.contract import Quantized, SplitSums
 from precision_engine.numerics.formats import QuantFormat
 from precision_engine.numerics.fused_linear import fp8_linear_group, hooked, shares_one_gemm
-from precision_engine.numerics.fused_quant import (add_rms_norm, rms_norm_quantize, silu_mul, silu_mul_quantize,
-                                                   silu_mul_quantize_packed)
+from precision_engine.numerics.fused_quant import (add_rms_norm, rms_norm_quantize, silu_mul, silu_mul_packed_fast,
+                                                   silu_mul_quantize, silu_mul_quantize_packed)
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
@@ -523,7 +523,7 @@ class _Ops:
         gate, up = gate_up.chunk(2, dim=-1) if packed else gate_up
         fmt = self.fused_input((reader,), gate)
         if fmt is None:
-            return self.silu_mul(gate, up), None
+            return self.silu_mul(gate_up), None
         return silu_mul_quantize_packed(gate_up, fmt) if packed else silu_mul_quantize(gate, up, fmt)
 
     def norm(self, module: RMSNorm, x: torch.Tensor) -> torch.Tensor:
@@ -531,7 +531,12 @@ class _Ops:
             return invariant.rms_norm(x, module.weight.to(x.dtype), module.eps)
         return module.weight.to(x.dtype) * F.rms_norm(x.float(), (x.shape[-1],), eps=module.eps).to(x.dtype)
 
-    def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    def silu_mul(self, gate_up: tuple[torch.Tensor, torch.Tensor] | torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up of the pair or of one GEMM's packed output (`swiglu_into`); fast mode's packed case
+        hands its gradient back whole (`silu_mul_packed_fast`)."""
+        if isinstance(gate_up, torch.Tensor) and not self.invariant:
+            return silu_mul_packed_fast(gate_up)
+        gate, up = gate_up.chunk(2, dim=-1) if isinstance(gate_up, torch.Tensor) else gate_up
         return silu_mul(gate, up) if self.invariant else F.silu(gate) * up
 
     def fused_output(self, reader: nn.Module | None, q: torch.Tensor) -> QuantFormat | None:

@@ -122,8 +122,6 @@ def test_fast_gpu_rollout_fuses_with_the_triton_ops_bits(policy_name, monkeypatc
     anyway, so both norms and the SwiGLU product fuse; the logits are those of the unfused ops with that SiLU."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    from precision_engine.numerics import invariant
-
     policy = load_policy(f"policies/{policy_name}.yaml")
     model = Decoder.from_config("tiny-llama", seed=0, dtype="bf16", device="cuda", batch_invariant=False)
     apply(compile_plan(policy, load_inventory("tiny-llama")), model, "rollout")
@@ -138,10 +136,17 @@ def test_fast_gpu_rollout_fuses_with_the_triton_ops_bits(policy_name, monkeypatc
         logits = model(ids, mask)
     assert calls == {"rms_norm_quantize": 2 * model.config.num_layers, "silu_mul_quantize": model.config.num_layers}
     monkeypatch.setattr(decoder_module._Ops, "fused_input", lambda self, readers, x: None)
-    monkeypatch.setattr(decoder_module._Ops, "silu_mul", lambda self, gate, up: invariant.silu(gate) * up)
+    monkeypatch.setattr(decoder_module._Ops, "silu_mul", lambda self, gate_up: _invariant_swiglu(gate_up))
     with torch.inference_mode():
         ref = model(ids, mask)
     assert torch.equal(logits.view(torch.int16), ref.view(torch.int16))
+
+
+def _invariant_swiglu(gate_up):
+    from precision_engine.numerics import invariant
+
+    gate, up = gate_up.chunk(2, dim=-1) if isinstance(gate_up, torch.Tensor) else gate_up
+    return invariant.silu(gate) * up
 
 
 @pytest.mark.parametrize("fuse_linears", [True, False])

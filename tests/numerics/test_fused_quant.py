@@ -245,3 +245,21 @@ def test_silu_mul_differentiates_as_the_ops(backend):
     assert all(torch.equal(_bits(a.cpu()), _bits(b.cpu())) for a, b in zip(got, ref))
     with pytest.raises(OperandError, match="differ"):
         F.silu_mul(g, u[:, :64])
+
+
+def test_fast_packed_swiglu_is_autograds_bits_without_a_concatenation():
+    """silu_mul_packed_fast (fast mode's SwiGLU on a fused gate/up output): F.silu(gate) * up forward, and
+    autograd's gradients of that on the two halves, side by side in one contiguous tensor, bit for bit."""
+    both = (_rows((2, 3, 384), seed=21).float() * 3).to(torch.bfloat16).to(DEVICE).requires_grad_()
+    dh = _rows((2, 3, 192), seed=22).to(DEVICE)
+    h = F.silu_mul_packed_fast(both)
+    (grad,) = torch.autograd.grad(h, (both,), dh)
+    gate, up = (half.detach().clone().requires_grad_() for half in both.split(192, dim=-1))
+    h_ref = torch.nn.functional.silu(gate) * up
+    ref = torch.cat(torch.autograd.grad(h_ref, (gate, up), dh), dim=-1)
+    assert torch.equal(_bits(h.detach().cpu()), _bits(h_ref.detach().cpu()))
+    assert grad.is_contiguous() and torch.equal(_bits(grad.cpu()), _bits(ref.cpu()))
+    with torch.no_grad():
+        assert torch.equal(_bits(F.silu_mul_packed_fast(both).cpu()), _bits(h_ref.detach().cpu()))
+    with pytest.raises(OperandError, match="two equal halves"):
+        F.silu_mul_packed_fast(both[..., :383])

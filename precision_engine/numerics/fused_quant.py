@@ -162,10 +162,12 @@ def _silu_mul_op(gate, up, eps):
 
 
 def _silu_mul_backward(gate, up, eps, grad, wanted, fused):
-    """(d_gate, d_up): `triton_fused_quant.silu_mul_backward` where the forward was fused, else autograd
-    through `_silu_mul_op`; the same bits."""
+    """(d_gate, d_up), None where not `wanted`: `triton_fused_quant.silu_mul_backward` where the forward was
+    fused, else the torch ops autograd runs through `_silu_mul_op` (mul's backward, then `invariant.silu`'s);
+    the same bits."""
     if not fused:
-        return _recomputed_grads(_silu_mul_op, gate, up, eps, grad, wanted)
+        d_up = grad * invariant.silu(gate) if wanted[1] else None
+        return (invariant.silu_backward(gate, grad * up) if wanted[0] else None), d_up
     from precision_engine.numerics import triton_fused_quant
 
     d_gate, d_up = (torch.empty_like(t, memory_format=torch.contiguous_format) if w else None
@@ -289,6 +291,8 @@ class _FastSiluMulPacked(torch.autograd.Function):
     def backward(ctx, grad):
         gate_up, s = ctx.saved_tensors
         gate, up = _halves(gate_up)
+        if torch.compiler.is_compiling():  # no out= into views there; the compiler places the halves itself
+            return torch.cat([torch.ops.aten.silu_backward(grad * up, gate), grad * s], dim=-1)
         d = torch.empty(gate_up.shape, dtype=gate_up.dtype, device=gate_up.device)
         d_gate, d_up = _halves(d)
         torch.mul(grad, s, out=d_up)

@@ -218,11 +218,16 @@ class _Silu(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        x32, t = x.float(), grad.float()
-        e = torch.exp(-x32)
-        den = e + 1.0
-        via_den = torch.where((e == 0) | torch.isinf(e), 0.0, (t * ((x32 / den) / den)) * e)
-        return (t / den + via_den).to(x.dtype)
+        return silu_backward(x, grad)
+
+
+def silu_backward(x: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """d silu(x) for dy = `grad`, in `_Silu`'s arithmetic (the CPU twin of the GPU's SiLU backward kernel)."""
+    x32, t = x.float(), grad.float()
+    e = torch.exp(-x32)
+    den = e + 1.0
+    via_den = torch.where((e == 0) | torch.isinf(e), 0.0, (t * ((x32 / den) / den)) * e)
+    return (t / den + via_den).to(x.dtype)
 
 
 def _tiled_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -520,11 +520,10 @@ class _Ops:
         or one GEMM's output with gate and up side by side (`linears(stacked=True)`), whose gradient then
         comes back whole (`silu_mul_quantize_packed`)."""
         packed = isinstance(gate_up, torch.Tensor)
-        gate, up = gate_up.chunk(2, dim=-1) if packed else gate_up
-        fmt = self.fused_input((reader,), gate)
+        fmt = self.fused_input((reader,), gate_up if packed else gate_up[0])
         if fmt is None:
             return self.silu_mul(gate_up), None
-        return silu_mul_quantize_packed(gate_up, fmt) if packed else silu_mul_quantize(gate, up, fmt)
+        return silu_mul_quantize_packed(gate_up, fmt) if packed else silu_mul_quantize(*gate_up, fmt)
 
     def norm(self, module: RMSNorm, x: torch.Tensor) -> torch.Tensor:
         if self.triton_norm(x):  # weight in the activations' dtype: FP32 master weights must not promote x to FP32
@@ -534,9 +533,11 @@ class _Ops:
     def silu_mul(self, gate_up: tuple[torch.Tensor, torch.Tensor] | torch.Tensor) -> torch.Tensor:
         """silu(gate) * up of the pair or of one GEMM's packed output (`swiglu_into`); fast mode's packed case
         hands its gradient back whole (`silu_mul_packed_fast`)."""
-        if isinstance(gate_up, torch.Tensor) and not self.invariant:
-            return silu_mul_packed_fast(gate_up)
-        gate, up = gate_up.chunk(2, dim=-1) if isinstance(gate_up, torch.Tensor) else gate_up
+        if isinstance(gate_up, torch.Tensor):
+            if not self.invariant:
+                return silu_mul_packed_fast(gate_up)
+            gate_up = gate_up.chunk(2, dim=-1)
+        gate, up = gate_up
         return silu_mul(gate, up) if self.invariant else F.silu(gate) * up
 
     def fused_output(self, reader: nn.Module | None, q: torch.Tensor) -> QuantFormat | None:

@@ -7,8 +7,9 @@ returns the op's output, bit for bit what the unfused op gives, and its `quantiz
 for bit what quantizing that output gives; an FP8 linear that takes the quantized input then skips its own
 quantizer. The output stays in the graph with the unfused op's gradients, bit for bit: the fused SiLU
 product's backward is one Triton kernel (`triton_fused_quant.silu_mul_backward`), the RMSNorm's is the
-unfused norm's own (`triton_invariant.rms_norm_backward` on the GPU); the FP8 half carries no gradient. A fused gate/up GEMM hands
-its output over whole (`silu_mul_quantize_packed`), so its gradient needs no concatenation of two halves.
+unfused norm's own (`triton_invariant.rms_norm_backward` on the GPU); the FP8 half carries no gradient. A fused
+gate/up GEMM hands its output over whole (`silu_mul_quantize_packed`), so its gradient needs no concatenation
+of two halves.
 
 ``backend``: "auto" runs one Triton kernel per call for CUDA tensors (`triton_fused_quant`) and the composed
 unfused ops otherwise; "reference" always composes the unfused ops (on CUDA: the batch-invariant RMSNorm
@@ -168,13 +169,18 @@ def _silu_mul_backward(gate, up, eps, grad, wanted, fused):
     if not fused:
         d_up = grad * invariant.silu(gate) if wanted[1] else None
         return (invariant.silu_backward(gate, grad * up) if wanted[0] else None), d_up
-    from precision_engine.numerics import triton_fused_quant
-
     d_gate, d_up = (torch.empty_like(t, memory_format=torch.contiguous_format) if w else None
                     for t, w in zip((gate, up), wanted))
+    _silu_mul_kernel_backward(gate, up, grad, d_gate, d_up)
+    return d_gate, d_up
+
+
+def _silu_mul_kernel_backward(gate, up, grad, d_gate, d_up):
+    """`triton_fused_quant.silu_mul_backward` on [..., I] tensors (row views of them), into d_gate / d_up."""
+    from precision_engine.numerics import triton_fused_quant
+
     triton_fused_quant.silu_mul_backward(_rows(gate), _rows(up), _rows(grad), *(
         None if d is None else d.view(-1, d.shape[-1]) for d in (d_gate, d_up)))
-    return d_gate, d_up
 
 
 def _halves(gate_up):
@@ -191,11 +197,8 @@ def _silu_mul_packed_backward(gate_up, _, eps, grad, wanted, fused):
     concatenated, as a split's backward does: -0 stays -0)."""
     if not fused:
         return torch.cat(_silu_mul_backward(*_halves(gate_up), eps, grad, (True, True), False), dim=-1), None
-    from precision_engine.numerics import triton_fused_quant
-
     d = torch.empty(gate_up.shape, dtype=gate_up.dtype, device=gate_up.device)
-    gate, up = (_rows(t) for t in _halves(gate_up))
-    triton_fused_quant.silu_mul_backward(gate, up, _rows(grad), *(t.view(-1, t.shape[-1]) for t in _halves(d)))
+    _silu_mul_kernel_backward(*_halves(gate_up), grad, *_halves(d))
     return d, None
 
 
@@ -206,7 +209,11 @@ def _rms_norm_backward(x, weight, eps, grad, wanted, fused):
         from precision_engine.numerics.triton_invariant import rms_norm_backward
 
         return rms_norm_backward(x, weight, eps, grad)
-    return _recomputed_grads(invariant.rms_norm, x, weight, eps, grad, wanted)
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(w) for t, w in zip((x, weight), wanted)]
+        grads = iter(torch.autograd.grad(invariant.rms_norm(*leaves, eps), [t for t in leaves if t.requires_grad],
+                                         grad))
+    return tuple(next(grads) if w else None for w in wanted)
 
 
 class _Op(NamedTuple):
@@ -232,20 +239,10 @@ def _apply(op, a, b, eps, fmt, backend):
     return op.forward(a, b, eps, fmt, fused)
 
 
-def _recomputed_grads(recompute, a, b, eps, grad, wanted):
-    """Autograd through `recompute(a, b, eps)` on detached copies of the inputs: their gradients (None where
-    not `wanted`)."""
-    with torch.enable_grad():
-        leaves = [None if t is None else t.detach().requires_grad_(w) for t, w in zip((a, b), wanted)]
-        out = recompute(leaves[0], leaves[1], eps)
-        grads = iter(torch.autograd.grad(out, [t for t, w in zip(leaves, wanted) if w], grad))
-    return tuple(next(grads) if w else None for w in wanted)
-
-
 class _Fused(torch.autograd.Function):
     """Forward: the fused kernel (or the composed reference). Backward: the op's, from the saved inputs (a
-    kernel, or autograd through the unfused op recomputed; the same bits). The FP8 data and scales are outputs
-    without a gradient."""
+    kernel, or the unfused op's own backward; the same bits). The FP8 data and scales are outputs without a
+    gradient."""
 
     @staticmethod
     def forward(ctx, a, b, op, eps, fmt, fused):

@@ -104,16 +104,19 @@ class Fp8Linear(nn.Linear):
 
     def quantized_weight(self) -> Quantized:
         """Q(W) in 128x128 blocks, cached until invalidated or the weight visibly changes (`weight_cache_key`)."""
-        w = self.weight
-        key = weight_cache_key(w)
+        key = weight_cache_key(self.weight)
         if self._w_cache is None or self._w_cache[0] != key:
-            # Never inference tensors, even when rollout runs under torch.inference_mode(): the training step on
-            # the same weights saves the cached Q(W) for backward, which inference tensors refuse.
-            with torch.inference_mode(False):
-                wq = quantize_blocks(w.detach(), self.spec.weight)
-            check_finite(wq, self.numerics.nonfinite, "weight")
-            self._w_cache = (key, wq)
+            self._w_cache = (key, self._quantize_weight())
         return self._w_cache[1]
+
+    def _quantize_weight(self, out: Quantized | None = None) -> Quantized:
+        """Q(W) of the current weight (into `out`, when given), checked per `numerics.nonfinite`. Never inference
+        tensors, even when rollout runs under torch.inference_mode(): the training step on the same weights
+        saves the cached Q(W) for backward, which inference tensors refuse."""
+        with torch.inference_mode(False):
+            wq = quantize_blocks(self.weight.detach(), self.spec.weight, out=out)
+        check_finite(wq, self.numerics.nonfinite, "weight")
+        return wq
 
     @torch.no_grad()
     def load_quantized(self, weight_fp8: torch.Tensor, weight_scale_inv: torch.Tensor) -> None:
@@ -166,14 +169,14 @@ class Fp8Linear(nn.Linear):
             out.data.copy_(self._w_cache[1].data)
             out.scale.copy_(self._w_cache[1].scale)
         else:
-            quantize_blocks(self.weight.detach(), self.spec.weight, out=out)
-            check_finite(out, self.numerics.nonfinite, "weight")
+            self._quantize_weight(out)
         self._w_cache = (key, out)
         self._wt_cache = None
 
     def _holds_quantized_weight(self, wq: Quantized) -> bool:
         """Whether `wq` is this module's Q(W) for the current weight version."""
-        return self._w_cache is not None and self._w_cache[1] is wq and self._w_cache[0] == weight_cache_key(self.weight)
+        cache = self._w_cache
+        return cache is not None and cache[1] is wq and cache[0] == weight_cache_key(self.weight)
 
     def forward(self, x: torch.Tensor, *, x_quantized: Quantized | None = None,
                 split_sums: bool = False) -> torch.Tensor | SplitSums:

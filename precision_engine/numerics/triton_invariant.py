@@ -58,6 +58,7 @@ from precision_engine.numerics.triton_quant import (
     _quotient,
     _reciprocal,
     _round_to_fp8_grid,
+    _rowmajor,
     _scale_from_amax,
     _to_fp8,
 )
@@ -362,9 +363,7 @@ def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, BLOCK_H: t
 
 def _rms_norm_launch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     h = x.shape[-1]
-    x2 = x.reshape(-1, h)
-    if x2.stride(1) != 1:
-        x2 = x2.contiguous()
+    x2 = _rowmajor(x.reshape(-1, h))
     out = torch.empty(x2.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
     if x2.shape[0] and h:
         block = triton.next_power_of_2(h)
@@ -416,7 +415,7 @@ def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, eps: float,
     each rounded once; not bitwise the autograd recomputation through `rms_norm_twin` it replaces (about fifteen
     launches on fp32 temporaries), which nothing compared bits with."""
     h = x.shape[-1]
-    x2, g2 = (t.reshape(-1, h) if t.stride(-1) == 1 else t.reshape(-1, h).contiguous() for t in (x, grad))
+    x2, g2 = (_rowmajor(t.reshape(-1, h)) for t in (x, grad))
     m = x2.shape[0]
     dx = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     programs = triton.cdiv(m, RMS_BACKWARD_ROWS)

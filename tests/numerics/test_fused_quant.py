@@ -194,12 +194,13 @@ def test_silu_mul_backward_kernel_is_autograds_arithmetic(shape):
         t = (dh.to(DEVICE).float() * u.float()).to(torch.bfloat16).float()
     else:
         ref_gate, ref_up, t = _silu_mul_grads_with_numpy_exp(gate, up, dh)
-    assert torch.equal(_bits(d_gate.cpu()), _bits(ref_gate.cpu())) and torch.equal(_bits(d_up.cpu()), _bits(ref_up.cpu()))
+    assert torch.equal(_bits(d_gate.cpu()), _bits(ref_gate.cpu()))
+    assert torch.equal(_bits(d_up.cpu()), _bits(ref_up.cpu()))
     x = gate.double()
     sig = torch.sigmoid(x)
     exact = t.cpu().double() * sig * (1 + x * (1 - sig))
-    # Finite everywhere (no 0 * inf where exp(-x) is inf or 0). Below x ~ -45 the chain's (x / den) / den underflows fp32
-    # and the gradient keeps only t / den, an absolute error under 1e-17 |t|.
+    # Finite everywhere (no 0 * inf where exp(-x) is inf or 0). Below x ~ -45 the chain's (x / den) / den
+    # underflows fp32 and the gradient keeps only t / den, an absolute error under 1e-17 |t|.
     err = (d_gate.cpu().double() - exact).abs()
     assert bool((err <= 2**-7 * exact.abs() + 1e-17 * t.cpu().double().abs()).all())
 

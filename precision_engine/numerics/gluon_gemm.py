@@ -435,8 +435,13 @@ SHARED_BYTES = 227 * 1024  # dynamic shared memory a Hopper program may take
 
 def _descriptor(x: torch.Tensor, rows: int, cols: int = BLOCK_K) -> TensorDescriptor:
     """TMA blocks of rows x cols of x: an FP8 operand's K blocks, or (cols = block_n) an output tile half."""
-    layout = gl.NVMMASharedLayout.get_default_for([rows, cols], _GL[x.dtype])
-    return TensorDescriptor.from_tensor(x, [rows, cols], layout)
+    return TensorDescriptor.from_tensor(x, [rows, cols], _shared_layout(rows, cols, x.dtype))
+
+
+@functools.cache
+def _shared_layout(rows: int, cols: int, dtype: torch.dtype) -> gl.NVMMASharedLayout:
+    """The swizzled shared layout of a rows x cols TMA block (cached: building one costs host time per launch)."""
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], _GL[dtype])
 
 
 # Gluon's API moves between Triton releases (3.9 replaced the TMA copies this kernel calls), so it runs only on

@@ -37,10 +37,10 @@ from torch import nn
 from torch.nn.modules import module as _module_hooks
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.contract import Quantized, SplitSums, fp8_dtype
+from precision_engine.numerics.contract import Quantized, SplitSums
 from precision_engine.numerics.gemm import transpose_operand
 from precision_engine.numerics.linear import Fp8Linear, fp8_linear, fprop_split_sums
-from precision_engine.numerics.quantize import quantize_blocks
+from precision_engine.numerics.quantize import block_buffers, quantize_blocks
 
 
 def shares_one_gemm(parts: Sequence[nn.Module]) -> bool:
@@ -99,15 +99,16 @@ def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool) -> tuple[Quanti
     if cache is None or len(cache[0]) != len(parts) or not all(
             p._holds_quantized_weight(view) for p, view in zip(parts, cache[0])):
         with torch.inference_mode(False):  # the training step saves these for backward (see quantized_weight)
-            fmt = first.spec.weight
+            fmt, device = first.spec.weight, first.weight.device
             n, k = sum(p.out_features for p in parts), first.in_features
-            wq = Quantized(torch.empty((n, k), dtype=fp8_dtype(fmt), device=first.weight.device),
-                           torch.empty((n // fmt.block[0], -(-k // fmt.block[1])), dtype=torch.float32,
-                                       device=first.weight.device), fmt)
-            rows = _row_views(wq, [p.out_features for p in parts])
-            for part, view in zip(parts, rows):
-                part._quantize_weight_into(view)
-        cache = first._group_cache = [rows, wq, None]
+            rows = [p.out_features for p in parts]
+            wq = block_buffers(n, k, fmt, device)
+            wt = block_buffers(k, n, fmt, device) if dgrad else None
+            row_views = _row_views(wq, rows)
+            column_views = _column_views(wt, rows) if dgrad else [None] * len(parts)
+            for part, view, view_t in zip(parts, row_views, column_views):
+                part._quantize_weight_into(view, view_t)
+        cache = first._group_cache = [row_views, wq, wt]
     if dgrad and cache[2] is None:
         cache[2] = transpose_operand(cache[1])
     return cache[1], cache[2]
@@ -123,6 +124,13 @@ def _row_views(wq: Quantized, rows: Sequence[int]) -> list[Quantized]:
     block_rows = wq.fmt.block[0]
     data, scale = wq.data.split(list(rows)), wq.scale.split([r // block_rows for r in rows])
     return [Quantized(d, s, wq.fmt) for d, s in zip(data, scale)]
+
+
+def _column_views(wt: Quantized, rows: Sequence[int]) -> list[Quantized]:
+    """Each part's columns of the stacked Q(W)^T: where its Q(W)^T lies (its rows of Q(W), transposed)."""
+    block_rows = wt.fmt.block[0]
+    data, scale = wt.data.split(list(rows), dim=1), wt.scale.split([r // block_rows for r in rows], dim=1)
+    return [Quantized(d, s, wt.fmt) for d, s in zip(data, scale)]
 
 
 def hooked(module: nn.Module) -> bool:

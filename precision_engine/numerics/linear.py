@@ -1,7 +1,8 @@
 """FP8 linear layer with the Jet-RL dataflow: every GEMM of forward and backward in FP8.
 
     fprop  y  = Q(x)[1x128]  @ Q(W)[128x128]^T
-    dgrad  dx = Q(dy)[1x128] @ Q(W)[128x128]          (the same cached weight bytes, transposed once per version)
+    dgrad  dx = Q(dy)[1x128] @ Q(W)[128x128]          (the same cached weight bytes, which the quantizer also
+                                                      writes transposed in its one pass per weight version)
     wgrad  dW = Q(dy)[128x1]^T @ Q(x)[128x1]          (both re-quantized along tokens; x from the saved FP8
                                                       activation, not from a BF16 copy)
 
@@ -36,6 +37,7 @@ from precision_engine.numerics.contract import COMPUTE_TORCH_DTYPE, Quantized, S
 from precision_engine.numerics.formats import LinearSpec, QuantFormat
 from precision_engine.numerics.gemm import fp8_gemm, transpose_operand
 from precision_engine.numerics.quantize import (
+    block_buffers,
     check_finite,
     dequantize,
     quantize_blocks,
@@ -109,12 +111,12 @@ class Fp8Linear(nn.Linear):
             self._w_cache = (key, self._quantize_weight())
         return self._w_cache[1]
 
-    def _quantize_weight(self, out: Quantized | None = None) -> Quantized:
-        """Q(W) of the current weight (into `out`, when given), checked per `numerics.nonfinite`. Never inference
-        tensors, even when rollout runs under torch.inference_mode(): the training step on the same weights
-        saves the cached Q(W) for backward, which inference tensors refuse."""
+    def _quantize_weight(self, out: Quantized | None = None, out_t: Quantized | None = None) -> Quantized:
+        """Q(W) of the current weight (into `out`, and Q(W)^T into `out_t`, when given), checked per
+        `numerics.nonfinite`. Never inference tensors, even when rollout runs under torch.inference_mode(): the
+        training step on the same weights saves the cached Q(W) for backward, which inference tensors refuse."""
         with torch.inference_mode(False):
-            wq = quantize_blocks(self.weight.detach(), self.spec.weight, out=out)
+            wq = quantize_blocks(self.weight.detach(), self.spec.weight, out=out, out_t=out_t)
         check_finite(wq, self.numerics.nonfinite, "weight")
         return wq
 
@@ -154,22 +156,39 @@ class Fp8Linear(nn.Linear):
         self._w_cache = (weight_cache_key(self.weight), wq)
 
     def _quantized_weight_t(self, wq: Quantized) -> Quantized:
-        """Q(W)^T as a K-major [K, N] operand for dgrad, copied once per weight version (keyed on the bytes
-        of Q(W)) so that no GEMM reads a strided FP8 operand."""
+        """Q(W)^T as a K-major [K, N] operand for dgrad (keyed on the bytes of Q(W)), so that no GEMM reads a
+        strided FP8 operand: the quantizer's own (`_quantized_weights`), or, for a Q(W) made without it (for
+        rollout, or loaded), a transposed copy made once per weight version."""
         if self._wt_cache is None or self._wt_cache[0] is not wq.data:
             self._wt_cache = (wq.data, transpose_operand(wq))
         return self._wt_cache[1]
 
-    def _quantize_weight_into(self, out: Quantized) -> None:
+    def _quantized_weights(self, dgrad: bool) -> tuple[Quantized, Quantized | None]:
+        """Q(W), and Q(W)^T when dgrad runs in FP8: a new weight version gets both from one quantizer pass."""
+        key = weight_cache_key(self.weight)
+        if dgrad and (self._w_cache is None or self._w_cache[0] != key):
+            with torch.inference_mode(False):
+                wt = block_buffers(self.in_features, self.out_features, self.spec.weight, self.weight.device)
+            self._w_cache = (key, self._quantize_weight(out_t=wt))
+            self._wt_cache = (self._w_cache[1].data, wt)
+        wq = self.quantized_weight()
+        return wq, self._quantized_weight_t(wq) if dgrad else None
+
+    def _quantize_weight_into(self, out: Quantized, out_t: Quantized | None = None) -> None:
         """Make `out` (this module's rows of a group's stacked Q(W), see fused_linear) its Q(W) for the current
-        weight version, so the bytes live once: a still-current Q(W) is copied there (bytes pinned by
-        `load_quantized` stay the bytes multiplied), else the weight is quantized straight into it."""
+        weight version, so the bytes live once, and `out_t` (its columns of the stacked Q(W)^T), when given, its
+        Q(W)^T: a still-current Q(W) is copied there (bytes pinned by `load_quantized` stay the bytes
+        multiplied), else the weight is quantized straight into both."""
         key = weight_cache_key(self.weight)
         if self._w_cache is not None and self._w_cache[0] == key:
-            out.data.copy_(self._w_cache[1].data)
-            out.scale.copy_(self._w_cache[1].scale)
+            current = self._w_cache[1]
+            out.data.copy_(current.data)
+            out.scale.copy_(current.scale)
+            if out_t is not None:
+                out_t.data.copy_(current.data.t())
+                out_t.scale.copy_(current.scale.t())
         else:
-            self._quantize_weight(out)
+            self._quantize_weight(out, out_t)
         self._w_cache = (key, out)
         self._wt_cache = None
 
@@ -191,8 +210,7 @@ class Fp8Linear(nn.Linear):
             wq = quantize_blocks(self.weight.detach(), self.spec.weight)
             wt = transpose_operand(wq) if self._dgrad_in_fp8() else None
         else:
-            wq = self.quantized_weight()
-            wt = self._quantized_weight_t(wq) if self._dgrad_in_fp8() else None
+            wq, wt = self._quantized_weights(self._dgrad_in_fp8())
         return fp8_linear(x, wq, wt, (self.spec, self.numerics), (self.weight,), (self.bias,),
                           x_quantized=x_quantized)
 

@@ -102,33 +102,51 @@ def quantize_rows_1xG(x: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto
 
 
 def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto",
-                    out: Quantized | None = None) -> Quantized:
+                    out: Quantized | None = None, out_t: Quantized | None = None) -> Quantized:
     """RxC blocks (weights, 128x128): data [N, K], scale [ceil(N/R), ceil(K/C)] contiguous. `out`: buffers of
     those shapes, FP8 and float32 with unit column stride, to write into (a part's rows of a stacked weight:
-    `fused_linear`); returned."""
+    `fused_linear`); returned. `out_t`: buffers of the transposed shapes, [K, N] and [ceil(K/C), ceil(N/R)],
+    that receive Q(W)^T in the same pass (dgrad's operand, the bytes `gemm.transpose_operand` would give)."""
     _check_fp8(fmt, Granularity.BLOCK)
     if w.dim() != 2:
         raise OperandError(f"block quantization needs a 2-D weight, got shape {tuple(w.shape)}")
-    if out is None:
+    if out is None and out_t is None:
         return _dispatch("blocks", w, fmt, backend)
     scale_shape = tuple(-(-n // b) for n, b in zip(w.shape, fmt.block))
-    if (tuple(out.data.shape) != tuple(w.shape) or tuple(out.scale.shape) != scale_shape
-            or out.data.dtype != fp8_dtype(fmt) or out.scale.dtype != torch.float32
-            or out.data.stride(-1) != 1 or out.scale.stride(-1) != 1):
-        raise OperandError(
-            f"quantize_blocks out= must be {fp8_dtype(fmt)} {tuple(w.shape)} and float32 {scale_shape} with unit "
-            f"column stride; got {out.data.dtype} {tuple(out.data.shape)} and {out.scale.dtype} "
-            f"{tuple(out.scale.shape)}"
-        )
+    for name, buffers, shapes in (("out", out, (tuple(w.shape), scale_shape)),
+                                  ("out_t", out_t, (tuple(w.shape)[::-1], scale_shape[::-1]))):
+        if buffers is not None:
+            _check_buffers(name, buffers, *shapes, fmt)
     _check_input(w)
     if _use_triton(w, backend):
         from precision_engine.numerics import triton_quant
 
-        return triton_quant.quantize_blocks(w, fmt, out=out)
+        return triton_quant.quantize_blocks(w, fmt, out=out, out_t=out_t)
     q = _REFERENCE["blocks"](w, fmt)
-    out.data.copy_(q.data)
-    out.scale.copy_(q.scale)
-    return replace(out, fmt=fmt)
+    for buffers, data, scale in ((out, q.data, q.scale), (out_t, q.data.t(), q.scale.t())):
+        if buffers is not None:
+            buffers.data.copy_(data)
+            buffers.scale.copy_(scale)
+    return q if out is None else replace(out, fmt=fmt)
+
+
+def block_buffers(rows: int, cols: int, fmt: QuantFormat, device: torch.device) -> Quantized:
+    """Uninitialized buffers for a [rows, cols] operand in `fmt`'s blocks: the `out` / `out_t` of
+    `quantize_blocks`."""
+    scale_shape = (-(-rows // fmt.block[0]), -(-cols // fmt.block[1]))
+    return Quantized(torch.empty((rows, cols), dtype=fp8_dtype(fmt), device=device),
+                     torch.empty(scale_shape, dtype=torch.float32, device=device), fmt)
+
+
+def _check_buffers(name: str, buffers: Quantized, shape: tuple, scale_shape: tuple, fmt: QuantFormat) -> None:
+    if (tuple(buffers.data.shape) != shape or tuple(buffers.scale.shape) != scale_shape
+            or buffers.data.dtype != fp8_dtype(fmt) or buffers.scale.dtype != torch.float32
+            or buffers.data.stride(-1) != 1 or buffers.scale.stride(-1) != 1):
+        raise OperandError(
+            f"quantize_blocks {name}= must be {fp8_dtype(fmt)} {shape} and float32 {scale_shape} with unit column "
+            f"stride; got {buffers.data.dtype} {tuple(buffers.data.shape)} and {buffers.scale.dtype} "
+            f"{tuple(buffers.scale.shape)}"
+        )
 
 
 def quantize_tokens_transposed(x: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto") -> Quantized:

@@ -445,11 +445,12 @@ def _rows_and_tokens_t_kernel(x_ptr, qr_ptr, sr_ptr, qt_ptr, st_ptr, M, C, M_pad
 
 
 @triton.jit
-def _blocks_kernel(w_ptr, q_ptr, s_ptr, N, K, stride_wn, stride_qn, stride_sn,
-                   BR: tl.constexpr, BC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+def _blocks_kernel(w_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, N, K, stride_wn, stride_qn, stride_sn, stride_qtk,
+                   stride_stk, BR: tl.constexpr, BC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
                    FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
-                   POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
-    """One program per BRxBC weight block (partial at the edges)."""
+                   POW2: tl.constexpr, EXACT_ROUND: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """One program per BRxBC weight block (partial at the edges); TRANSPOSED also writes the block's bytes
+    transposed into qt [K, N] and its scale into st [K/BC, N/BR] (dgrad's Q(W)^T, without a second pass)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     r = tl.arange(0, BLOCK_R)
@@ -460,9 +461,12 @@ def _blocks_kernel(w_ptr, q_ptr, s_ptr, N, K, stride_wn, stride_qn, stride_sn,
     w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     scale = _scale_from_amax(_amax(_amax(tl.abs(w), 1), 0), FMAX, RFMAX, POW2)
     y = _quotient(w, scale, _reciprocal(scale, POW2), POW2, False)
-    tl.store(q_ptr + rows[:, None] * stride_qn + cols[None, :],
-             _to_fp8(y, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
+    q = _to_fp8(y, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
+    tl.store(q_ptr + rows[:, None] * stride_qn + cols[None, :], q, mask=mask)
     tl.store(s_ptr + pid_n * stride_sn + pid_k, scale)
+    if TRANSPOSED:
+        tl.store(qt_ptr + cols.to(tl.int64)[:, None] * stride_qtk + rows[None, :], tl.trans(q), mask=tl.trans(mask))
+        tl.store(st_ptr + pid_k * stride_stk + pid_n, scale)
 
 
 @triton.jit
@@ -585,8 +589,9 @@ def quantize_channel(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | N
 
 
 def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None = None,
-                    out: Quantized | None = None) -> Quantized:
-    """`out`: the data and scale buffers to write (row-strided views allowed), as `quantize.quantize_blocks`."""
+                    out: Quantized | None = None, out_t: Quantized | None = None) -> Quantized:
+    """`out`, `out_t`: the data and scale buffers to write (row-strided views allowed), as
+    `quantize.quantize_blocks`; `out_t` receives Q(W)^T in the same pass."""
     w = _rowmajor(w)
     n, k = w.shape
     br, bc = fmt.block
@@ -596,11 +601,12 @@ def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | No
         scale = torch.empty((nb, kb), dtype=torch.float32, device=w.device)
     else:
         q, scale = out.data, out.scale
+    qt, st = (q, scale) if out_t is None else (out_t.data, out_t.scale)  # qt, st: never written without out_t
     if nb and kb:
         _blocks_kernel[(nb, kb)](
-            w, q, scale, n, k, w.stride(0), q.stride(0), scale.stride(0),
+            w, q, scale, qt, st, n, k, w.stride(0), q.stride(0), scale.stride(0), qt.stride(0), st.stride(0),
             BR=br, BC=bc, BLOCK_R=_pow2_block(br), BLOCK_C=_pow2_block(bc), **_fmt_args(fmt, exact_round),
-            num_warps=8,
+            TRANSPOSED=out_t is not None, num_warps=8,
         )
     return Quantized(q, scale, fmt)
 

@@ -216,6 +216,28 @@ def test_loaded_bytes_are_the_bytes_multiplied():
                            other.quantized_weight().data.view(torch.uint8))
 
 
+@pytest.mark.parametrize("pinned", [False, True], ids=["quantized", "loaded"])
+def test_training_stacks_q_w_transposed_in_the_same_pass(monkeypatch, pinned):
+    """A training forward builds the stacked Q(W)^T for dgrad while it quantizes each part into the stack: no
+    transpose pass, and the bytes a transpose of the stacked Q(W) gives. Parts whose bytes were loaded
+    pre-quantized (copied into the stack, not re-quantized) land in it transposed too."""
+    from precision_engine.numerics import fused_linear as F
+    from precision_engine.numerics.gemm import transpose_operand
+
+    parts = _parts()
+    if pinned:
+        for part, other in zip(parts, _parts(seed=7)):
+            part.load_quantized(*to_block_fp8(other.weight.detach()))
+    monkeypatch.setattr(F, "transpose_operand", lambda q: pytest.fail("Q(W)^T came from a second pass"))
+    x = torch.randn(8, 256, dtype=torch.bfloat16, requires_grad=True)
+    sum(y.float().sum() for y in fp8_linear_group(parts, x)).backward()
+    _, stack, stack_t = parts[0]._group_cache
+    ref = transpose_operand(stack)
+    assert torch.equal(stack_t.data.view(torch.uint8), ref.data.view(torch.uint8))
+    assert torch.equal(stack_t.scale, ref.scale)
+    assert stack_t.data.is_contiguous() and stack_t.scale.is_contiguous()
+
+
 def test_a_captured_q_w_refreshed_in_place_updates_the_stack():
     """The decode CUDA graph reads the stack by address and refreshes by copying a new version into the part's
     Q(W) it captured (rl.decode.DecodeGraph.refresh): those copies must land in the stack it reads."""

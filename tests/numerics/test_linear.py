@@ -117,6 +117,27 @@ def test_weight_cache_follows_weight_version():
     assert fp8.quantized_weight() is w2
 
 
+def test_training_step_quantizes_w_and_w_transposed_in_one_pass(monkeypatch):
+    """A training forward on a new weight version gets Q(W) and dgrad's Q(W)^T from one quantizer call (no
+    transpose pass), with the bytes a transpose of Q(W) gives; the next step on the same version reuses both."""
+    from precision_engine.numerics import linear as L
+    from precision_engine.numerics.gemm import transpose_operand
+
+    lin, fp8 = _pair(JETRL, bias=False)
+    with torch.no_grad():
+        lin.weight.mul_(torch.exp(torch.randn(384, 1) * 2).to(torch.bfloat16))  # block scales spanning decades
+    monkeypatch.setattr(L, "transpose_operand", lambda q: pytest.fail("Q(W)^T came from a second pass"))
+    x = torch.randn(8, 256, dtype=torch.bfloat16, requires_grad=True)
+    fp8(x).float().sum().backward()
+    wq, (key, wt) = fp8.quantized_weight(), fp8._wt_cache
+    assert key is wq.data
+    ref = transpose_operand(wq)
+    assert torch.equal(wt.data.view(torch.uint8), ref.data.view(torch.uint8)) and torch.equal(wt.scale, ref.scale)
+    assert wt.data.is_contiguous() and wt.scale.is_contiguous()
+    fp8(x).float().sum().backward()  # the same weight version: nothing re-quantized
+    assert fp8.quantized_weight() is wq and fp8._wt_cache[1] is wt
+
+
 def test_owner_invalidates_after_a_fused_optimizer_step():
     """AdamW(fused=True) writes the weight without bumping its version counter: the cache cannot see it, so the
     trainer invalidates explicitly; nothing process-wide couples this layer to another model's optimizer."""

@@ -430,6 +430,10 @@ compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*fp8e4nv", "*fp8e4nv",
          dict(D=128, HB=2, BLOCK_H=2, FP8_KV=True, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
 compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*bf16", "*bf16", "*i64", "*i64"] + ["i32"] * 13,
          dict(D=128, HB=8, BLOCK_H=8, FP8_KV=False, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
+from precision_engine.numerics import triton_quant as TQ
+for transposed in (False, True):  # Q(W), and Q(W) with Q(W)^T in the same pass
+    compile_(TQ._blocks_kernel, ["*bf16", "*fp8e4nv", "*fp32", "*fp8e4nv", "*fp32"] + ["i32"] * 7,
+             dict(BR=128, BC=128, BLOCK_R=128, BLOCK_C=128, **e4m3, TRANSPOSED=transposed), num_warps=8)
 print("ok")
 '''
 
@@ -437,7 +441,8 @@ print("ok")
 @pytest.mark.slow
 def test_kernels_compile_for_hopper_on_tensor_cores():
     """Ahead-of-time compilation for sm_90 with this machine's Triton (no GPU needed; ~10-30 s): every kernel
-    lowers (with the training backward kernels of RMSNorm and the SiLU product), and linear (all three
+    lowers (with the training backward kernels of RMSNorm and the SiLU product, and the weight quantizer writing
+    both layouts), and linear (all three
     launches) and attention multiply on wgmma, never mma.sync, whatever M."""
     import subprocess
     import sys

@@ -253,3 +253,31 @@ def test_blocks_quantize_into_rows_of_a_stacked_buffer(backend):
     assert bool((scale[0] == -1).all()) and bool((scale[3] == -1).all())
     with pytest.raises(Q.OperandError, match="out= must be"):
         Q.quantize_blocks(w.to(DEVICE), fmt, backend=backend, out=Q.Quantized(data[:128], scale[:1], fmt))
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("shape", [(256, 320), (200, 136)], ids=["whole-rows", "ragged"])
+def test_blocks_write_the_transposed_operand_in_the_same_pass(backend, shape):
+    """quantize_blocks(out_t=) also writes Q(W)^T, the bytes and scales `gemm.transpose_operand` gives, into
+    the given columns of a larger buffer (a part of fused_linear's stacked Q(W)^T), other columns untouched,
+    edge blocks included; Q(W) itself is unchanged by it; a misfit buffer is refused."""
+    from precision_engine.numerics.gemm import transpose_operand
+
+    fmt = BASE[4]  # e4m3 128x128
+    n, k = shape
+    nb = -(-n // 128)
+    w = (torch.randn(n, k) * torch.exp(torch.randn(n, 1) * 2)).to(torch.bfloat16)
+    w[3, :5] = -w[3, :5].abs() * 1e-30  # FP8 underflow to signed zeros
+    data = torch.full((k, n + 256), 0x11, dtype=torch.uint8).view(Q.fp8_dtype(fmt)).to(DEVICE)
+    scale = torch.full((-(-k // 128), nb + 2), -1.0).to(DEVICE)
+    view = Q.Quantized(data[:, 128:128 + n], scale[:, 1:1 + nb], fmt)
+    got = Q.quantize_blocks(w.to(DEVICE), fmt, backend=backend, out_t=view)
+    ref = Q.quantize_blocks(w, fmt, backend="reference")
+    assert_bitwise(to_cpu(got), ref)
+    packed = replace(view, data=view.data.contiguous(), scale=view.scale.contiguous())  # strides as the ref's
+    assert_bitwise(to_cpu(packed), transpose_operand(ref))
+    untouched = torch.cat([data[:, :128], data[:, 128 + n:]], dim=1).view(torch.uint8)
+    assert bool((untouched == 0x11).all())
+    assert bool((scale[:, 0] == -1).all()) and bool((scale[:, 1 + nb:] == -1).all())
+    with pytest.raises(Q.OperandError, match="out_t= must be"):
+        Q.quantize_blocks(w.to(DEVICE), fmt, backend=backend, out_t=Q.Quantized(data[:, :n], scale[:, :1], fmt))

@@ -102,6 +102,21 @@ def test_fused_requantize_full_size(fmt):
         assert_bitwise(T.requantize_tokens_transposed(saved, ref.fmt, config=config), ref)
 
 
+@pytest.mark.parametrize("shape", [(14336, 4096), (4096, 14336), (1000, 3000)], ids=["up", "down", "ragged"])
+def test_blocks_with_the_transposed_operand_full_size(shape):
+    """Q(W)^T written in the quantizer's own pass (what the training step uses on every new weight version)
+    equals the byte transpose of Q(W) that dgrad took before, bitwise, and Q(W) itself is unchanged."""
+    from precision_engine.numerics.gemm import transpose_operand
+
+    fmt = BASE[4]  # e4m3 128x128
+    w = random_input(shape, seed=shape[0])
+    out_t = Q.block_buffers(shape[1], shape[0], fmt, w.device)
+    got = Q.quantize_blocks(w, fmt, out_t=out_t)
+    alone = Q.quantize_blocks(w, fmt)
+    assert_bitwise(got, alone)
+    assert_bitwise(out_t, transpose_operand(alone))
+
+
 def test_layouts_feed_scaled_mm_without_copies():
     """fprop (1x128 x 128x128) and wgrad (tokens^T x tokens^T) straight from our layouts into torch._scaled_mm."""
     m, k, n = 512, 1024, 768

@@ -43,9 +43,9 @@ NORM_SHAPES = [(8192, 4096), (16384, 4096), (8192, 8192)]  # tokens x hidden (8B
 MLP_SHAPES = [(8192, 14336), (16384, 14336)]  # tokens x intermediate (8B)
 
 
-def copy_bandwidth(nbytes: int = 1 << 30, *, reps: int = 30) -> float:
+def copy_bandwidth(nbytes: int = 1 << 30, *, reps: int = 30, device: str = "cuda") -> float:
     """GB/s of a device-to-device copy, counting bytes read plus bytes written."""
-    src = torch.randn(nbytes // 2, device="cuda", dtype=torch.bfloat16)
+    src = torch.randn(nbytes // 2, device=device, dtype=torch.bfloat16)
     dst = torch.empty_like(src)
     ms = median(time_cuda(lambda: dst.copy_(src), warmup=5, reps=reps))
     return gbps(2 * nbytes, ms)

@@ -1,4 +1,4 @@
-"""`precision bench kernels|linear|block|rollout`: FP8 against BF16 on this machine's GPU, same run, table + JSON."""
+"""`precision bench kernels|linear|block|ceiling|rollout`: FP8 against BF16 on this machine's GPU, same run, table + JSON."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ QuickOpt = Annotated[bool, typer.Option("--quick", help="Two shapes, one trainin
 
 
 def register(app: typer.Typer) -> None:
-    """`precision bench kernels|linear|block|rollout`, one sub-command each."""
+    """`precision bench kernels|linear|block|ceiling|rollout`, one sub-command each."""
     from precision_engine.cli import bench_rollout
 
     group = typer.Typer(help="Benchmarks on this machine's GPU, every ratio against a baseline of the same run.",
@@ -120,6 +120,25 @@ def register(app: typer.Typer) -> None:
             warmup=1 if quick else 3, device=device, on_row=echo_row,
         )
         _report(bench_block.format_table(rows), rows, out)
+
+    @group.command()
+    def ceiling(out: OutOpt = None, quick: QuickOpt = False) -> None:
+        """How far an FP8 linear could get ahead of BF16 on this GPU, against issue 12's targets, same run.
+
+        For each 8B projection shape at 8192/16384 tokens (--quick: two shapes at 8192), the training step's
+        three GEMMs are timed in BF16 and in FP8 with one scale per tensor (cuBLAS's fastest FP8 GEMM), and the
+        copy bandwidth is measured. The ceiling per pass is printed twice: with the GEMMs alone, and with the
+        fewest bytes the FP8 dataflow's quantizers must move added at copy bandwidth. A target above the
+        GEMMs-only ceiling asks our GEMMs to beat cuBLAS's per-tensor FP8 GEMM.
+
+        Examples:
+          precision bench ceiling --out bench_ceiling.json
+        """
+        require_gpu(out, "precision bench ceiling")
+        from precision_engine.bench import ceiling as bench_ceiling
+
+        rows = bench_ceiling.bench_ceiling(quick=quick, on_row=lambda row: typer.echo(bench_ceiling.format_row(row)))
+        _report(bench_ceiling.format_table(rows), rows, out)
 
     bench_rollout.register(group)
     app.add_typer(group, name="bench")

@@ -1,0 +1,146 @@
+"""`precision bench ceiling`: how far FP8 linears could get ahead of BF16 on this device, measured in one run.
+
+Issue 12 asks the FP8 linear for >= 1.45x BF16 (>= 1.6x fwd+bwd on the MLP shapes). Whether a ratio can be
+reached at all depends on the device, not on our kernels. So for each (N, K) and token count M, this times the
+three GEMMs of a training step in the same run:
+- in BF16, with nn.Linear's own layouts;
+- in FP8 with one scale per tensor (`torch._scaled_mm`, cuBLAS's fastest FP8 GEMM, with no block scales to
+  apply).
+It also measures the device's copy bandwidth. From these it derives two ceilings per pass:
+
+  GEMMs only        BF16 GEMM ms / FP8 GEMM ms, with no quantization at all. A target above this asks the
+                    FP8 linear's block-scaled GEMMs to beat cuBLAS's per-tensor FP8 GEMM, which has less work
+                    (no scales to apply per block): out of reach unless some kernel beats cuBLAS there. Each
+                    GEMM's TFLOP/s is kept too, to compare with the tensor cores' peak.
+  with quantizers   BF16 ms / (FP8 GEMM ms + the fewest bytes the Jet-RL dataflow's quantizers must move, at
+                    copy bandwidth). This assumes quantization does not overlap the GEMMs.
+
+GEMMs, for x [M, K], W [N, K] and dy [M, N]: fprop x W^T; dgrad dy W; wgrad dy^T x.
+The fewest bytes (`quantizer_bytes`):
+- forward (rollout's: Q(W) cached): read x, write Q(x) with its 1x128 scales;
+- the step (W re-quantized, as after every optimizer step), which adds:
+  - read W; write Q(W), Q(W)^T and their block scales;
+  - read dy once; write both of its layouts;
+  - read Q(x); write it re-quantized along tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from precision_engine.bench.gemm import QUICK_SHAPES, SHAPES_8B, TRAIN_M, timed
+from precision_engine.bench.timing import rotation
+
+GEMMS = ("fprop", "dgrad", "wgrad")
+TARGETS = {"fwd": 1.45, "fwd+bwd": 1.45}  # issue 12; fwd+bwd on the MLP shapes: MLP_TARGET
+MLP_TARGET = 1.6
+MLP_FEATURES = (14336, 28672, 12288)  # the 8B MLPs' intermediate sizes (Llama up, fused gate+up; Qwen3 up)
+GROUP, BLOCK = 128, 128
+
+
+def quantizer_bytes(n: int, k: int, m: int) -> dict[str, int]:
+    """The fewest bytes the quantizers of one FP8 linear must move (read + write), per pass (module doc)."""
+    act = 2 * m * k + m * k + 4 * m * -(-k // GROUP)  # x (BF16) in, Q(x) and its scales out
+    weight = 2 * n * k + 2 * (n * k + 4 * -(-n // BLOCK) * -(-k // BLOCK))  # W in; Q(W), Q(W)^T out
+    grad = 2 * m * n + 2 * (m * n + 4 * m * -(-n // GROUP))  # dy in once; rows and tokens layouts out
+    requant = 2 * (m * k + 4 * m * -(-k // GROUP))  # Q(x) in, re-quantized along tokens out
+    return {"fwd": act, "fwd+bwd": act + weight + grad + requant}
+
+
+def problems(n: int, k: int, m: int) -> dict[str, tuple[int, int, int]]:
+    """Each GEMM of the step as (rows, columns, reduction): fprop [M, N] over K, dgrad [M, K] over N, wgrad
+    [N, K] over M."""
+    return {"fprop": (m, n, k), "dgrad": (m, k, n), "wgrad": (n, k, m)}
+
+
+_BF16_LAYOUTS = {  # nn.Linear's operands per GEMM, as (shape of p, shape of q, the product), from (M, N, K)
+    "fprop": (lambda m, n, k: (m, k), lambda m, n, k: (n, k), lambda p, q: torch.mm(p, q.t())),  # x W^T
+    "dgrad": (lambda m, n, k: (m, n), lambda m, n, k: (n, k), lambda p, q: torch.mm(p, q)),  # dy W
+    "wgrad": (lambda m, n, k: (m, n), lambda m, n, k: (m, k), lambda p, q: torch.mm(p.t(), q)),  # dy^T x
+}
+
+
+def ceilings(row: dict) -> dict:
+    """The ceilings of `row` (its `bf16_<gemm>_ms`, `fp8_<gemm>_ms`, `copy_gbps`, `<pass>_bytes`) per pass,
+    each with the issue's target and whether the GEMMs-only ceiling leaves it within reach."""
+    out = {}
+    for pass_, gemms in (("fwd", GEMMS[:1]), ("fwd+bwd", GEMMS)):
+        bf16 = sum(row[f"bf16_{g}_ms"] for g in gemms)
+        fp8 = sum(row[f"fp8_{g}_ms"] for g in gemms)
+        quant_ms = row[f"{pass_}_bytes"] / (row["copy_gbps"] * 1e6)  # GB/s = 1e6 bytes per ms
+        target = MLP_TARGET if pass_ == "fwd+bwd" and (row["n"] in MLP_FEATURES or row["k"] in MLP_FEATURES) \
+            else TARGETS[pass_]
+        out[pass_] = {"gemm_x": bf16 / fp8, "with_quant_x": bf16 / (fp8 + quant_ms), "target": target,
+                      "reachable": bf16 / fp8 >= target}
+    return out
+
+
+def _gemm_timers(gemm: str, n: int, k: int, m: int, device: str) -> tuple[Callable, Callable, Callable, int]:
+    """(make one input set, BF16 on a set, FP8 on a set, bytes of a set) for one GEMM of the step: BF16 on
+    nn.Linear's operands, FP8 on K-major operands (what `torch._scaled_mm` takes) of the same problem."""
+    rows, cols, red = problems(n, k, m)[gemm]
+    p_shape, q_shape, bf16_product = _BF16_LAYOUTS[gemm]
+    one = torch.ones((), device=device)
+
+    def make():
+        p = torch.randn(p_shape(m, n, k), device=device, dtype=torch.bfloat16)
+        q = torch.randn(q_shape(m, n, k), device=device, dtype=torch.bfloat16)
+        a8 = torch.randn(rows, red, device=device).to(torch.float8_e4m3fn)
+        b8 = torch.randn(cols, red, device=device).to(torch.float8_e4m3fn)
+        return p, q, a8, b8
+
+    def bf16(p, q, a8, b8):
+        return bf16_product(p, q)
+
+    def fp8(p, q, a8, b8):
+        return torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    return make, bf16, fp8, 3 * (rows + cols) * red
+
+
+def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
+                  shapes: Sequence[tuple[int, int]] | None = None, ms: Sequence[int] | None = None,
+                  device: str = "cuda", on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """One row per (shape, M): each GEMM's BF16 and FP8 ms, the copy bandwidth, the quantizer bytes, and the
+    ceilings (`ceilings`) under "ceilings". `shapes` (N, K) and `ms` override the 8B lists (or --quick's);
+    `device` cpu runs the same loop at toy sizes (tests: the wiring, not a measurement)."""
+    from precision_engine.bench.quant import copy_bandwidth
+
+    bandwidth = copy_bandwidth(1 << 30 if device == "cuda" else 1 << 20, device=device)
+    rows = []
+    for n, k in shapes or (QUICK_SHAPES if quick else SHAPES_8B):
+        for m in ms or (TRAIN_M[:1] if quick else TRAIN_M):
+            row = {"n": n, "k": k, "m": m, "copy_gbps": bandwidth}
+            for gemm in GEMMS:
+                make, bf16, fp8, nbytes = _gemm_timers(gemm, n, k, m, device)
+                sets = rotation(make, nbytes)
+                row[f"bf16_{gemm}_ms"] = timed(bf16, sets, graphed=False, warmup=warmup, reps=reps)
+                row[f"fp8_{gemm}_ms"] = timed(fp8, sets, graphed=False, warmup=warmup, reps=reps)
+                flop = 2 * math.prod(problems(n, k, m)[gemm])
+                row[f"bf16_{gemm}_tflops"] = flop / row[f"bf16_{gemm}_ms"] / 1e9
+                row[f"fp8_{gemm}_tflops"] = flop / row[f"fp8_{gemm}_ms"] / 1e9
+                del sets
+            row.update({f"{p}_bytes": b for p, b in quantizer_bytes(n, k, m).items()})
+            row["ceilings"] = ceilings(row)
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    return rows
+
+
+def format_row(r: dict) -> str:
+    cells = []
+    for pass_, c in r["ceilings"].items():
+        verdict = "within reach" if c["reachable"] else "beyond cuBLAS's own FP8"
+        cells.append(f"{pass_} {c['gemm_x']:.2f}x / {c['with_quant_x']:.2f}x (target {c['target']:.2f}x: {verdict})")
+    return f"{r['n']:>6}x{r['k']:<6} {r['m']:>6}  " + "; ".join(cells)
+
+
+def format_table(rows: list[dict]) -> str:
+    """A line per row: each pass's ceiling with GEMMs only / with quantizer bytes, against the issue's target."""
+    head = (f"{'N x K':>13} {'M':>6}  ceiling x BF16: GEMMs only / with quantizers at "
+            f"{rows[0]['copy_gbps']:.0f} GB/s copy bandwidth" if rows else "no rows")
+    return "\n".join([head, *map(format_row, rows)])

@@ -1,0 +1,67 @@
+"""`precision bench ceiling`'s arithmetic (the timing itself runs on the H200): the quantizer byte floor and the
+ceilings against issue 12's targets."""
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from precision_engine.bench import ceiling as C
+from precision_engine.cli.app import app
+
+
+def test_quantizer_bytes_count_each_tensor_the_dataflow_moves():
+    n, k, m = 4096, 1024, 256
+    got = C.quantizer_bytes(n, k, m)
+    x = 2 * m * k + m * k + 4 * m * (k // 128)  # BF16 x in; Q(x) and one fp32 scale per 128 out
+    w = 2 * n * k + 2 * n * k + 2 * 4 * (n // 128) * (k // 128)  # W in; Q(W) and Q(W)^T with block scales out
+    dy = 2 * m * n + 2 * m * n + 2 * 4 * m * (n // 128)  # dy in once; both layouts out
+    xt = 2 * (m * k + 4 * m * (k // 128))  # Q(x) in; along tokens out
+    assert got == {"fwd": x, "fwd+bwd": x + w + dy + xt}
+    assert C.quantizer_bytes(100, 130, 3)["fwd"] == 2 * 3 * 130 + 3 * 130 + 4 * 3 * 2  # ragged: scales round up
+
+
+def test_problems_are_the_steps_three_gemms():
+    assert C.problems(14336, 4096, 8192) == {"fprop": (8192, 14336, 4096), "dgrad": (8192, 4096, 14336),
+                                            "wgrad": (14336, 4096, 8192)}
+
+
+def _row(n, k, bf16, fp8, gbps=4000.0):
+    row = {"n": n, "k": k, "m": 8192, "copy_gbps": gbps}
+    row.update({f"{p}_bytes": b for p, b in C.quantizer_bytes(n, k, 8192).items()})
+    for g, b, f in zip(C.GEMMS, bf16, fp8):
+        row[f"bf16_{g}_ms"], row[f"fp8_{g}_ms"] = b, f
+    return row
+
+
+def test_ceilings_add_quantizer_time_and_judge_the_gemm_only_ratio():
+    got = C.ceilings(_row(4096, 4096, (1.0, 1.0, 1.0), (0.7, 0.6, 0.7), gbps=4000.0))
+    assert got["fwd"]["gemm_x"] == pytest.approx(1 / 0.7)
+    step_bytes = C.quantizer_bytes(4096, 4096, 8192)["fwd+bwd"]
+    assert got["fwd+bwd"]["with_quant_x"] == pytest.approx(3.0 / (2.0 + step_bytes / 4000e9 * 1e3))  # s -> ms
+    assert got["fwd"]["target"] == 1.45 and not got["fwd"]["reachable"]  # 1.43x GEMMs-only < 1.45
+    assert got["fwd+bwd"]["gemm_x"] == pytest.approx(1.5) and got["fwd+bwd"]["reachable"]
+    mlp = C.ceilings(_row(14336, 4096, (1.0, 1.0, 1.0), (0.7, 0.6, 0.7)))
+    assert mlp["fwd+bwd"]["target"] == 1.6 and not mlp["fwd+bwd"]["reachable"]  # 1.5x GEMMs-only < 1.6
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_ceiling_without_gpu_is_one_clear_error():
+    result = CliRunner().invoke(app, ["bench", "ceiling", "--quick"])
+    assert result.exit_code == 2 and "needs a CUDA GPU" in result.output and "Traceback" not in result.output
+
+
+def test_the_loop_runs_end_to_end_at_toy_size_on_the_cpu():
+    """The wiring (timers, layouts, bytes, ceilings, table) at a toy size on the CPU: not a measurement."""
+    rows = C.bench_ceiling(shapes=[(256, 128)], ms=[64], reps=2, warmup=1, device="cpu")
+    (row,) = rows
+    assert all(row[f"{kind}_{g}_ms"] > 0 for kind in ("bf16", "fp8") for g in C.GEMMS) and row["copy_gbps"] > 0
+    assert set(row["ceilings"]) == {"fwd", "fwd+bwd"} and row["fwd_bytes"] == C.quantizer_bytes(256, 128, 64)["fwd"]
+    table = C.format_table(rows)
+    assert "256x128" in table and "target 1.45x" in table and row["fp8_wgrad_tflops"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_quick_run_on_the_gpu():
+    rows = C.bench_ceiling(quick=True, reps=3, warmup=1)
+    assert len(rows) == 2 and all(r["ceilings"]["fwd+bwd"]["gemm_x"] > 0 for r in rows)

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Bounded GPU steps (H200): the GPU tests that guard what changed (GEMM dispatch, fused linears and producers,
 # quantizers, invariant kernels, on-policy bitwise), then the rollout, decoder-block and invariant-kernel
-# benches, the FP8 linear bench --quick beside torchao and the quantizer sweep. Logs stay in /tmp/gpu_final;
-# $OUT gets the JSON, the test logs and summary.txt (the device returns a few files only).
+# benches, the FP8 ceilings, the FP8 linear bench --quick beside torchao and the quantizer sweep. Logs stay in
+# /tmp/gpu_final; $OUT gets the JSON, the test logs and summary.txt (the device returns a few files only).
 #
-#   run(command='SKIP="bench_linear bench_quant" bash scripts/gpu_final.sh', carry=[".whl"])
+#   run(command='SKIP="bench_linear bench_quant bench_ceiling" bash scripts/gpu_final.sh', carry=[".whl"])
 #
 # Each step has its own time limit; the whole script outruns one 600 s device call, so a call runs part of
-# it: SKIP="bench_linear bench_quant" (tests and benches, ~7-8 min), then SKIP="<all but bench_linear>" (torchao's
-# autotuning, up to LINEAR_LIMIT s).
+# it: SKIP="bench_linear bench_quant bench_ceiling" (tests and benches, ~7-8 min), then SKIP="<all but
+# bench_linear bench_ceiling>" (the ceilings, ~1-2 min, and torchao's autotuning, up to LINEAR_LIMIT s).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -43,6 +43,7 @@ t bench_rollout 190 $PY -m precision_engine.bench.rollout --model llama-3.1-8b -
 t profile_decode 60 $PY -m precision_engine.bench.rollout --profile 20 --prompt 256
 t bench_block 90 $PY -c "$CLI" bench block --reps 10 --out "$OUT/bench_block.json"
 t bench_invariant 90 $PY -m precision_engine.bench.invariant --quick --reps 30
+t bench_ceiling 120 $PY -c "$CLI" bench ceiling --out "$OUT/bench_ceiling.json"
 # torchao's Triton kernels autotune for minutes on their first calls (bench/torchao_ref.py): ours run first,
 # every row is written as it is measured, and torchao_triton (its own GEMMs) is left out unless asked for.
 PYTHONPATH=/tmp/ao:$PYTHONPATH t bench_linear "${LINEAR_LIMIT:-300}" $PY -c "$CLI" bench linear --quick \
@@ -52,7 +53,8 @@ t bench_quant 60 $PY -m precision_engine.bench.quant --sweep --only requant,dy -
 cp "$LOG/test_numerics.log" "$LOG/test_engine.log" "$LOG/test_gluon_compile.log" "$LOG/profile_decode.log" "$OUT/"
 {
   cat "$LOG/env.txt"
-  for name in test_numerics test_engine test_gluon_compile bench_rollout profile_decode bench_block bench_invariant bench_linear bench_quant; do
+  for name in test_numerics test_engine test_gluon_compile bench_rollout profile_decode bench_block bench_invariant bench_ceiling \
+      bench_linear bench_quant; do
     echo "== $name rc=$(cat "$LOG/$name.rc")"
     grep -v "^\[W\|^STAGE:\|Warning\|warn(" "$LOG/$name.log" | tail -n 28 | cut -c1-220
   done

@@ -6,7 +6,8 @@ three GEMMs of a training step in the same run:
 - in BF16, with nn.Linear's own layouts;
 - in FP8 with one scale per tensor (`torch._scaled_mm`, cuBLAS's fastest FP8 GEMM, with no block scales to
   apply).
-It also measures the device's copy bandwidth. From these it derives two ceilings per pass:
+It also measures the device's copy bandwidth, and our FP8 linear's own ratios (`bench linear`'s fp8_cublas and
+fp8_bi) on the same shape, so each row reads: achieved, ceiling, target. It derives two ceilings per pass:
 
   GEMMs only        BF16 GEMM ms / FP8 GEMM ms, with no quantization at all. A target above this asks the
                     FP8 linear's block-scaled GEMMs to beat cuBLAS's per-tensor FP8 GEMM, which has less work
@@ -39,6 +40,7 @@ TARGETS = {"fwd": 1.45, "fwd+bwd": 1.45}  # issue 12; fwd+bwd on the MLP shapes:
 MLP_TARGET = 1.6
 MLP_FEATURES = (14336, 28672, 12288)  # the 8B MLPs' intermediate sizes (Llama up, fused gate+up; Qwen3 up)
 GROUP, BLOCK = 128, 128
+ACHIEVED = ("fp8_cublas", "fp8_bi")  # our linear's variants timed beside the ceilings (bench linear's)
 
 
 def quantizer_bytes(n: int, k: int, m: int) -> dict[str, int]:
@@ -107,6 +109,7 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
     """One row per (shape, M): each GEMM's BF16 and FP8 ms, the copy bandwidth, the quantizer bytes, and the
     ceilings (`ceilings`) under "ceilings". `shapes` (N, K) and `ms` override the 8B lists (or --quick's);
     `device` cpu runs the same loop at toy sizes (tests: the wiring, not a measurement)."""
+    from precision_engine.bench.linear import bench_linear
     from precision_engine.bench.quant import copy_bandwidth
 
     bandwidth = copy_bandwidth(1 << 30 if device == "cuda" else 1 << 20, device=device)
@@ -125,6 +128,11 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
                 del sets
             row.update({f"{p}_bytes": b for p, b in quantizer_bytes(n, k, m).items()})
             row["ceilings"] = ceilings(row)
+            row["achieved"] = {
+                r["pass"]: {v: r[f"{v}_x"] for v in ACHIEVED if f"{v}_x" in r}
+                for r in bench_linear(shapes=[(n, k)], ms=[m], variants=("bf16", *ACHIEVED), device=device,
+                                      reps=reps, warmup=warmup)
+            }
             rows.append(row)
             if on_row is not None:
                 on_row(row)
@@ -132,15 +140,19 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
 
 
 def format_row(r: dict) -> str:
+    """Per pass: our variants' ratios, the ceilings (GEMMs only / with quantizers) and the target."""
     cells = []
     for pass_, c in r["ceilings"].items():
+        ours = ", ".join(f"{v} {x:.2f}x" for v, x in r.get("achieved", {}).get(pass_, {}).items())
         verdict = "within reach" if c["reachable"] else "beyond cuBLAS's own FP8"
-        cells.append(f"{pass_} {c['gemm_x']:.2f}x / {c['with_quant_x']:.2f}x (target {c['target']:.2f}x: {verdict})")
-    return f"{r['n']:>6}x{r['k']:<6} {r['m']:>6}  " + "; ".join(cells)
+        cells.append(f"{pass_}: {ours or 'ours -'}; ceiling {c['gemm_x']:.2f}x / {c['with_quant_x']:.2f}x; "
+                     f"target {c['target']:.2f}x {verdict}")
+    return f"{r['n']:>6}x{r['k']:<6} {r['m']:>6}  " + " | ".join(cells)
 
 
 def format_table(rows: list[dict]) -> str:
-    """A line per row: each pass's ceiling with GEMMs only / with quantizer bytes, against the issue's target."""
-    head = (f"{'N x K':>13} {'M':>6}  ceiling x BF16: GEMMs only / with quantizers at "
+    """A line per row: each pass's achieved ratios, its ceiling with GEMMs only / with quantizer bytes, and
+    the issue's target."""
+    head = (f"{'N x K':>13} {'M':>6}  x BF16, same run; ceilings: GEMMs only / with quantizers at "
             f"{rows[0]['copy_gbps']:.0f} GB/s copy bandwidth" if rows else "no rows")
     return "\n".join([head, *map(format_row, rows)])

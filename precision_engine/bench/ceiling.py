@@ -33,23 +33,22 @@ from collections.abc import Callable, Sequence
 import torch
 
 from precision_engine.bench.gemm import QUICK_SHAPES, SHAPES_8B, TRAIN_M, timed
+from precision_engine.bench.quant import activation_bytes, grad_output_bytes, requantize_bytes, weight_bytes
 from precision_engine.bench.timing import rotation
 
 GEMMS = ("fprop", "dgrad", "wgrad")
 TARGETS = {"fwd": 1.45, "fwd+bwd": 1.45}  # issue 12; fwd+bwd on the MLP shapes: MLP_TARGET
 MLP_TARGET = 1.6
 MLP_FEATURES = (14336, 28672, 12288)  # the 8B MLPs' intermediate sizes (Llama up, fused gate+up; Qwen3 up)
-GROUP, BLOCK = 128, 128
+BLOCK = 128
 ACHIEVED = ("fp8_cublas", "fp8_bi")  # our linear's variants timed beside the ceilings (bench linear's)
 
 
 def quantizer_bytes(n: int, k: int, m: int) -> dict[str, int]:
     """The fewest bytes the quantizers of one FP8 linear must move (read + write), per pass (module doc)."""
-    act = 2 * m * k + m * k + 4 * m * -(-k // GROUP)  # x (BF16) in, Q(x) and its scales out
-    weight = 2 * n * k + 2 * (n * k + 4 * -(-n // BLOCK) * -(-k // BLOCK))  # W in; Q(W), Q(W)^T out
-    grad = 2 * m * n + 2 * (m * n + 4 * m * -(-n // GROUP))  # dy in once; rows and tokens layouts out
-    requant = 2 * (m * k + 4 * m * -(-k // GROUP))  # Q(x) in, re-quantized along tokens out
-    return {"fwd": act, "fwd+bwd": act + weight + grad + requant}
+    act = activation_bytes(m, k)
+    weight = weight_bytes(n, k) + n * k + 4 * -(-n // BLOCK) * -(-k // BLOCK)  # and Q(W)^T with its scales
+    return {"fwd": act, "fwd+bwd": act + weight + grad_output_bytes(m, n) + requantize_bytes(m, k)}
 
 
 def problems(n: int, k: int, m: int) -> dict[str, tuple[int, int, int]]:
@@ -58,11 +57,16 @@ def problems(n: int, k: int, m: int) -> dict[str, tuple[int, int, int]]:
     return {"fprop": (m, n, k), "dgrad": (m, k, n), "wgrad": (n, k, m)}
 
 
-_BF16_LAYOUTS = {  # nn.Linear's operands per GEMM, as (shape of p, shape of q, the product), from (M, N, K)
-    "fprop": (lambda m, n, k: (m, k), lambda m, n, k: (n, k), lambda p, q: torch.mm(p, q.t())),  # x W^T
-    "dgrad": (lambda m, n, k: (m, n), lambda m, n, k: (n, k), lambda p, q: torch.mm(p, q)),  # dy W
-    "wgrad": (lambda m, n, k: (m, n), lambda m, n, k: (m, k), lambda p, q: torch.mm(p.t(), q)),  # dy^T x
+_BF16_PRODUCTS = {  # nn.Linear's product per GEMM, on its operands p, q (`_bf16_shapes`)
+    "fprop": lambda p, q: torch.mm(p, q.t()),  # x W^T
+    "dgrad": torch.mm,  # dy W
+    "wgrad": lambda p, q: torch.mm(p.t(), q),  # dy^T x
 }
+
+
+def _bf16_shapes(gemm: str, n: int, k: int, m: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The shapes of nn.Linear's operands p, q for one GEMM: x [M, K], W [N, K], dy [M, N]."""
+    return {"fprop": ((m, k), (n, k)), "dgrad": ((m, n), (n, k)), "wgrad": ((m, n), (m, k))}[gemm]
 
 
 def ceilings(row: dict) -> dict:
@@ -84,12 +88,13 @@ def _gemm_timers(gemm: str, n: int, k: int, m: int, device: str) -> tuple[Callab
     """(make one input set, BF16 on a set, FP8 on a set, bytes of a set) for one GEMM of the step: BF16 on
     nn.Linear's operands, FP8 on K-major operands (what `torch._scaled_mm` takes) of the same problem."""
     rows, cols, red = problems(n, k, m)[gemm]
-    p_shape, q_shape, bf16_product = _BF16_LAYOUTS[gemm]
+    p_shape, q_shape = _bf16_shapes(gemm, n, k, m)
+    bf16_product = _BF16_PRODUCTS[gemm]
     one = torch.ones((), device=device)
 
     def make():
-        p = torch.randn(p_shape(m, n, k), device=device, dtype=torch.bfloat16)
-        q = torch.randn(q_shape(m, n, k), device=device, dtype=torch.bfloat16)
+        p = torch.randn(p_shape, device=device, dtype=torch.bfloat16)
+        q = torch.randn(q_shape, device=device, dtype=torch.bfloat16)
         a8 = torch.randn(rows, red, device=device).to(torch.float8_e4m3fn)
         b8 = torch.randn(cols, red, device=device).to(torch.float8_e4m3fn)
         return p, q, a8, b8

@@ -51,8 +51,24 @@ def copy_bandwidth(nbytes: int = 1 << 30, *, reps: int = 30, device: str = "cuda
     return gbps(2 * nbytes, ms)
 
 
-def _act_bytes(m: int, k: int, in_bytes: int = 2) -> int:
+def activation_bytes(m: int, k: int, in_bytes: int = 2) -> int:
+    """A 1x128 quantization of [m, k]: its input read, its FP8 bytes and fp32 scales written."""
     return m * k * in_bytes + m * k + 4 * m * -(-k // 128)
+
+
+def requantize_bytes(m: int, k: int) -> int:
+    """The wgrad re-quantization of a saved 1x128 activation: its FP8 bytes and scales read, 128x1 written."""
+    return activation_bytes(m, k, in_bytes=1) + 4 * m * -(-k // 128)
+
+
+def grad_output_bytes(m: int, k: int) -> int:
+    """dy [m, k] read once, both of its layouts (1x128 and 128x1 along tokens) written."""
+    return activation_bytes(m, k) + m * k + 4 * m * -(-k // 128)
+
+
+def weight_bytes(n: int, k: int) -> int:
+    """A 128x128-block quantization of W [n, k]: W read, its FP8 bytes and block scales written."""
+    return 3 * n * k + 4 * -(-n // 128) * -(-k // 128)
 
 
 def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[], tuple], int]]:
@@ -93,9 +109,9 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
     cases = []
     for m, k in ACT_SHAPES:
         shape = (m, k)
-        nbytes = _act_bytes(m, k)
-        requant_bytes = _act_bytes(m, k, in_bytes=1) + 4 * m * -(-k // 128)
-        dual_bytes = _act_bytes(m, k) + m * k + 4 * m * -(-k // 128)
+        nbytes = activation_bytes(m, k)
+        requant_bytes = requantize_bytes(m, k)
+        dual_bytes = grad_output_bytes(m, k)
         cases.append(("1x128 act (triton)", shape, lambda x: Q.quantize_rows_1xG(x, act), bf16(shape), nbytes))
         cases.append(("1x128 act exact-round", shape, lambda x: T.quantize_rows(x, act, exact_round=True),
                       bf16(shape), nbytes))
@@ -133,12 +149,12 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                               bf16(shape), dual_bytes))
         cases.append(("per-tensor (2 passes)", shape, lambda x: Q.quantize(x, ten), bf16(shape), 3 * m * k))
     for m, h in NORM_SHAPES:
-        nbytes = 2 * m * h + 2 * h + _act_bytes(m, h)  # x and w read, y written, its FP8 bytes and scales
+        nbytes = 2 * m * h + 2 * h + activation_bytes(m, h)  # x and w read, y written, its FP8 bytes and scales
         cases.append(("rmsnorm+1x128 fused", (m, h), lambda x, w: F.rms_norm_quantize(x, w, 1e-5, act),
                       norm_inputs((m, h)), nbytes))
         cases.append(("rmsnorm+1x128 2 kernels", (m, h), unfused_norm, norm_inputs((m, h)), nbytes))
     for m, k in MLP_SHAPES:
-        nbytes = 2 * m * k + _act_bytes(m, k)  # gate and up read, h written, its FP8 bytes and scales
+        nbytes = 2 * m * k + activation_bytes(m, k)  # gate and up read, h written, its FP8 bytes and scales
         cases.append(("silu*up+1x128 fused", (m, k), lambda g, u: F.silu_mul_quantize(g, u, act),
                       bf16((m, k), (m, k)), nbytes))
         cases.append(("silu*up+1x128 unfused", (m, k), unfused_silu, bf16((m, k), (m, k)), nbytes))
@@ -149,7 +165,7 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                               lambda g, u, c=config: TF.silu_mul_quantize(g, u, act, config=c),
                               bf16((m, k), (m, k)), nbytes))
     for n, k in WEIGHT_SHAPES:
-        nbytes = 3 * n * k + 4 * -(-n // 128) * -(-k // 128)
+        nbytes = weight_bytes(n, k)
         cases.append(("128x128 weight", (n, k), lambda w: Q.quantize_blocks(w, blk), bf16((n, k)), nbytes))
     return cases
 

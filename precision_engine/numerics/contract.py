@@ -59,6 +59,14 @@ def fp8_dtype(fmt: QuantFormat) -> torch.dtype:
     return FP8_TORCH_DTYPE[fmt.dtype]
 
 
+def block_buffers(rows: int, cols: int, fmt: QuantFormat, device: torch.device) -> Quantized:
+    """Uninitialized data [rows, cols] and scales [ceil(rows/R), ceil(cols/C)] of an operand in `fmt`'s RxC
+    blocks: what a block quantizer writes (`quantize.quantize_blocks`, its `out` / `out_t`)."""
+    scale_shape = (-(-rows // fmt.block[0]), -(-cols // fmt.block[1]))
+    return Quantized(torch.empty((rows, cols), dtype=fp8_dtype(fmt), device=device),
+                     torch.empty(scale_shape, dtype=torch.float32, device=device), fmt)
+
+
 def scale_from_amax(amax: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
     """Contract steps 2-3: fp32 dequant scale from an fp32 amax (NaN where amax is not finite).
 

@@ -100,8 +100,8 @@ def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool) -> tuple[Quanti
             p._holds_quantized_weight(view) for p, view in zip(parts, cache[0])):
         with torch.inference_mode(False):  # the training step saves these for backward (see quantized_weight)
             fmt, device = first.spec.weight, first.weight.device
-            n, k = sum(p.out_features for p in parts), first.in_features
             rows = [p.out_features for p in parts]
+            n, k = sum(rows), first.in_features
             wq = block_buffers(n, k, fmt, device)
             wt = block_buffers(k, n, fmt, device) if dgrad else None
             row_views = _row_views(wq, rows)

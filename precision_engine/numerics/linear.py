@@ -165,14 +165,16 @@ class Fp8Linear(nn.Linear):
 
     def _quantized_weights(self, dgrad: bool) -> tuple[Quantized, Quantized | None]:
         """Q(W), and Q(W)^T when dgrad runs in FP8: a new weight version gets both from one quantizer pass."""
+        if not dgrad:
+            return self.quantized_weight(), None
         key = weight_cache_key(self.weight)
-        if dgrad and (self._w_cache is None or self._w_cache[0] != key):
+        if self._w_cache is None or self._w_cache[0] != key:
             with torch.inference_mode(False):
                 wt = block_buffers(self.in_features, self.out_features, self.spec.weight, self.weight.device)
             self._w_cache = (key, self._quantize_weight(out_t=wt))
             self._wt_cache = (self._w_cache[1].data, wt)
-        wq = self.quantized_weight()
-        return wq, self._quantized_weight_t(wq) if dgrad else None
+        wq = self._w_cache[1]
+        return wq, self._quantized_weight_t(wq)
 
     def _quantize_weight_into(self, out: Quantized, out_t: Quantized | None = None) -> None:
         """Make `out` (this module's rows of a group's stacked Q(W), see fused_linear) its Q(W) for the current

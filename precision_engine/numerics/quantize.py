@@ -65,6 +65,7 @@ from precision_engine.numerics.contract import (  # noqa: F401 (re-exported: the
     COMPUTE_TORCH_DTYPE,
     FP8_TORCH_DTYPE,
     Quantized,
+    block_buffers,
     cast_to_fp8,
     fp8_dtype,
     scale_from_amax,
@@ -128,14 +129,6 @@ def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto",
             buffers.data.copy_(data)
             buffers.scale.copy_(scale)
     return q if out is None else replace(out, fmt=fmt)
-
-
-def block_buffers(rows: int, cols: int, fmt: QuantFormat, device: torch.device) -> Quantized:
-    """Uninitialized buffers for a [rows, cols] operand in `fmt`'s blocks: the `out` / `out_t` of
-    `quantize_blocks`."""
-    scale_shape = (-(-rows // fmt.block[0]), -(-cols // fmt.block[1]))
-    return Quantized(torch.empty((rows, cols), dtype=fp8_dtype(fmt), device=device),
-                     torch.empty(scale_shape, dtype=torch.float32, device=device), fmt)
 
 
 def _check_buffers(name: str, buffers: Quantized, shape: tuple, scale_shape: tuple, fmt: QuantFormat) -> None:

@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.contract import Quantized, fp8_dtype, scale_from_amax
+from precision_engine.numerics.contract import Quantized, block_buffers, fp8_dtype, scale_from_amax
 from precision_engine.numerics.formats import FP8_MAX, DType, QuantFormat, ScaleKind
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -596,11 +596,8 @@ def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | No
     n, k = w.shape
     br, bc = fmt.block
     nb, kb = -(-n // br), -(-k // bc)
-    if out is None:
-        q = torch.empty((n, k), dtype=fp8_dtype(fmt), device=w.device)
-        scale = torch.empty((nb, kb), dtype=torch.float32, device=w.device)
-    else:
-        q, scale = out.data, out.scale
+    buffers = block_buffers(n, k, fmt, w.device) if out is None else out
+    q, scale = buffers.data, buffers.scale
     qt, st = (q, scale) if out_t is None else (out_t.data, out_t.scale)  # qt, st: never written without out_t
     if nb and kb:
         _blocks_kernel[(nb, kb)](

@@ -16,7 +16,11 @@ on the 8B shapes. Gluon states the schedule (H200 sweeps, scripts/gluon_sweep.py
 - a weight block's scale is loaded by every thread of the row layout, not as one scalar: ptxas moves a scalar
   load into a uniform register at once, stalling the wgmma issue for an L2 round trip (ncu, 10% of samples);
 - persistent: one program per SM walks tiles, so the TMA warp runs into the next tile during an epilogue, which
-  stores through shared memory and one TMA copy per warpgroup (+10% over per-thread stores).
+  stores through shared memory and one TMA copy per warpgroup (+10% over per-thread stores);
+- from the fused qkv's weight size up (`training_config`), each warpgroup issues a block's product as two
+  wgmmas over the tile's column halves and promotes one while the other runs (`_split_mma_partition`), in
+  the same registers: 1.3-9.7% faster there per row on the mean of four H200 sweeps (2026-12-02), but for
+  gate/up at 16384 tokens (-1.3%, one slow run), and 1-5% slower on 4096x4096 and 1024x4096.
 
 The additions are exactly `triton_gemm`'s: per segment of `segment_kb(N, K)` blocks, seg = 0, then
 seg += D_kb * (sa[m, kb] * sb[n, kb]) in increasing kb; total = 0, then total += seg per segment in order;
@@ -63,9 +67,22 @@ class GluonConfig:
     stages: int = 6  # at most: fewer where the epilogue's buffer leaves no room (`_ring_slots`)
     group_m: int = 8  # programs sharing a column of `a` tiles run together (L2 reuse)
     persistent: bool = True  # one program per SM walking tiles (else one per tile)
+    # each warpgroup's block product as two wgmmas of half the tile's columns, one promoted while the other
+    # runs (`_split_mma_partition`); taken where one weight scale covers the tile and the output is TMA-stored
+    split_n: bool = False
 
 
 TRAINING = GluonConfig()
+TRAINING_SPLIT = GluonConfig(split_n=True)
+SPLIT_MIN_WEIGHT = 6144 * 4096  # the split pays from the fused qkv's weight up (H200, benchmarks 2026-12-02)
+
+
+def training_config(n: int, k: int) -> GluonConfig:
+    """The schedule for an [*, K] x [N, K] training GEMM (numerics-neutral): the column split from the fused
+    qkv's weight up. Four H200 sweeps of the same rows (benchmarks/2026-12-02/s10_calls, mean per row): the
+    split +1.3/+2.1% on 6144x4096 (8192/16384 tokens), +4.0/-1.3% on 28672x4096, +5.9/+3.2% on 4096x14336,
+    +9.7/+1.6% on 14336x4096; -1.2/-2.2% on 4096x4096 and +2.7/-4.7% on 1024x4096, which stay unsplit."""
+    return TRAINING_SPLIT if n * k >= SPLIT_MIN_WEIGHT else TRAINING
 
 
 @gluon.jit
@@ -225,6 +242,94 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, 
 
 
 @gluon.jit
+def _half_product(a_bufs, b_bufs, slot, zero, ROW0: gl.constexpr, ROWS: gl.constexpr, COL0: gl.constexpr):
+    """The wgmma of ring slot `slot` for this warpgroup's rows and the columns COL0 .. COL0 + the half's width
+    into a fresh accumulator, asynchronously."""
+    a = a_bufs.index(slot).slice(ROW0, ROWS)
+    b = b_bufs.index(slot).slice(COL0, zero.shape[1])
+    return warpgroup_mma(a, b.permute((1, 0)), zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _next_slot(slot, phase, STAGES: gl.constexpr):
+    """The ring position after (slot, phase)."""
+    slot += 1
+    if slot == STAGES:
+        slot = 0
+        phase ^= 1
+    return slot, phase
+
+
+@gluon.jit
+def _split_mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
+                         stride_sam, stride_sak, stride_sbn, stride_sbk,
+                         ROW0: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, SCALE_BN: gl.constexpr,
+                         GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """`_mma_partition` with each block product issued as two wgmmas over the tile's column halves (lo, hi),
+    two blocks per loop trip: lo(kb), hi(kb), then lo(kb + 1) goes in while hi(kb) is promoted, hi(kb + 1)
+    while lo(kb + 1) is, so the warpgroup keeps a wgmma on the tensor cores through its own promotions, in
+    the registers one 64x128 accumulator took. Every trip drains (ptxas serialises wgmmas in flight across a
+    loop's back edge). Segments of even length only (`_even_segments`). Each half makes its columns' additions of
+    `_mma_partition` in the same order, so the bits are its bits (GPU-tested). One weight scale per tile."""
+    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    HALF: gl.constexpr = BLOCK_N // 2
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 32])
+    slot = 0
+    phase = 0
+    for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
+        off_m, off_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        offs_m = off_m + ROW0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma))
+        mask_m = offs_m < M
+        sa_ptrs = sa_ptr + offs_m * stride_sam
+        sb_ptrs = _row_scale_ptrs(sb_ptr, offs_m, off_n, stride_sbn, SCALE_BN)
+        zero = gl.zeros([ROWS, HALF], gl.float32, mma)
+        total_lo = zero
+        total_hi = zero
+        # scales of blocks kb (sa_0, sb_0) and kb + 1 (sa_1, sb_1), each loaded two blocks ahead of its use
+        sa_0, sb_0 = _load_scales(sa_ptrs, sb_ptrs, 0, num_kb, stride_sak, stride_sbk, mask_m, mask_m, True, True)
+        sa_1, sb_1 = _load_scales(sa_ptrs, sb_ptrs, 1, num_kb, stride_sak, stride_sbk, mask_m, mask_m, True, True)
+        for s0 in range(0, num_kb, SEG_KB):
+            seg_lo = zero
+            seg_hi = zero
+            for kb in range(s0, min(s0 + SEG_KB, num_kb), 2):  # segments of even length (the caller's rule)
+                sa_2, sb_2 = _load_scales(sa_ptrs, sb_ptrs, kb + 2, num_kb, stride_sak, stride_sbk, mask_m, mask_m,
+                                          True, True)
+                scale = sa_0 * sb_0
+                mbarrier.wait(ready.index(slot), phase)
+                lo = _half_product(a_bufs, b_bufs, slot, zero, ROW0, ROWS, 0)
+                hi = _half_product(a_bufs, b_bufs, slot, zero, ROW0, ROWS, HALF)
+                lo = warpgroup_mma_wait(num_outstanding=1, deps=(lo,))
+                seg_lo = seg_lo + lo * scale[:, None]
+                sa_3, sb_3 = _load_scales(sa_ptrs, sb_ptrs, kb + 3, num_kb, stride_sak, stride_sbk, mask_m, mask_m,
+                                          True, True)
+                next_scale = sa_1 * sb_1
+                slot1, phase1 = _next_slot(slot, phase, STAGES)
+                mbarrier.wait(ready.index(slot1), phase1)
+                lo = _half_product(a_bufs, b_bufs, slot1, zero, ROW0, ROWS, 0)
+                hi = warpgroup_mma_wait(num_outstanding=1, deps=(hi,))
+                mbarrier.arrive(empty.index(slot))
+                seg_hi = seg_hi + hi * scale[:, None]
+                hi = _half_product(a_bufs, b_bufs, slot1, zero, ROW0, ROWS, HALF)
+                lo = warpgroup_mma_wait(num_outstanding=1, deps=(lo,))
+                seg_lo = seg_lo + lo * next_scale[:, None]
+                hi = warpgroup_mma_wait(num_outstanding=0, deps=(hi,))
+                mbarrier.arrive(empty.index(slot1))
+                seg_hi = seg_hi + hi * next_scale[:, None]
+                sa_0, sb_0, sa_1, sb_1 = sa_2, sb_2, sa_3, sb_3
+                slot, phase = _next_slot(slot1, phase1, STAGES)
+            total_lo = total_lo + seg_lo
+            total_hi = total_hi + seg_hi
+        halves = c_bufs.index(2 * (ROW0 // ROWS)), c_bufs.index(2 * (ROW0 // ROWS) + 1)
+        tma.store_wait(0)  # the last tile's copies have left the buffers
+        halves[0].store(total_lo.to(c_desc.dtype))
+        halves[1].store(total_hi.to(c_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(c_desc, [off_m + ROW0, off_n], halves[0])
+        tma.async_copy_shared_to_global(c_desc, [off_m + ROW0, off_n + HALF], halves[1])
+    tma.store_wait(0)
+
+
+@gluon.jit
 def _tile_product(a_bufs, b_bufs, ready, empty, total, zero, base, num_kb, SEG_KB, sa_ptrs, sb_ptrs,
                   stride_sak, stride_sbk, mask_m, mask_n, STAGES: gl.constexpr, UNROLL: gl.constexpr,
                   UNIFORM_SB: gl.constexpr, mma: gl.constexpr, CLOSES: gl.constexpr):
@@ -301,28 +406,42 @@ def _gluon_block_gemm_kernel(
     M, N, K, SEG_KB,
     stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
     SCALE_BN: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, TMA_STORE: gl.constexpr,
+    SPLIT_N: gl.constexpr = False,
 ):
     """Persistent: each program walks tiles pid, pid + programs, ... with one TMA warp and two MMA warpgroups.
-    TMA_STORE: c's rows are TMA-legal and `c_desc` describes c (else c_desc is unused)."""
+    TMA_STORE: c's rows are TMA-legal and `c_desc` describes c (else c_desc is unused), in blocks of a whole
+    tile's columns, or SPLIT_N (`_split_mma_partition`, which needs TMA_STORE) of half of them."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     a_bufs, b_bufs, ready, empty = _ring(a_desc, b_desc, BLOCK_M, STAGES, BLOCK_M // WARPGROUP_ROWS)
     if TMA_STORE:
-        c_bufs = gl.allocate_shared_memory(c_desc.dtype, [BLOCK_M // WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N],
-                                           c_desc.layout)
+        C_COLS: gl.constexpr = c_desc.block_type.shape[1]
+        c_bufs = gl.allocate_shared_memory(
+            c_desc.dtype, [BLOCK_M // WARPGROUP_ROWS * (BLOCK_N // C_COLS), WARPGROUP_ROWS, C_COLS], c_desc.layout)
     else:
         c_bufs = ready  # never read (warp_specialize takes no None)
     num_kb = gl.cdiv(K, BLOCK_K)
-    gl.warp_specialize([
-        (_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
-                          stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                          0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, TMA_STORE)),
-        (_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
-                          stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                          WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, TMA_STORE)),
-        (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb, GROUP_M, STAGES)),
-    ], [4, 1], [232, 40])
+    if SPLIT_N:
+        gl.warp_specialize([
+            (_split_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, sa_ptr, sb_ptr, M, N, num_kb,
+                                    SEG_KB, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                                    0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES)),
+            (_split_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, sa_ptr, sb_ptr, M, N, num_kb,
+                                    SEG_KB, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                                    WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES)),
+            (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb, GROUP_M, STAGES)),
+        ], [4, 1], [232, 40])
+    else:
+        gl.warp_specialize([
+            (_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N, num_kb,
+                              SEG_KB, stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                              0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, TMA_STORE)),
+            (_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N, num_kb,
+                              SEG_KB, stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                              WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, TMA_STORE)),
+            (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb, GROUP_M, STAGES)),
+        ], [4, 1], [232, 40])
 
 
 @gluon.jit
@@ -515,27 +634,37 @@ def gluon_block_scaled_gemm(
     b_scale_rows: int,
     seg_kb: int,
     out_dtype: torch.dtype = torch.bfloat16,
-    config: GluonConfig = TRAINING,
+    config: GluonConfig | None = None,
 ) -> torch.Tensor:
     """c = dequant(a) @ dequant(b)^T with `triton_gemm.block_scaled_gemm`'s bits (same `seg_kb`); operands as
-    there, K-major and TMA-legal (`runs`)."""
+    there, K-major and TMA-legal (`runs`). `config` defaults to `training_config(N, K)`."""
     m, k = a.shape
     n = b.shape[0]
+    config = config or training_config(n, k)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0 or n == 0:
         return c
     tiles = triton.cdiv(m, TILE_M) * triton.cdiv(n, config.block_n)
     programs = min(tiles, _device(a.device.index or 0).multi_processor_count) if config.persistent else tiles
     tma_store = (n * c.element_size()) % 16 == 0  # TMA needs 16-byte row strides (c is contiguous)
-    c_desc = _descriptor(c, WARPGROUP_ROWS.value, config.block_n) if tma_store else c  # else never read
+    split = config.split_n and tma_store and b_scale_rows % config.block_n == 0 and _even_segments(k, seg_kb)
+    c_desc = _descriptor(c, WARPGROUP_ROWS.value, config.block_n // (2 if split else 1)) if tma_store else c
     _gluon_block_gemm_kernel[(programs,)](
         _descriptor(a, TILE_M), _descriptor(b, config.block_n), c_desc, c, a_scale, b_scale,
         m, n, k, seg_kb,
         c.stride(0), c.stride(1), a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
         SCALE_BN=b_scale_rows, GROUP_M=config.group_m,
-        STAGES=_ring_slots(config, c.element_size() if tma_store else 0), TMA_STORE=tma_store, num_warps=4,
+        STAGES=_ring_slots(config, c.element_size() if tma_store else 0), TMA_STORE=tma_store, SPLIT_N=split,
+        num_warps=4,
     )
     return c
+
+
+def _even_segments(k: int, seg_kb: int) -> bool:
+    """Whether every K segment has an even number of blocks, as the column split walks them (in pairs). A
+    version that ran a segment's odd last block alone, under a branch, ran 25-30% slower on every shape
+    (H200, 2026-12-02: 0.75-1.22x BF16 where this one runs 1.17-1.45x)."""
+    return seg_kb % 2 == 0 and triton.cdiv(k, BLOCK_K) % 2 == 0
 
 
 def _ring_slots(config: GluonConfig, out_bytes: int) -> int:

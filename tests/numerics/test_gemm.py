@@ -226,3 +226,18 @@ def test_gluon_decode_runs_where_its_units_fill_the_sms():
     assert fills(4096, 4096) and fills(4096, 14336) and fills(28672, 4096)
     assert not fills(6144, 4096)
     assert not fills(4096, 4096, sms=100)  # 128 units over 100 SMs: two waves, 64% full
+
+
+def test_gluon_training_split_rule():
+    """The column-split schedule's dispatch (`gluon_gemm.training_config`, `_even_segments`) on the 8B shapes
+    it was measured on: fused qkv, gate/up, down_proj and the MLP's 14336-row weight take it; o_proj
+    (4096x4096) and k/v (1024x4096), slower split, do not; a K segment of odd length never does."""
+    G = pytest.importorskip("precision_engine.numerics.gluon_gemm")
+    from precision_engine.numerics.triton_gemm import segment_kb
+
+    split = {(n, k): G.training_config(n, k).split_n for n, k in
+             [(6144, 4096), (28672, 4096), (4096, 14336), (14336, 4096), (4096, 4096), (1024, 4096)]}
+    assert split == {(6144, 4096): True, (28672, 4096): True, (4096, 14336): True, (14336, 4096): True,
+                     (4096, 4096): False, (1024, 4096): False}
+    assert all(G._even_segments(k, segment_kb(n, k)) for n, k in split)
+    assert not G._even_segments(320, segment_kb(1000, 320)) and not G._even_segments(1152, segment_kb(1000, 1152))

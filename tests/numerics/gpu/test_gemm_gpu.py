@@ -132,13 +132,15 @@ def test_gluon_decode_gives_the_triton_kernels_bytes(n, k):
 
 
 @pytest.mark.parametrize("m,n,k", [(65, 4096, 4096), (200, 1000, 320), (4097, 6144, 4096), (2048, 4096, 14336),
-                                   (130, 1003, 384)])
+                                   (130, 1003, 384), (300, 1000, 1152)])
 def test_gluon_gives_the_triton_kernels_bytes(m, n, k):
     """The Gluon kernel (what AUTO runs above decode sizes on Hopper) against the Triton kernel's one-program
-    walk over the same segments: the same bytes for every schedule choice, over repeated launches; ragged M,
-    N and K (TMA zero-fills past the edges); N = 1003 takes the per-thread store (rows not TMA-aligned), an
-    FP32 output the shorter ring beside its larger epilogue buffer."""
-    from precision_engine.numerics.gluon_gemm import TRAINING, gluon_block_scaled_gemm
+    walk over the same segments: the same bytes for every schedule choice, column-split or not, over repeated
+    launches; ragged M, N and K (TMA zero-fills past the edges); segments of odd length (K = 320: one of 3
+    blocks, K = 1152: 5 then 4), where a split config runs unsplit (`_even_segments`); N = 1003 takes the
+    per-thread store (rows not TMA-aligned, so never the split), an FP32 output the shorter ring beside its
+    larger epilogue buffer."""
+    from precision_engine.numerics.gluon_gemm import TRAINING, TRAINING_SPLIT, gluon_block_scaled_gemm
     from precision_engine.numerics.triton_gemm import PREFILL, block_scaled_gemm, segment_kb
 
     if torch.cuda.get_device_capability()[0] != 9:
@@ -147,7 +149,8 @@ def test_gluon_gives_the_triton_kernels_bytes(m, n, k):
     seg = segment_kb(n, k)
     ref = block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, config=PREFILL, split=False)
     for cfg in (TRAINING, replace(TRAINING, persistent=False), replace(TRAINING, stages=3),
-                replace(TRAINING, stages=4, group_m=1)):
+                replace(TRAINING, stages=4, group_m=1), TRAINING_SPLIT, replace(TRAINING_SPLIT, stages=3),
+                replace(TRAINING_SPLIT, persistent=False, group_m=1)):
         for _ in range(2):
             out = gluon_block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, seg_kb=seg,
                                           config=cfg)

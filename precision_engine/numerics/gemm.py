@@ -90,16 +90,14 @@ def fp8_gemm_of_tokens(
         raise OperandError(f"fp8_gemm_of_tokens: x must be a float [M, {b.data.shape[1]}], got {x.dtype} "
                            f"{tuple(x.shape)}")
     m = x.shape[0]
-    picked = resolve_kernel(kernel, device=device_info(x.device), m=m, batch_invariant=batch_invariant,
-                            dtypes=frozenset({fmt.dtype, b.fmt.dtype}))
-    if picked is not Kernel.TRITON or not fmt.is_quantized:
+    if not fmt.is_quantized or resolve_kernel(kernel, device=device_info(x.device), m=m,
+                                              batch_invariant=batch_invariant,
+                                              dtypes=frozenset({fmt.dtype, b.fmt.dtype})) is not Kernel.TRITON:
         return None
-    from precision_engine.numerics.triton_gemm import quantizes_tokens
+    from precision_engine.numerics.triton_gemm import block_scaled_gemm, quantizes_tokens
 
     if not quantizes_tokens(m, fmt):
         return None
-    from precision_engine.numerics.triton_gemm import block_scaled_gemm
-
     return block_scaled_gemm(x, None, b.data, b.scale, b_scale_rows=_b_scale_rows(b), out_dtype=out_dtype,
                              a_fmt=fmt)
 

@@ -105,8 +105,8 @@ def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool) -> tuple[Quanti
             n, k = sum(rows), first.in_features
             wq = block_buffers(n, k, fmt, device)
             wt = block_buffers(k, n, fmt, device) if dgrad else None
-            row_views = _row_views(wq, rows)
-            column_views = _column_views(wt, rows) if dgrad else [None] * len(parts)
+            row_views = _part_views(wq, rows, 0)
+            column_views = _part_views(wt, rows, 1) if dgrad else [None] * len(parts)
             for part, view, view_t in zip(parts, row_views, column_views):
                 part._quantize_weight_into(view, view_t)
         cache = first._group_cache = [row_views, wq, wt]
@@ -121,17 +121,12 @@ def _stack(quantized: Sequence[Quantized]) -> Quantized:
                      quantized[0].fmt)
 
 
-def _row_views(wq: Quantized, rows: Sequence[int]) -> list[Quantized]:
-    block_rows = wq.fmt.block[0]
-    data, scale = wq.data.split(list(rows)), wq.scale.split([r // block_rows for r in rows])
-    return [Quantized(d, s, wq.fmt) for d, s in zip(data, scale)]
-
-
-def _column_views(wt: Quantized, rows: Sequence[int]) -> list[Quantized]:
-    """Each part's columns of the stacked Q(W)^T: where its Q(W)^T lies (its rows of Q(W), transposed)."""
-    block_rows = wt.fmt.block[0]
-    data, scale = wt.data.split(list(rows), dim=1), wt.scale.split([r // block_rows for r in rows], dim=1)
-    return [Quantized(d, s, wt.fmt) for d, s in zip(data, scale)]
+def _part_views(q: Quantized, rows: Sequence[int], dim: int) -> list[Quantized]:
+    """Each part's rows of the stacked Q(W) (dim 0), or its columns of the stacked Q(W)^T (dim 1: where its
+    Q(W)^T lies): `rows` weight rows per part, whole blocks of them."""
+    block_rows = q.fmt.block[0]
+    data, scale = q.data.split(list(rows), dim=dim), q.scale.split([r // block_rows for r in rows], dim=dim)
+    return [Quantized(d, s, q.fmt) for d, s in zip(data, scale)]
 
 
 def hooked(module: nn.Module) -> bool:

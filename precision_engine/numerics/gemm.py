@@ -89,14 +89,12 @@ def fp8_gemm_of_tokens(
     if x.dim() != 2 or b.data.dim() != 2 or x.shape[1] != b.data.shape[1] or not x.dtype.is_floating_point:
         raise OperandError(f"fp8_gemm_of_tokens: x must be a float [M, {b.data.shape[1]}], got {x.dtype} "
                            f"{tuple(x.shape)}")
-    m = x.shape[0]
-    if not fmt.is_quantized or resolve_kernel(kernel, device=device_info(x.device), m=m,
-                                              batch_invariant=batch_invariant,
-                                              dtypes=frozenset({fmt.dtype, b.fmt.dtype})) is not Kernel.TRITON:
-        return None
-    from precision_engine.numerics.triton_gemm import block_scaled_gemm, quantizes_tokens
+    from precision_engine.numerics.triton_gemm import block_scaled_gemm, config_for, quantizes_tokens
 
-    if not quantizes_tokens(m, fmt):
+    m, k = x.shape
+    if not quantizes_tokens(fmt, config_for(m, b.data.shape[0], k)) or resolve_kernel(
+            kernel, device=device_info(x.device), m=m, batch_invariant=batch_invariant,
+            dtypes=frozenset({fmt.dtype, b.fmt.dtype})) is not Kernel.TRITON:
         return None
     return block_scaled_gemm(x, None, b.data, b.scale, b_scale_rows=_b_scale_rows(b), out_dtype=out_dtype,
                              a_fmt=fmt)

@@ -417,9 +417,6 @@ def block_scaled_gemm(
     m, k = a.shape
     n = b.shape[0]
     seg = seg_kb or segment_kb(n, k)
-    if a_fmt is not None and not quantizes_tokens(m, a_fmt, config):
-        raise OperandError(f"block_scaled_gemm quantizes tokens itself only for 1x{BLOCK_K} groups along K at "
-                           f"M <= {_SWAP_M_MAX} on a swapped launch; got M = {m}, {a_fmt.describe()}")
     gluon = (config is None and split is None and b_scale_rows % BLOCK_K == 0 and a_fmt is None
              and _gluon_runs(a, b))
     if gluon and m > SMALL_M_MAX:
@@ -430,6 +427,9 @@ def block_scaled_gemm(
     if gluon and m > _SWAP_M_MAX and _gluon_decode_fills(n, k, seg, _sm_count(a.device.index or 0)):
         return _gluon_decode(a, a_scale, b, b_scale, b_scale_rows, seg, out_dtype, split_sums)
     cfg = config or config_for(m, n, k)
+    if a_fmt is not None and not quantizes_tokens(a_fmt, cfg):
+        raise OperandError(f"block_scaled_gemm quantizes tokens itself only for 1x{BLOCK_K} FP8 groups along K on "
+                           f"a swapped launch (M <= {_SWAP_M_MAX}); got M = {m}, {a_fmt.describe()}")
     segments = triton.cdiv(triton.cdiv(k, BLOCK_K), seg)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0 or n == 0:
@@ -479,12 +479,12 @@ def block_scaled_gemm(
     return _from_segments(ws, c, split_sums) if split and not fused else c
 
 
-def quantizes_tokens(m: int, fmt: QuantFormat, config: GemmConfig | None = None) -> bool:
-    """Whether `block_scaled_gemm(a_fmt=fmt)` takes M unquantized tokens: 1x128 groups along K (one group per
-    K block) on a swapped launch, the decode sizes where a token tile is 16 columns of the kernel's `b`."""
-    swapped = config.swap_ab if config is not None else m <= _SWAP_M_MAX  # config_for swaps there, any weight
-    return (swapped and fmt.granularity is Granularity.GROUP and fmt.axis is Axis.K and fmt.group == BLOCK_K
-            and fmt.dtype in (DType.FLOAT8_E4M3, DType.FLOAT8_E5M2))
+def quantizes_tokens(fmt: QuantFormat, config: GemmConfig) -> bool:
+    """Whether a launch of `config` takes unquantized tokens in `fmt` (`block_scaled_gemm(a_fmt=fmt)`): FP8
+    1x128 groups along K (one group per K block) on a swapped launch (`config_for`'s decode sizes), where a
+    token tile is 16 columns of the kernel's `b`."""
+    return (config.swap_ab and fmt.is_quantized and fmt.granularity is Granularity.GROUP and fmt.axis is Axis.K
+            and fmt.group == BLOCK_K)
 
 
 _NO_TOKEN_QUANT = {"QUANT_B": False, "FMAX": 1.0, "RFMAX": 1.0, "MBITS": 3, "EMIN": -6, "POW2": False,

@@ -106,10 +106,7 @@ class Fp8Linear(nn.Linear):
 
     def quantized_weight(self) -> Quantized:
         """Q(W) in 128x128 blocks, cached until invalidated or the weight visibly changes (`weight_cache_key`)."""
-        key = weight_cache_key(self.weight)
-        if self._w_cache is None or self._w_cache[0] != key:
-            self._w_cache = (key, self._quantize_weight())
-        return self._w_cache[1]
+        return self._quantized_weights(dgrad=False)[0]
 
     def _quantize_weight(self, out: Quantized | None = None, out_t: Quantized | None = None) -> Quantized:
         """Q(W) of the current weight (into `out`, and Q(W)^T into `out_t`, when given), checked per
@@ -164,17 +161,19 @@ class Fp8Linear(nn.Linear):
         return self._wt_cache[1]
 
     def _quantized_weights(self, dgrad: bool) -> tuple[Quantized, Quantized | None]:
-        """Q(W), and Q(W)^T when dgrad runs in FP8: a new weight version gets both from one quantizer pass."""
-        if not dgrad:
-            return self.quantized_weight(), None
+        """Q(W) (`quantized_weight`), and Q(W)^T when dgrad runs in FP8: a new weight version gets both from one
+        quantizer pass."""
         key = weight_cache_key(self.weight)
         if self._w_cache is None or self._w_cache[0] != key:
-            with torch.inference_mode(False):
-                wt = block_buffers(self.in_features, self.out_features, self.spec.weight, self.weight.device)
+            wt = None
+            if dgrad:
+                with torch.inference_mode(False):
+                    wt = block_buffers(self.in_features, self.out_features, self.spec.weight, self.weight.device)
             self._w_cache = (key, self._quantize_weight(out_t=wt))
-            self._wt_cache = (self._w_cache[1].data, wt)
+            if wt is not None:
+                self._wt_cache = (self._w_cache[1].data, wt)
         wq = self._w_cache[1]
-        return wq, self._quantized_weight_t(wq)
+        return wq, self._quantized_weight_t(wq) if dgrad else None
 
     def _quantize_weight_into(self, out: Quantized, out_t: Quantized | None = None) -> None:
         """Make `out` (this module's rows of a group's stacked Q(W), see fused_linear) its Q(W) for the current

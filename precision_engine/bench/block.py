@@ -10,6 +10,9 @@ own setting: the Triton fixed-tile GEMMs, norms and attention; the FP8 forward o
 Timed on `batch` x `seq` tokens (default 4 x 2048 = 8192; attention is causal within each row):
   fwd      the layer's forward under no_grad
   fwd+bwd  forward, then backward of a fresh random dy into the input and every weight of the layer
+  fwd+bwd/graph  the same step captured into a CUDA graph, timed as its replays (GPU only): what a graphed
+           training step pays once the host's launches and Python are gone; FP8 weights are quantized inside
+           the graph on every call (`numerics.linear`)
 The input is a hidden-state tensor [B, T, H] that requires grad, as from the layer below (`Decoder.layers`): the
 embedding, the final norm and lm_head are not timed. Before every call the weights are marked changed
 (`rewrite.invalidate_weight_caches`, as after an optimizer step), so FP8 weights are re-quantized each time.
@@ -29,6 +32,7 @@ from pathlib import Path
 import torch
 
 from precision_engine.bench.rollout import MODES, random_decoder
+from precision_engine.bench.gemm import time_graphed
 from precision_engine.bench.timing import median, rotation, time_cuda
 from precision_engine.errors import UsageError
 from precision_engine.models.decoder import Decoder
@@ -38,7 +42,7 @@ from precision_engine.rewrite import invalidate_weight_caches
 
 POLICIES = ("bf16_baseline", "jetrl_unified", "jetrl_unified_kv", "fp8rl_rollout_tis")
 BASELINE = "bf16_baseline"  # the policy every ratio is relative to
-PASSES = ("fwd", "fwd+bwd")
+PASSES = ("fwd", "fwd+bwd", "fwd+bwd/graph")
 
 
 def _forward(model: Decoder, x: torch.Tensor, dy: torch.Tensor) -> None:
@@ -86,12 +90,17 @@ def bench_block(model_spec: str = "llama-3.1-8b", *, policies: Sequence[str] = P
                 base["fp8_linears"] = _rewrite(model, spec, name, invariant, device)
             except Exception as err:  # noqa: BLE001 (one policy failing must not lose the others)
                 base["error"] = f"{type(err).__name__}: {err}"
-            for pass_, step in zip(PASSES, (_forward, _train_step)):
+            for pass_, step in zip(PASSES, (_forward, _train_step, _train_step)):
+                if pass_.endswith("/graph") and torch.device(device).type != "cuda":
+                    continue
                 row = {**base, "pass": pass_}
                 if "error" not in row:
+                    fn = lambda x, dy, step=step: step(model, x, dy)  # noqa: E731
                     try:
-                        row["ms"] = median(time_cuda(lambda x, dy, step=step: step(model, x, dy), warmup=warmup,
-                                                     reps=reps, inputs_rotation=sets))
+                        if pass_.endswith("/graph"):
+                            row["ms"] = time_graphed(fn, sets, warmup=warmup, reps=reps)
+                        else:
+                            row["ms"] = median(time_cuda(fn, warmup=warmup, reps=reps, inputs_rotation=sets))
                     except Exception as err:  # noqa: BLE001
                         row["error"] = f"{type(err).__name__}: {err}"
                 rows.append(row)
@@ -134,9 +143,9 @@ def _add_ratios(rows: list[dict]) -> None:
 
 def format_table(rows: list[dict]) -> str:
     """policy, mode, pass, ms and both ratios (or the error)."""
-    lines = [f"{'policy':20} {'mode':16} {'pass':8} {'fp8 lin':>7} {'ms':>9} {'vs bf16':>8} {'vs bf16 fast':>12}"]
+    lines = [f"{'policy':20} {'mode':16} {'pass':13} {'fp8 lin':>7} {'ms':>9} {'vs bf16':>8} {'vs bf16 fast':>12}"]
     for r in rows:
-        lead = f"{r['policy']:20} {r['mode']:16} {r['pass']:8} {r.get('fp8_linears', '-'):>7}"
+        lead = f"{r['policy']:20} {r['mode']:16} {r['pass']:13} {r.get('fp8_linears', '-'):>7}"
         if "error" in r:
             lines.append(f"{lead} failed: {r['error']}")
             continue

@@ -8,6 +8,10 @@ Variants: `fp8_cublas` runs all three GEMMs through cuBLAS; `fp8_bi` is the batc
 forward on the Triton kernel (same bits as decode), dgrad and wgrad on cuBLAS; `torchao` and `torchao_triton` are
 torchao's `Float8BlockwiseLinear` over the same weight (cuBLAS and Triton GEMMs; see `torchao_ref`: it re-quantizes
 W on every call, forward included), at training sizes only, where it runs; otherwise `torchao_note` says why.
+  fwd/graph, fwd+bwd/graph   the same calls captured into a CUDA graph and timed as its replays (GPU only): the
+           host's launches and Python drop out, as in a graphed training step (`torch.cuda.graph`,
+           `make_graphed_callables`), where the FP8 linear quantizes its weight inside the graph on every call
+           (`numerics.linear`); BF16 and torchao are graphed alike, torchao where it can be captured
 Decode sizes (M <= 64) are forward only, on the Triton small-M kernel, timed as CUDA-graph replays as a rollout
 engine runs decode. Every variant of a row gets the same inputs; one that fails leaves its reason in
 `<variant>_note` and the others run.
@@ -71,6 +75,8 @@ def _forward(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor | None) -> None
 
 
 PASSES = {"fwd": _forward, "fwd+bwd": _train_step}
+GRAPHED = "/graph"  # a pass name's suffix: the same step timed as CUDA-graph replays
+TRAIN_PASSES = (*PASSES, *(name + GRAPHED for name in PASSES))
 
 
 def _input_sets(n: int, k: int, m: int, names: Sequence[str], *, seed: int, device: str) -> list[tuple]:
@@ -100,16 +106,17 @@ def _input_sets(n: int, k: int, m: int, names: Sequence[str], *, seed: int, devi
 def _measure(row: dict, name: str, sets: list[tuple], *, device: str, warmup: int, reps: int) -> None:
     """Time variant `name` on `row`'s pass into the row: its first call's wall seconds, then its median ms and
     speed-up, or, where it fails, its note (bf16 failing fails the bench: every ratio needs it)."""
-    step = PASSES[row["pass"]]
+    step = PASSES[row["pass"].removesuffix(GRAPHED)]
     fn = lambda layers, x, dy: step(layers[name], x, dy)  # noqa: E731
     cuda = torch.device(device).type == "cuda"
+    graphed = cuda and (row["m"] <= DECODE_M[-1] or row["pass"].endswith(GRAPHED))
     start = time.perf_counter()
     try:
         fn(*sets[0])
         if cuda:
             torch.cuda.synchronize()
         row[f"{name}_warmup_s"] = time.perf_counter() - start
-        row[f"{name}_ms"] = timed(fn, sets, graphed=cuda and row["m"] <= DECODE_M[-1], warmup=warmup, reps=reps)
+        row[f"{name}_ms"] = timed(fn, sets, graphed=graphed, warmup=warmup, reps=reps)
     except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
         if name == "bf16":
             raise
@@ -149,7 +156,7 @@ def bench_linear(*, quick: bool = False, reps: int = 30, warmup: int = 5,
                 continue
             sets = _input_sets(n, k, m, [v for v in chosen if train or v in DECODE_VARIANTS], seed=seed,
                                device=device)
-            for pass_ in tuple(PASSES) if train else ("fwd",):
+            for pass_ in _passes(train, device):
                 row = rows.setdefault((n, k, m, pass_), {"n": n, "k": k, "m": m, "pass": pass_})
                 for name in names:
                     _measure(row, name, sets, device=device, warmup=warmup, reps=reps)
@@ -161,13 +168,21 @@ def bench_linear(*, quick: bool = False, reps: int = 30, warmup: int = 5,
     return list(rows.values())
 
 
+def _passes(train: bool, device: str) -> tuple[str, ...]:
+    """A row's passes: decode sizes forward only (graphed on a GPU anyway), training sizes eager and, on a GPU,
+    graphed too."""
+    if not train:
+        return ("fwd",)
+    return TRAIN_PASSES if torch.device(device).type == "cuda" else tuple(PASSES)
+
+
 def format_header() -> str:
-    return f"{'N x K':>13} {'M':>6} {'pass':>8} {'bf16 ms':>9}" + "".join(f" {k + ' ms':>17} {'x':>6}" for k in KINDS)
+    return f"{'N x K':>13} {'M':>6} {'pass':>13} {'bf16 ms':>9}" + "".join(f" {k + ' ms':>17} {'x':>6}" for k in KINDS)
 
 
 def format_row(r: dict) -> str:
     """The table's line for row `r`: shape, M, pass, BF16 ms, then ms and speed-up per variant ("-": not run)."""
-    return f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>8} {r['bf16_ms']:>9.4f}" + variant_cells(r, KINDS, 17)
+    return f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>13} {r['bf16_ms']:>9.4f}" + variant_cells(r, KINDS, 17)
 
 
 def progress(r: dict) -> str:

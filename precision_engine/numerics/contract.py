@@ -55,6 +55,12 @@ class SplitSums:
         return total.to(self.dtype)
 
 
+def capturing_cuda_graph() -> bool:
+    """Whether the current CUDA stream is capturing a graph. What the capture records replays without the Python
+    that issued it: a cache lookup or a host-side check is frozen at capture time (`linear`, `check_finite`)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def fp8_dtype(fmt: QuantFormat) -> torch.dtype:
     return FP8_TORCH_DTYPE[fmt.dtype]
 

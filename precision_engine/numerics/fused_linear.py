@@ -25,7 +25,8 @@ parameter names, export and weight sync are untouched. Each part then holds its 
 so the bytes exist once, and the decode CUDA graph's refresh, which copies a new version into the Q(W) it
 captured, writes into the very stack the graph reads. When any part's Q(W) is no longer the stacked rows (a
 new weight version, `invalidate_weight_cache()` / `rewrite.invalidate_weight_caches`, `load_quantized`), the
-next call rebuilds the stack.
+next call rebuilds the stack. A training forward captured into a CUDA graph quantizes each part into a new
+stack inside the graph instead, and leaves the cache alone (as `Fp8Linear` does: linear's module doc).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from torch import nn
 from torch.nn.modules import module as _module_hooks
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.contract import Quantized, SplitSums
+from precision_engine.numerics.contract import Quantized, SplitSums, capturing_cuda_graph
 from precision_engine.numerics.gemm import transpose_operand
 from precision_engine.numerics.linear import Fp8Linear, fp8_linear, fprop_no_grad
 from precision_engine.numerics.quantize import block_buffers, quantize_blocks
@@ -84,20 +85,23 @@ def fp8_linear_group(
         if isinstance(y, SplitSums):
             return y
     else:
-        wq, wt = _stacked_weights(parts, dgrad=first._dgrad_in_fp8())
+        fresh = recording and capturing_cuda_graph()  # a training capture quantizes inside the graph (linear's doc)
+        wq, wt = _stacked_weights(parts, dgrad=first._dgrad_in_fp8(), fresh=fresh)
         y = fp8_linear(x, wq, wt, (first.spec, first.numerics), tuple(p.weight for p in parts),
                        tuple(p.bias for p in parts), x_quantized=x_quantized)
     return y if stacked else tuple(y.split([p.out_features for p in parts], dim=-1))
 
 
-def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool) -> tuple[Quantized, Quantized | None]:
-    """Q(W) of the stacked weight (and Q(W)^T for an FP8 dgrad), cached on the first part (module doc)."""
+def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool, fresh: bool = False
+                     ) -> tuple[Quantized, Quantized | None]:
+    """Q(W) of the stacked weight (and Q(W)^T for an FP8 dgrad), cached on the first part (module doc); `fresh`:
+    each part's current weight quantized into new buffers, no cache read or written (a CUDA graph capture)."""
     if torch.compiler.is_compiling():  # as Fp8Linear: quantized inside the graph, no Python-side cache
         wq = _stack([quantize_blocks(p.weight.detach(), p.spec.weight) for p in parts])
         return wq, transpose_operand(wq) if dgrad else None
     first = parts[0]
     cache = first._group_cache
-    if cache is None or len(cache[0]) != len(parts) or not all(
+    if fresh or cache is None or len(cache[0]) != len(parts) or not all(
             p._holds_quantized_weight(view) for p, view in zip(parts, cache[0])):
         with torch.inference_mode(False):  # the training step saves these for backward (see quantized_weight)
             fmt, device = first.spec.weight, first.weight.device
@@ -108,7 +112,12 @@ def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool) -> tuple[Quanti
             row_views = _part_views(wq, rows, 0)
             column_views = _part_views(wt, rows, 1) if dgrad else [None] * len(parts)
             for part, view, view_t in zip(parts, row_views, column_views):
-                part._quantize_weight_into(view, view_t)
+                if fresh:
+                    part._quantize_weight(view, view_t)
+                else:
+                    part._quantize_weight_into(view, view_t)
+        if fresh:
+            return wq, wt
         cache = first._group_cache = [row_views, wq, wt]
     if dgrad and cache[2] is None:
         cache[2] = transpose_operand(cache[1])

@@ -17,7 +17,13 @@ every optimizer step. In-place writes through the Parameter and new storages are
 (`weight_cache_key`), but torch.optim's fused kernels (AdamW(fused=True)) write without bumping the version
 counter, and a process-wide optimizer hook would couple unrelated models, so the trainer's call is the rule.
 Under torch.compile the weight is quantized inside the graph on every call instead (no Python-side cache to
-break the graph), which needs no invalidation.
+break the graph), which needs no invalidation. So is a training forward captured into a CUDA graph
+(`torch.cuda.graph`, `make_graphed_callables`): a cached Q(W) would be frozen into the graph and read stale
+after the next optimizer step, so each replay quantizes the weight it reads (once per call: under gradient
+accumulation a micro-batch pays a weight read that eager training pays once per step), and the capture leaves
+the cache alone. A forward without autograd keeps the cache under capture: the rollout engine's decode graph
+reads the cached Q(W) and copies each new weight version into it (`rl.decode`), and bytes pinned by
+`load_quantized` are the ones multiplied.
 
 `Fp8Linear` is an `nn.Linear` (FSDP wrap policies, PEFT and verl's loaders test `isinstance(m, nn.Linear)`), and
 its autograd function sees only tensors and the frozen (spec, numerics) pair, never the module. That function
@@ -33,7 +39,13 @@ from torch import nn
 
 from precision_engine.errors import OperandError, UnsupportedError
 from precision_engine.numerics.capabilities import Gemm, linear_problems
-from precision_engine.numerics.contract import COMPUTE_TORCH_DTYPE, Quantized, SplitSums, fp8_dtype
+from precision_engine.numerics.contract import (
+    COMPUTE_TORCH_DTYPE,
+    Quantized,
+    SplitSums,
+    capturing_cuda_graph,
+    fp8_dtype,
+)
 from precision_engine.numerics.formats import LinearSpec, QuantFormat
 from precision_engine.numerics.gemm import fp8_gemm, fp8_gemm_of_tokens, transpose_operand
 from precision_engine.numerics.quantize import (
@@ -165,15 +177,18 @@ class Fp8Linear(nn.Linear):
         quantizer pass."""
         key = weight_cache_key(self.weight)
         if self._w_cache is None or self._w_cache[0] != key:
-            wt = None
-            if dgrad:
-                with torch.inference_mode(False):
-                    wt = block_buffers(self.in_features, self.out_features, self.spec.weight, self.weight.device)
+            wt = self._weight_t_buffers() if dgrad else None
             self._w_cache = (key, self._quantize_weight(out_t=wt))
             if wt is not None:
                 self._wt_cache = (self._w_cache[1].data, wt)
         wq = self._w_cache[1]
         return wq, self._quantized_weight_t(wq) if dgrad else None
+
+    def _weight_t_buffers(self) -> Quantized:
+        """Buffers for Q(W)^T [K, N], which the weight quantizer fills in its one pass (never inference tensors:
+        see `_quantize_weight`)."""
+        with torch.inference_mode(False):
+            return block_buffers(self.in_features, self.out_features, self.spec.weight, self.weight.device)
 
     def _quantize_weight_into(self, out: Quantized, out_t: Quantized | None = None) -> None:
         """Make `out` (this module's rows of a group's stacked Q(W), see fused_linear) its Q(W) for the current
@@ -211,6 +226,9 @@ class Fp8Linear(nn.Linear):
         if torch.compiler.is_compiling():
             wq = quantize_blocks(self.weight.detach(), self.spec.weight)
             wt = transpose_operand(wq) if self._dgrad_in_fp8() else None
+        elif recording and capturing_cuda_graph():  # quantized inside the graph (module doc)
+            wt = self._weight_t_buffers() if self._dgrad_in_fp8() else None
+            wq = self._quantize_weight(out_t=wt)
         else:
             wq, wt = self._quantized_weights(self._dgrad_in_fp8())
         return fp8_linear(x, wq, wt, (self.spec, self.numerics), (self.weight,), (self.bias,),

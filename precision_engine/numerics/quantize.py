@@ -60,12 +60,13 @@ from dataclasses import replace
 
 import torch
 
-from precision_engine.errors import NonFiniteError, OperandError
+from precision_engine.errors import NonFiniteError, OperandError, UnsupportedError
 from precision_engine.numerics.contract import (  # noqa: F401 (re-exported: the contract's public names)
     COMPUTE_TORCH_DTYPE,
     FP8_TORCH_DTYPE,
     Quantized,
     block_buffers,
+    capturing_cuda_graph,
     cast_to_fp8,
     fp8_dtype,
     scale_from_amax,
@@ -219,11 +220,17 @@ def dequantize(q: Quantized, dtype: torch.dtype = torch.float32) -> torch.Tensor
 def check_finite(t: Quantized | torch.Tensor, policy_mode, name: str) -> None:
     """Apply the policy's `nonfinite` mode to a quantized operand (NaN scale = non-finite group) or a tensor.
 
-    error: raise NonFiniteError; warn: warnings.warn; propagate: do nothing (no host sync either).
+    error: raise NonFiniteError; warn: warnings.warn; propagate: do nothing (no host sync either). error and
+    warn read a count on the host, which a CUDA graph capture cannot replay: refused there (UnsupportedError).
     """
     mode = NonFinite(policy_mode)
     if mode is NonFinite.PROPAGATE:
         return
+    if capturing_cuda_graph():
+        raise UnsupportedError(
+            f"{name}: numerics.nonfinite: {mode.value} checks each call's values on the host, which a CUDA graph "
+            "cannot replay (hint: capture with nonfinite: propagate, or run the step eagerly)"
+        )
     values = t.scale if isinstance(t, Quantized) else t
     bad = int((~torch.isfinite(values)).sum())
     if bad == 0:

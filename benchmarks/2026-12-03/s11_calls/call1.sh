@@ -4,7 +4,6 @@
 # replays), the linear bench --quick with its graphed passes (no torchao), the block with its graphed pass.
 set -u
 cd "$(dirname "$0")/../../.."
-PYTHONPATH=/tmp/site:$PWD  # (gpu_final.sh installs .whl into /tmp/site; a missing wheel must stop the call)
 SKIP="bench_linear bench_quant bench_ceiling bench_rollout profile_decode bench_invariant bench_block" bash scripts/gpu_final.sh > /dev/null
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 python3 -c "import precision_engine.policy, precision_engine.cli.app" || exit 3

@@ -40,7 +40,7 @@ from torch.nn.modules import module as _module_hooks
 from precision_engine.errors import OperandError
 from precision_engine.numerics.contract import Quantized, SplitSums, capturing_cuda_graph
 from precision_engine.numerics.gemm import transpose_operand
-from precision_engine.numerics.linear import Fp8Linear, fp8_linear, fprop_no_grad
+from precision_engine.numerics.linear import Fp8Linear, fp8_linear, fprop_split_sums
 from precision_engine.numerics.quantize import block_buffers, quantize_blocks
 
 
@@ -79,9 +79,8 @@ def fp8_linear_group(
         return tuple(p(x, x_quantized=x_quantized) for p in parts)
     first = parts[0]
     recording = torch.is_grad_enabled() and (x.requires_grad or any(p.weight.requires_grad for p in parts))
-    if first.bias is None and not recording and not torch.compiler.is_compiling():
-        y = fprop_no_grad(x, _stacked_weights(parts, dgrad=False)[0], (first.spec, first.numerics), x_quantized,
-                          split_sums=split_sums)
+    if split_sums and first.bias is None and not recording and not torch.compiler.is_compiling():
+        y = fprop_split_sums(x, _stacked_weights(parts, dgrad=False)[0], (first.spec, first.numerics), x_quantized)
         if isinstance(y, SplitSums):
             return y
     else:

@@ -33,7 +33,7 @@ from precision_engine.errors import OperandError
 from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, WEIGHT_BLOCK,
                                                     DeviceInfo, Gemm, resolve_kernel)
 from precision_engine.numerics.contract import Quantized, SplitSums
-from precision_engine.numerics.formats import Granularity, Kernel, QuantFormat
+from precision_engine.numerics.formats import Granularity, Kernel
 # cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
 # 4, 8, 16, 24, 32, 64 accepted) and returned wrong results at K=320, where the scales' leading dimension
 # ceil(K/128) = 3; both are zero-padded here (a copy). Training sizes and the 8B shapes need none.
@@ -71,33 +71,6 @@ def fp8_gemm(
     if kernel is Kernel.CUBLAS:
         return _cublas_gemm(a, b, b_scale_rows, out_dtype)
     return _deep_gemm(a, b, b_scale_rows, out_dtype)
-
-
-def fp8_gemm_of_tokens(
-    x: torch.Tensor,
-    fmt: QuantFormat,
-    b: Quantized,
-    *,
-    out_dtype: torch.dtype = torch.bfloat16,
-    kernel: Kernel = Kernel.AUTO,
-    batch_invariant: bool = True,
-) -> torch.Tensor | None:
-    """`fp8_gemm(quantize_rows_1xG(x, fmt), b)` for unquantized tokens x [M, K] in one launch, the quantization
-    in the GEMM's registers, where the kernel picked for M rows can do that (the Triton decode launch:
-    `triton_gemm.quantizes_tokens`); None elsewhere, for the caller to quantize first. The same bytes either
-    way (tests/numerics/test_gemm.py, and on the GPU). Q(x) itself is not kept: forward-only callers."""
-    if x.dim() != 2 or b.data.dim() != 2 or x.shape[1] != b.data.shape[1] or not x.dtype.is_floating_point:
-        raise OperandError(f"fp8_gemm_of_tokens: x must be a float [M, {b.data.shape[1]}], got {x.dtype} "
-                           f"{tuple(x.shape)}")
-    from precision_engine.numerics.triton_gemm import block_scaled_gemm, config_for, quantizes_tokens
-
-    m, k = x.shape
-    if not quantizes_tokens(fmt, config_for(m, b.data.shape[0], k)) or resolve_kernel(
-            kernel, device=device_info(x.device), m=m, batch_invariant=batch_invariant,
-            dtypes=frozenset({fmt.dtype, b.fmt.dtype})) is not Kernel.TRITON:
-        return None
-    return block_scaled_gemm(x, None, b.data, b.scale, b_scale_rows=_b_scale_rows(b), out_dtype=out_dtype,
-                             a_fmt=fmt)
 
 
 def reference_gemm(a: Quantized, b: Quantized, *, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -187,12 +160,6 @@ def _check_operands(a: Quantized, b: Quantized) -> int:
             f"fp8_gemm: operand a must be 1x128 groups along K with scale [{m}, {kblocks}]; "
             f"got {a.fmt.describe()} with scale {tuple(a.scale.shape)}"
         )
-    return _b_scale_rows(b)
-
-
-def _b_scale_rows(b: Quantized) -> int:
-    """Validate b's scale granularity and shape; return how many rows of b share a scale row (128 or 1)."""
-    n, k = b.data.shape
     if b.fmt.granularity is Granularity.BLOCK and b.fmt.block == WEIGHT_BLOCK:
         rows = SCALE_BLOCK
     elif _is_group128(b.fmt):
@@ -201,9 +168,9 @@ def _b_scale_rows(b: Quantized) -> int:
         raise OperandError(
             f"fp8_gemm: operand b must be 128x128 blocks or 1x128 groups, got {b.fmt.describe()}"
         )
-    if tuple(b.scale.shape) != (_cdiv(n, rows), _cdiv(k, SCALE_BLOCK)):
+    if tuple(b.scale.shape) != (_cdiv(n, rows), kblocks):
         raise OperandError(
-            f"fp8_gemm: b scale must be [{_cdiv(n, rows)}, {_cdiv(k, SCALE_BLOCK)}], got {tuple(b.scale.shape)}"
+            f"fp8_gemm: b scale must be [{_cdiv(n, rows)}, {kblocks}], got {tuple(b.scale.shape)}"
         )
     return rows
 

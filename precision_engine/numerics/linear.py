@@ -47,7 +47,7 @@ from precision_engine.numerics.contract import (
     fp8_dtype,
 )
 from precision_engine.numerics.formats import LinearSpec, QuantFormat
-from precision_engine.numerics.gemm import fp8_gemm, fp8_gemm_of_tokens, transpose_operand
+from precision_engine.numerics.gemm import fp8_gemm, transpose_operand
 from precision_engine.numerics.quantize import (
     block_buffers,
     check_finite,
@@ -220,9 +220,8 @@ class Fp8Linear(nn.Linear):
         without autograd and bias, y as the GEMM's split-K segment sums where it has them (`SplitSums`, rows of
         x by N), for a reader that adds them up itself (`fused_quant.add_rms_norm`)."""
         recording = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-        if self.bias is None and not recording and not torch.compiler.is_compiling():
-            return fprop_no_grad(x, self.quantized_weight(), (self.spec, self.numerics), x_quantized,
-                                 split_sums=split_sums)
+        if split_sums and self.bias is None and not recording and not torch.compiler.is_compiling():
+            return fprop_split_sums(x, self.quantized_weight(), (self.spec, self.numerics), x_quantized)
         if torch.compiler.is_compiling():
             wq = quantize_blocks(self.weight.detach(), self.spec.weight)
             wt = transpose_operand(wq) if self._dgrad_in_fp8() else None
@@ -282,26 +281,16 @@ def _fprop(x2: torch.Tensor, xq: Quantized | None, wq: Quantized, config: tuple[
     return xq, y
 
 
-def fprop_no_grad(x: torch.Tensor, wq: Quantized, config: tuple[LinearSpec, NumericsSpec],
-                  x_quantized: Quantized | None, *, split_sums: bool = False) -> torch.Tensor | SplitSums:
-    """`Fp8Linear.forward` without autograd or bias, the output as the autograd path returns it. Unless the
-    caller hands Q(x) over, x is quantized inside the GEMM's own launch where that launch can (decode sizes:
-    `gemm.fp8_gemm_of_tokens`) and non-finite values propagate (Q(x)'s scales are then never read). With
-    `split_sums`, the GEMM's segment sums where the launch has them and the compute dtype is x's (the output
-    needs no cast)."""
-    spec, numerics = config
-    compute = COMPUTE_TORCH_DTYPE[spec.compute]
-    x2 = x.reshape(-1, x.shape[-1])
-    y = None
+def fprop_split_sums(x: torch.Tensor, wq: Quantized, config: tuple[LinearSpec, NumericsSpec],
+                      x_quantized: Quantized | None) -> torch.Tensor | SplitSums:
+    """`Fp8Linear.forward` without autograd or bias: the GEMM's segment sums where the launch has them and the
+    compute dtype is x's (the output needs no cast), else the output as the autograd path returns it."""
     if x_quantized is not None:
-        _check_x_quantized(x, x_quantized, spec.input)
-    elif NonFinite(numerics.nonfinite) is NonFinite.PROPAGATE:
-        y = fp8_gemm_of_tokens(x2, spec.input, wq, out_dtype=compute, kernel=spec.kernel,
-                               batch_invariant=numerics.batch_invariant)
-    if y is None:
-        _, y = _fprop(x2, x_quantized, wq, config, split_sums=split_sums and compute == x.dtype)
-        if isinstance(y, SplitSums):
-            return y
+        _check_x_quantized(x, x_quantized, config[0].input)
+    same_dtype = COMPUTE_TORCH_DTYPE[config[0].compute] == x.dtype
+    _, y = _fprop(x.reshape(-1, x.shape[-1]), x_quantized, wq, config, split_sums=same_dtype)
+    if isinstance(y, SplitSums):
+        return y
     return y.reshape(*x.shape[:-1], y.shape[-1]).to(x.dtype)
 
 

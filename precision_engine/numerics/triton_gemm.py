@@ -20,10 +20,6 @@ arithmetic of every output element independently of M:
 
 Scales: `sa` is [M, ceil(K/128)] (1x128 groups, any strides); `sb` is [ceil(N/SCALE_BN), ceil(K/128)] with
 SCALE_BN = 128 for 128x128 weight blocks or 1 for 1x128 groups (the wgrad pair).
-
-At decode sizes (M <= 16, the swapped launch) the tokens may come unquantized (`a_fmt`): each K block of them
-is quantized in registers by the quantizer's own statements (`triton_quant`), so a forward without autograd
-makes one launch where it made two, with the same bytes (`gemm.fp8_gemm_of_tokens`).
 """
 
 from __future__ import annotations
@@ -36,11 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
-from precision_engine.errors import OperandError
 from precision_engine.numerics.capabilities import SCALE_BLOCK, SMALL_M_MAX  # M <= SMALL_M_MAX: decode tiles
 from precision_engine.numerics.contract import SplitSums
-from precision_engine.numerics.formats import Axis, DType, Granularity, QuantFormat
-from precision_engine.numerics.triton_quant import _amax, _fmt_args, _quotient, _reciprocal, _scale_from_amax, _to_fp8
 
 BLOCK_K = SCALE_BLOCK  # one scale block per K step: the scale granularity of every operand we multiply
 
@@ -129,30 +122,10 @@ def config_for(m: int, n: int, k: int) -> GemmConfig:
 
 
 @triton.jit
-def _quantized_tokens(b, FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
-                      POW2: tl.constexpr, EXACT_ROUND: tl.constexpr, E5M2: tl.constexpr):
-    """(Q(b), its scales) for a [BLOCK_K, tokens] tile of unquantized tokens: one 1x128 group per token, by the
-    statements of `triton_quant._quantize_row_groups` along the other axis, so the bytes `quantize_rows_1xG`
-    gives (elements past K or M are zeros there as here)."""
-    x = b.to(tl.float32)
-    scale = _scale_from_amax(_amax(tl.abs(x), 0), FMAX, RFMAX, POW2)
-    y = _quotient(x, scale[None, :], _reciprocal(scale, POW2)[None, :], POW2, False)
-    if E5M2:
-        q = _to_fp8(y, tl.float8e5, MBITS, EMIN, EXACT_ROUND)
-    else:
-        q = _to_fp8(y, tl.float8e4nv, MBITS, EMIN, EXACT_ROUND)
-    return q, scale
-
-
-@triton.jit
 def _add_block(acc, a_src, b_src, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m, mask_n,
                stride_ak, stride_bk, stride_sak, stride_sbk,
-               TMA: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr, QUANT_B: tl.constexpr,
-               FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
-               POW2: tl.constexpr, EXACT_ROUND: tl.constexpr, E5M2: tl.constexpr):
-    """acc + (K block kb's FP8 dot product, from a fresh FP32 accumulator) * sa[m] * sb[n]. QUANT_B: b holds
-    unquantized tokens (the swapped decode launch's), quantized here in their 1x128 groups (`_quantized_tokens`)
-    instead of read as FP8 with their scales."""
+               TMA: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc + (K block kb's FP8 dot product, from a fresh FP32 accumulator) * sa[m] * sb[n]."""
     if TMA:  # out-of-range rows, columns and K are zero-filled by the copy engine
         a = a_src.load([off_m, kb * BLOCK_K])
         b = b_src.load([off_n, kb * BLOCK_K]).T
@@ -167,10 +140,7 @@ def _add_block(acc, a_src, b_src, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k,
             a = tl.load(a_ptrs, mask=mask_m[:, None] & (offs_k[None, :] < k_left), other=0.0)
             b = tl.load(b_ptrs, mask=mask_n[None, :] & (offs_k[:, None] < k_left), other=0.0)
     sa = tl.load(sa_ptrs + kb * stride_sak, mask=mask_m, other=0.0)
-    if QUANT_B:
-        b, sb = _quantized_tokens(b, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND, E5M2)
-    else:
-        sb = tl.load(sb_ptrs + kb * stride_sbk, mask=mask_n, other=0.0)
+    sb = tl.load(sb_ptrs + kb * stride_sbk, mask=mask_n, other=0.0)
     acc += tl.dot(a, b) * (sa[:, None] * sb[None, :])
     return acc
 
@@ -205,8 +175,6 @@ def _fp8_block_gemm_kernel(
     SCALE_AM: tl.constexpr, SCALE_BN: tl.constexpr, EVEN_K: tl.constexpr, SPLIT: tl.constexpr,
     FUSED_SUM: tl.constexpr, TMA: tl.constexpr, FLATTEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    QUANT_B: tl.constexpr, FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
-    POW2: tl.constexpr, EXACT_ROUND: tl.constexpr, E5M2: tl.constexpr,
 ):
     # Grouped program order so that neighbouring programs share operand tiles in L2; numerics-neutral.
     pid = tl.program_id(0)
@@ -236,8 +204,7 @@ def _fp8_block_gemm_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kb in range(seg * SEG_KB, min(seg * SEG_KB + SEG_KB, num_kb)):
             acc = _add_block(acc, a_ops, b_ops, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m, mask_n,
-                             stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K,
-                             QUANT_B, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND, E5M2)
+                             stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
         tl.store(ws_ptr + seg * M * N + c_offs, acc, mask=mask_c)
         if FUSED_SUM:
             segments = tl.num_programs(1)
@@ -256,8 +223,7 @@ def _fp8_block_gemm_kernel(
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for kb in range(kb_lo, min(kb_lo + SEG_KB, num_kb)):
                 acc = _add_block(acc, a_ops, b_ops, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m,
-                                 mask_n, stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K,
-                                 QUANT_B, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND, E5M2)
+                                 mask_n, stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
             total += acc
         tl.store(c_ptr + c_offs, total.to(c_ptr.dtype.element_ty), mask=mask_c)
 
@@ -270,8 +236,7 @@ def _fp8_persistent_kernel(
     stride_sam, stride_sak, stride_sbn, stride_sbk,
     SCALE_AM: tl.constexpr, SCALE_BN: tl.constexpr, EVEN_K: tl.constexpr, SPLIT: tl.constexpr,
     TMA: tl.constexpr, FLATTEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, QUANT_B: tl.constexpr, FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr,
-    EMIN: tl.constexpr, POW2: tl.constexpr, EXACT_ROUND: tl.constexpr, E5M2: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     """`_fp8_block_gemm_kernel`'s additions, from a fixed grid: program p walks work units p, p + P, ... (a unit
     is a tile, or with SPLIT one segment of a tile), so every program does the same share and, flattened, its
@@ -301,8 +266,7 @@ def _fp8_persistent_kernel(
         total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kb in range(kb_lo, kb_hi):
             acc = _add_block(acc, a_ops, b_ops, sa_ptrs, sb_ptrs, kb, off_m, off_n, K, offs_k, mask_m, mask_n,
-                             stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K,
-                             QUANT_B, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND, E5M2)
+                             stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
             ends = ((kb + 1) % SEG_KB == 0) | (kb + 1 == num_kb)
             total = tl.where(ends, total + acc, total)
             acc = tl.where(ends, 0.0, acc)
@@ -395,7 +359,6 @@ def block_scaled_gemm(
     seg_kb: int | None = None,
     split: bool | None = None,
     split_sums: bool = False,
-    a_fmt: QuantFormat | None = None,
 ) -> torch.Tensor | SplitSums:
     """c = dequant(a) @ dequant(b)^T for a [M, K] and b [N, K] FP8 (K-major; other strides work, slower).
 
@@ -410,15 +373,11 @@ def block_scaled_gemm(
     instead, with the same additions, so the same bits (GPU-tested): above decode sizes (1.2-1.4x the speed of
     this kernel's tiles there), and from 17 to 64 rows where its decode units fill the SMs
     (`_gluon_decode_fills`).
-
-    `a_fmt`: a holds unquantized tokens (a_scale None), which the launch quantizes as `quantize_rows_1xG(a,
-    a_fmt)` would, in registers, one launch instead of two (`quantizes_tokens`: swapped decode launches only).
     """
     m, k = a.shape
     n = b.shape[0]
     seg = seg_kb or segment_kb(n, k)
-    gluon = (config is None and split is None and b_scale_rows % BLOCK_K == 0 and a_fmt is None
-             and _gluon_runs(a, b))
+    gluon = config is None and split is None and b_scale_rows % BLOCK_K == 0 and _gluon_runs(a, b)
     if gluon and m > SMALL_M_MAX:
         from precision_engine.numerics.gluon_gemm import gluon_block_scaled_gemm
 
@@ -427,16 +386,11 @@ def block_scaled_gemm(
     if gluon and m > _SWAP_M_MAX and _gluon_decode_fills(n, k, seg, _sm_count(a.device.index or 0)):
         return _gluon_decode(a, a_scale, b, b_scale, b_scale_rows, seg, out_dtype, split_sums)
     cfg = config or config_for(m, n, k)
-    if a_fmt is not None and not quantizes_tokens(a_fmt, cfg):
-        raise OperandError(f"block_scaled_gemm quantizes tokens itself only for 1x{BLOCK_K} FP8 groups along K on "
-                           f"a swapped launch (M <= {_SWAP_M_MAX}); got M = {m}, {a_fmt.describe()}")
     segments = triton.cdiv(triton.cdiv(k, BLOCK_K), seg)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0 or n == 0:
         return c
     # The kernel computes c_k = a_k @ b_k^T; swap_ab makes it c^T = b @ a^T (same products, same sums).
-    if a_fmt is not None:
-        a_scale = a.new_empty((0, 0))  # never read: the launch forms the tokens' scales itself
     a_k, sa_k, rows_a, b_k, sb_k, rows_b, c_k = a, a_scale, 1, b, b_scale, b_scale_rows, c
     if cfg.swap_ab:
         a_k, sa_k, rows_a, b_k, sb_k, rows_b, c_k = b, b_scale, b_scale_rows, a, a_scale, 1, c.t()
@@ -458,14 +412,12 @@ def block_scaled_gemm(
     ws = torch.empty((segments, m, n), dtype=torch.float32, device=a.device) if split else c
     strides = (a_k.stride(0), a_k.stride(1), b_k.stride(0), b_k.stride(1), c_k.stride(0), c_k.stride(1),
                sa_k.stride(0), sa_k.stride(1), sb_k.stride(0), sb_k.stride(1))
-    quant = _NO_TOKEN_QUANT if a_fmt is None else {"QUANT_B": True, "E5M2": a_fmt.dtype is DType.FLOAT8_E5M2,
-                                                   **_fmt_args(a_fmt, None)}
     if cfg.persistent:
         units = tiles * (segments if split else 1)
         _fp8_persistent_kernel[(_balanced_programs(units, cfg.persistent, a.device),)](
             a_src, b_src, c_k, ws, sa_k, sb_k, mk, nk, k, seg, units, *strides,
             SCALE_AM=rows_a, SCALE_BN=rows_b, EVEN_K=(k % BLOCK_K == 0), SPLIT=split, TMA=tma,
-            FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K, **quant,
+            FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     else:
@@ -474,21 +426,9 @@ def block_scaled_gemm(
             a_src, b_src, c_k, ws, counters, sa_k, sb_k, mk, nk, k, seg, *strides,
             SCALE_AM=rows_a, SCALE_BN=rows_b, EVEN_K=(k % BLOCK_K == 0), SPLIT=split, FUSED_SUM=fused, TMA=tma,
             FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K, GROUP_M=cfg.group_m,
-            **quant, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     return _from_segments(ws, c, split_sums) if split and not fused else c
-
-
-def quantizes_tokens(fmt: QuantFormat, config: GemmConfig) -> bool:
-    """Whether a launch of `config` takes unquantized tokens in `fmt` (`block_scaled_gemm(a_fmt=fmt)`): FP8
-    1x128 groups along K (one group per K block) on a swapped launch (`config_for`'s decode sizes), where a
-    token tile is 16 columns of the kernel's `b`."""
-    return (config.swap_ab and fmt.is_quantized and fmt.granularity is Granularity.GROUP and fmt.axis is Axis.K
-            and fmt.group == BLOCK_K)
-
-
-_NO_TOKEN_QUANT = {"QUANT_B": False, "FMAX": 1.0, "RFMAX": 1.0, "MBITS": 3, "EMIN": -6, "POW2": False,
-                   "EXACT_ROUND": False, "E5M2": False}  # the launch reads FP8 tokens with their scales
 
 
 def _from_segments(ws: torch.Tensor, c: torch.Tensor, split_sums: bool) -> torch.Tensor | SplitSums:

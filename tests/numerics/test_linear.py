@@ -14,7 +14,7 @@ from torch import nn
 from precision_engine.errors import NonFiniteError, UnsupportedError
 from precision_engine.numerics.exchange import to_block_fp8
 from precision_engine.numerics.formats import PRESET_FORMATS as P
-from precision_engine.numerics.formats import Kernel, LinearSpec
+from precision_engine.numerics.formats import LinearSpec
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.policy.model import NonFinite, NumericsSpec
 
@@ -299,28 +299,3 @@ def test_nonfinite_dy_in_the_wgrad_quantizer_raises(x_grad):
     dy[2, 5] = math.nan
     with pytest.raises(NonFiniteError, match="grad_output"):
         fp8(x).backward(dy)
-
-
-def test_decode_forward_quantizes_x_inside_the_gemm(monkeypatch):
-    """Without autograd at decode sizes on the Triton kernel, the forward hands x to the GEMM's launch, which
-    quantizes it in its registers (no quantize_rows_1xG launch), with the bytes of the autograd forward, which
-    quantizes first; a policy that checks non-finite inputs keeps its check (the quantizer runs)."""
-    from dataclasses import replace
-
-    import precision_engine.numerics.linear as linear_module
-
-    torch.manual_seed(3)
-    layer = Fp8Linear.from_linear(nn.Linear(256, 384, bias=False, dtype=torch.bfloat16),
-                                  replace(JETRL, kernel=Kernel.TRITON))
-    x = torch.randn(2, 5, 256, dtype=torch.bfloat16)
-    with_grad = layer(x.clone().requires_grad_()).detach()
-    calls = []
-    quantize = linear_module.quantize_rows_1xG
-    monkeypatch.setattr(linear_module, "quantize_rows_1xG", lambda *a, **k: calls.append(1) or quantize(*a, **k))
-    with torch.no_grad():
-        fused = layer(x)
-    assert not calls and torch.equal(fused.view(torch.uint16), with_grad.view(torch.uint16))
-    layer.numerics = NumericsSpec(nonfinite=NonFinite.ERROR)
-    with torch.no_grad():
-        checked = layer(x)
-    assert calls and torch.equal(checked.view(torch.uint16), with_grad.view(torch.uint16))

@@ -161,20 +161,3 @@ def test_gluon_gives_the_triton_kernels_bytes(m, n, k):
                                     out_dtype=torch.float32)
     assert torch.equal(out32.view(torch.int32), ref32.view(torch.int32))
     assert torch.equal(fp8_gemm(xq, wq).view(torch.uint16), ref.view(torch.uint16))  # AUTO dispatches here
-
-
-@pytest.mark.parametrize("n,k", [(4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336), (28672, 4096)])
-def test_decode_gemm_quantizing_its_tokens_gives_the_two_launch_bytes(n, k):
-    """`fp8_gemm_of_tokens` at M = 1..16 (AUTO: the swapped Triton launch, split-K with the fused sum or whole
-    tiles for gate/up) gives the bytes of quantize_rows_1xG then fp8_gemm, on the 8B decode shapes, with rows
-    of very different magnitudes; the rollout's decode rows depend on it being the same Q(x)."""
-    from precision_engine.numerics.gemm import fp8_gemm_of_tokens
-
-    g = torch.Generator(device="cuda").manual_seed(n + k)
-    wq = quantize_blocks(torch.randn(n, k, device="cuda", generator=g, dtype=torch.bfloat16) * 0.02, WEIGHT)
-    for m in (1, 3, 16):
-        x = (torch.randn(m, k, device="cuda", generator=g) * torch.logspace(-4, 2, m, device="cuda")[:, None])
-        x = x.to(torch.bfloat16)
-        two = fp8_gemm(quantize_rows_1xG(x, ACT), wq)
-        one = fp8_gemm_of_tokens(x, ACT, wq)
-        assert one is not None and torch.equal(one.view(torch.uint16), two.view(torch.uint16)), (m, n, k)

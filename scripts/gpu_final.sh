@@ -24,6 +24,9 @@ for wheel in .whl/*.whl; do
   esac
 done > "$LOG/install.log" 2>&1
 export PYTHONPATH=/tmp/site:$PWD
+# The image lacks the core's jsonschema and google-re2: ../shared/tools/device-wheels, then
+# ../shared/tools/device-wheels google-re2 (not in its default list) fetch them into .whl/.
+$PY -c "import precision_engine.policy" || { echo "missing wheels: see $LOG/install.log and the note above"; exit 3; }
 CLI="from precision_engine.cli.app import main; main()"
 { nvidia-smi -L; $PY -c "import torch, triton, transformers; print(torch.__version__, torch.version.cuda, triton.__version__, transformers.__version__)"; } > "$LOG/env.txt" 2>&1
 

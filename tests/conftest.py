@@ -1,10 +1,17 @@
 """Test-wide set-up.
 
 Without a GPU, Triton kernels run in Triton's CPU interpreter. TRITON_INTERPRET must be set before any kernel
-is decorated (i.e. before our kernel modules are imported), so it is set here, first.
+is decorated (i.e. before our kernel modules are imported), so it is set here, first; so is OpenBLAS's thread
+count, which the interpreter's bitwise tests depend on (below).
 """
 
 import os
+
+# The interpreter's tl.dot is numpy's matmul. With several threads OpenBLAS may split a small product's sum
+# differently for different tile shapes, so one kernel's launches would differ in the last bit on the CPU where
+# the GPU's fixed K order gives one set of bits (seen on a 2-core AMD EPYC: the invariant linear's prefixes).
+# One thread sums in one order; it must be set before numpy (imported by torch) loads OpenBLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 try:
     import torch

@@ -49,6 +49,19 @@ def choose_variants(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(v for v in VARIANTS if v == "bf16" or v in names)
 
 
+def parse_tokens(text: str) -> tuple[int, ...]:
+    """`--tokens` "8192,16384" -> (8192, 16384): positive token counts, sizes up to 64 timed as decode rows; anything
+    else is a UsageError that says what was expected."""
+    try:
+        tokens = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        tokens = ()
+    if not tokens or min(tokens) < 1:
+        raise UsageError(f"--tokens {text!r}: expected comma-separated positive token counts, e.g. 8192,16384 "
+                         "or 1,16,64")
+    return tokens
+
+
 def _specs():
     from precision_engine.numerics.formats import PRESET_FORMATS as P
     from precision_engine.numerics.formats import Kernel, LinearSpec

@@ -43,20 +43,27 @@ def register(app: typer.Typer) -> None:
         variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated columns to run (default "
                                                      "all: bf16,fp8_cublas,fp8_bi,torchao,torchao_triton); bf16, "
                                                      "the baseline, always runs.")] = None,
+        tokens: Annotated[str | None, typer.Option("--tokens", help="Comma-separated token counts (default "
+                                                   "8192,16384 and the decode sizes 1,16,64; --quick 8192,1); "
+                                                   "up to 64 is a decode row.")] = None,
     ) -> None:
         """The FP8 linear layer (forward, forward+backward) against nn.Linear in BF16, same run, table + JSON.
 
-        Beside ours, torchao's Float8BlockwiseLinear (cuBLAS and Triton GEMMs) at training sizes, where torchao
-        is importable and runs ("-" and a note otherwise); its first calls autotune for minutes, so ours run at
-        every shape first. Each row is printed as it is measured and, with --out, written at once.
+        Training sizes are also timed as CUDA-graph replays (fwd/graph, fwd+bwd/graph), where the host's launches
+        drop out; decode sizes always are. Beside ours, torchao's Float8BlockwiseLinear (cuBLAS and Triton GEMMs)
+        at training sizes, where torchao is importable and runs ("-" and a note otherwise); its first calls
+        autotune for minutes, so ours run at every shape first. Each row is printed as it is measured and, with
+        --out, written at once.
 
         Examples:
           precision bench linear --out bench_linear.json
           precision bench linear --quick --variants fp8_bi,torchao --out bench_linear.json
+          precision bench linear --tokens 1,16,64 --variants fp8_bi
         """
         from precision_engine.bench import linear as bench_linear
 
         chosen = bench_linear.choose_variants(variants.split(",")) if variants else bench_linear.VARIANTS
+        ms = bench_linear.parse_tokens(tokens) if tokens else None
         require_gpu(out, "precision bench")
         typer.echo(bench_linear.format_header())
 
@@ -65,7 +72,7 @@ def register(app: typer.Typer) -> None:
             if out is not None:
                 write_json(rows, out)
 
-        rows = bench_linear.bench_linear(quick=quick, variants=chosen, on_row=on_row)
+        rows = bench_linear.bench_linear(quick=quick, variants=chosen, ms=ms, on_row=on_row)
         _report(bench_linear.format_table(rows), rows, out)
 
     @group.command()

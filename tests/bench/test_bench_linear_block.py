@@ -175,7 +175,8 @@ def test_cli_linear_prints_and_writes_each_row_as_it_is_measured(tmp_path, monke
     out, on_disk = tmp_path / "linear.json", []
     real = linear.bench_linear
 
-    def toy(*, quick, variants, on_row):
+    def toy(*, quick, variants, ms, on_row):
+        assert ms is None
         def check(row, rows):
             on_row(row, rows)
             on_disk.append(len(json.loads(out.read_text())["rows"]))
@@ -195,11 +196,25 @@ def test_cli_linear_prints_and_writes_each_row_as_it_is_measured(tmp_path, monke
     assert "first calls s (all rows)" in result.output and result.output.rstrip().endswith(f"wrote {out}")
 
 
+def test_cli_linear_tokens_pick_the_rows(monkeypatch):
+    import precision_engine.bench.linear as linear
+    import precision_engine.cli.bench as cli_bench
+
+    seen = []
+    monkeypatch.setattr(linear, "bench_linear", lambda **kwargs: seen.append(kwargs["ms"]) or [])
+    monkeypatch.setattr(cli_bench, "require_gpu", lambda out, verb: None)
+    result = runner.invoke(app, ["bench", "linear", "--tokens", "1,16,8192"])
+    assert result.exit_code == 0, result.output
+    assert seen == [(1, 16, 8192)]
+
+
 @pytest.mark.parametrize("args, message", [
     (["block", "--device", "cpu"], "runs only with --quick"),
     (["block", "--quick", "--device", "tpu"], "use cuda or cpu"),
     (["block", "--quick", "--device", "cpu", "--mode", "slow"], "use fast or batch-invariant"),
     (["linear", "--variants", "bf16,torchao_cublas"], "unknown variant 'torchao_cublas': choose from bf16,"),
+    (["linear", "--tokens", "8192,x"], "--tokens '8192,x': expected comma-separated positive token counts"),
+    (["linear", "--tokens", "0"], "expected comma-separated positive token counts"),
 ])
 def test_cli_block_refuses_bad_flags_in_one_line(args, message):
     result = runner.invoke(app, ["bench", *args])

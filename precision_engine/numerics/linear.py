@@ -21,9 +21,9 @@ break the graph), which needs no invalidation. So is a training forward captured
 (`torch.cuda.graph`, `make_graphed_callables`): a cached Q(W) would be frozen into the graph and read stale
 after the next optimizer step, so each replay quantizes the weight it reads (once per call: under gradient
 accumulation a micro-batch pays a weight read that eager training pays once per step), and the capture leaves
-the cache alone. A forward without autograd keeps the cache under capture: the rollout engine's decode graph
-reads the cached Q(W) and copies each new weight version into it (`rl.decode`), and bytes pinned by
-`load_quantized` are the ones multiplied.
+the cache alone; it quantizes the master weight, so bytes pinned by `load_quantized` are not what a captured
+training step multiplies. A forward without autograd keeps the cache under capture: the rollout engine's decode
+graph reads the cached Q(W) and copies each new weight version into it (`rl.decode`), pinned bytes included.
 
 `Fp8Linear` is an `nn.Linear` (FSDP wrap policies, PEFT and verl's loaders test `isinstance(m, nn.Linear)`), and
 its autograd function sees only tensors and the frozen (spec, numerics) pair, never the module. That function

@@ -32,8 +32,8 @@ from pathlib import Path
 import torch
 
 from precision_engine.bench.rollout import MODES, random_decoder
-from precision_engine.bench.gemm import time_graphed
-from precision_engine.bench.timing import median, rotation, time_cuda
+from precision_engine.bench.gemm import GRAPHED, timed
+from precision_engine.bench.timing import rotation
 from precision_engine.errors import UsageError
 from precision_engine.models.decoder import Decoder
 from precision_engine.models.loader import resolve_config
@@ -42,7 +42,7 @@ from precision_engine.rewrite import invalidate_weight_caches
 
 POLICIES = ("bf16_baseline", "jetrl_unified", "jetrl_unified_kv", "fp8rl_rollout_tis")
 BASELINE = "bf16_baseline"  # the policy every ratio is relative to
-PASSES = ("fwd", "fwd+bwd", "fwd+bwd/graph")
+PASSES = ("fwd", "fwd+bwd", "fwd+bwd" + GRAPHED)
 
 
 def _forward(model: Decoder, x: torch.Tensor, dy: torch.Tensor) -> None:
@@ -91,16 +91,14 @@ def bench_block(model_spec: str = "llama-3.1-8b", *, policies: Sequence[str] = P
             except Exception as err:  # noqa: BLE001 (one policy failing must not lose the others)
                 base["error"] = f"{type(err).__name__}: {err}"
             for pass_, step in zip(PASSES, (_forward, _train_step, _train_step)):
-                if pass_.endswith("/graph") and torch.device(device).type != "cuda":
+                graphed = pass_.endswith(GRAPHED)
+                if graphed and torch.device(device).type != "cuda":
                     continue
                 row = {**base, "pass": pass_}
                 if "error" not in row:
-                    fn = lambda x, dy, step=step: step(model, x, dy)  # noqa: E731
                     try:
-                        if pass_.endswith("/graph"):
-                            row["ms"] = time_graphed(fn, sets, warmup=warmup, reps=reps)
-                        else:
-                            row["ms"] = median(time_cuda(fn, warmup=warmup, reps=reps, inputs_rotation=sets))
+                        row["ms"] = timed(lambda x, dy, step=step: step(model, x, dy), sets, graphed=graphed,
+                                          warmup=warmup, reps=reps)
                     except Exception as err:  # noqa: BLE001
                         row["error"] = f"{type(err).__name__}: {err}"
                 rows.append(row)

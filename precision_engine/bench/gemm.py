@@ -25,6 +25,7 @@ SHAPES_8B: tuple[tuple[int, int], ...] = (
     (28672, 4096),
 )
 TRAIN_M = (8192, 16384)
+GRAPHED = "/graph"  # a pass name's suffix (`bench linear`, `bench block`): the pass timed as CUDA-graph replays
 DECODE_M = (1, 16, 64)
 QUICK_SHAPES = ((4096, 4096), (14336, 4096))
 

@@ -31,7 +31,16 @@ import torch
 from torch import nn
 
 from precision_engine.bench import torchao_ref
-from precision_engine.bench.gemm import DECODE_M, QUICK_SHAPES, SHAPES_8B, TRAIN_M, notes, timed, variant_cells
+from precision_engine.bench.gemm import (
+    DECODE_M,
+    GRAPHED,
+    QUICK_SHAPES,
+    SHAPES_8B,
+    TRAIN_M,
+    notes,
+    timed,
+    variant_cells,
+)
 from precision_engine.bench.timing import rotation
 from precision_engine.errors import UsageError
 
@@ -88,7 +97,6 @@ def _forward(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor | None) -> None
 
 
 PASSES = {"fwd": _forward, "fwd+bwd": _train_step}
-GRAPHED = "/graph"  # a pass name's suffix: the same step timed as CUDA-graph replays
 TRAIN_PASSES = (*PASSES, *(name + GRAPHED for name in PASSES))
 
 

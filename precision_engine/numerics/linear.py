@@ -177,18 +177,21 @@ class Fp8Linear(nn.Linear):
         quantizer pass."""
         key = weight_cache_key(self.weight)
         if self._w_cache is None or self._w_cache[0] != key:
-            wt = self._weight_t_buffers() if dgrad else None
-            self._w_cache = (key, self._quantize_weight(out_t=wt))
+            wq, wt = self._fresh_quantized_weights(dgrad)
+            self._w_cache = (key, wq)
             if wt is not None:
-                self._wt_cache = (self._w_cache[1].data, wt)
+                self._wt_cache = (wq.data, wt)
         wq = self._w_cache[1]
         return wq, self._quantized_weight_t(wq) if dgrad else None
 
-    def _weight_t_buffers(self) -> Quantized:
-        """Buffers for Q(W)^T [K, N], which the weight quantizer fills in its one pass (never inference tensors:
-        see `_quantize_weight`)."""
-        with torch.inference_mode(False):
-            return block_buffers(self.in_features, self.out_features, self.spec.weight, self.weight.device)
+    def _fresh_quantized_weights(self, dgrad: bool) -> tuple[Quantized, Quantized | None]:
+        """Q(W) of the current weight, and Q(W)^T when dgrad runs in FP8, from one quantizer pass into new buffers
+        (never inference tensors: see `_quantize_weight`); no cache is read or written."""
+        wt = None
+        if dgrad:
+            with torch.inference_mode(False):
+                wt = block_buffers(self.in_features, self.out_features, self.spec.weight, self.weight.device)
+        return self._quantize_weight(out_t=wt), wt
 
     def _quantize_weight_into(self, out: Quantized, out_t: Quantized | None = None) -> None:
         """Make `out` (this module's rows of a group's stacked Q(W), see fused_linear) its Q(W) for the current
@@ -226,8 +229,7 @@ class Fp8Linear(nn.Linear):
             wq = quantize_blocks(self.weight.detach(), self.spec.weight)
             wt = transpose_operand(wq) if self._dgrad_in_fp8() else None
         elif recording and capturing_cuda_graph():  # quantized inside the graph (module doc)
-            wt = self._weight_t_buffers() if self._dgrad_in_fp8() else None
-            wq = self._quantize_weight(out_t=wt)
+            wq, wt = self._fresh_quantized_weights(self._dgrad_in_fp8())
         else:
             wq, wt = self._quantized_weights(self._dgrad_in_fp8())
         return fp8_linear(x, wq, wt, (self.spec, self.numerics), (self.weight,), (self.bias,),

@@ -35,8 +35,8 @@ ROWS_SWEEP = [(8, 4, 4), (16, 2, 4), (16, 4, 4), (16, 4, 8), (32, 2, 8), (32, 4,
 # thread, 168 registers), and neighbours.
 TOKENS_SWEEP = [(64, 1, 4, 4), (64, 1, 4, 2), (32, 1, 4, 2), (32, 1, 4, 1), (128, 1, 4, 8), (128, 1, 4, 4),
                 (64, 2, 4, 4), (64, 1, 8, 4), (128, 1, 8, 8)]
-# Fused grad-output configs (load width VEC, warps; one 128x128 tile per program).
-DUAL_SWEEP = [(8, 8), (4, 8), (8, 16), (16, 8)]
+# Grad-output configs (1x128 programs of BLOCK_M rows, tokens-transposed programs of BLOCK_C columns, warps).
+DUAL_SWEEP = [(32, 64, 4), (64, 64, 4), (16, 64, 4), (32, 32, 4), (64, 64, 8), (64, 128, 8), (32, 128, 4)]
 # SiLU-mul configs (BLOCK_M rows x GROUPS groups per program, warps).
 SILU_SWEEP = [(64, 1, 8), (32, 1, 8), (32, 2, 8), (16, 1, 4), (128, 1, 8)]
 NORM_SHAPES = [(8192, 4096), (16384, 4096), (8192, 8192)]  # tokens x hidden (8B; 70B)
@@ -142,9 +142,9 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                 cases.append((f"requant pow2 {tag}", shape,
                               lambda q, c=config: T.requantize_tokens_transposed(q, tok_pow2, config=c),
                               saved(shape, act_pow2), requant_bytes))
-            for vec, warps in DUAL_SWEEP:
-                config = {"VEC": vec, "num_warps": warps}
-                cases.append((f"dy fused v{vec} w{warps}", shape,
+            for block_m, block_c, warps in DUAL_SWEEP:
+                config = {"BLOCK_M": block_m, "BLOCK_C": block_c, "num_warps": warps}
+                cases.append((f"dy fused m{block_m} c{block_c} w{warps}", shape,
                               lambda x, c=config: T.quantize_rows_and_tokens_transposed(x, act, tok, config=c),
                               bf16(shape), dual_bytes))
         cases.append(("per-tensor (2 passes)", shape, lambda x: Q.quantize(x, ten), bf16(shape), 3 * m * k))

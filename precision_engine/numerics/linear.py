@@ -54,6 +54,7 @@ from precision_engine.numerics.quantize import (
     dequantize,
     quantize_blocks,
     quantize_rows_1xG,
+    quantize_rows_and_tokens_transposed,
     quantize_tokens_transposed,
     requantize_tokens_transposed,
 )
@@ -364,13 +365,19 @@ class _Fp8LinearFn(torch.autograd.Function):
         rows = [w.shape[0] for w in weights]
         dy2 = dy.reshape(-1, dy.shape[-1]).to(compute)
         dx, dws, dbs = None, [None] * parts, [None] * parts
+        dyq = dyt = None
+        fp8_wgrad = any(needs_w) and spec.wgrad_operands is not None
+        if ctx.needs_input_grad[0] and spec.grad_output is not None:
+            if fp8_wgrad:  # both layouts from one read of dy
+                dyq, dyt = quantize_rows_and_tokens_transposed(dy2, spec.grad_output, spec.wgrad_operands)
+            else:
+                dyq = quantize_rows_1xG(dy2, spec.grad_output)
+            check_finite(dyq, numerics.nonfinite, "grad_output")
 
         if ctx.needs_input_grad[0]:
             if spec.grad_output is None:
                 dx = dy2 @ _cat([w.to(compute) for w in weights])
             else:
-                dyq = quantize_rows_1xG(dy2, spec.grad_output)
-                check_finite(dyq, numerics.nonfinite, "grad_output")
                 wt = Quantized(wt_data, wt_scale, spec.weight)
                 dx = fp8_gemm(dyq, wt, out_dtype=compute, kernel=spec.kernel, gemm=Gemm.DGRAD)
             dx = dx.reshape(ctx.x_shape).to(ctx.x_dtype)
@@ -380,8 +387,8 @@ class _Fp8LinearFn(torch.autograd.Function):
                 dw = dy2.t() @ x_hp
             else:
                 xq = Quantized(x_data, x_scale, spec.input)
-                dyt = quantize_tokens_transposed(dy2, spec.wgrad_operands)
-                if spec.grad_output is None or not ctx.needs_input_grad[0]:  # else dgrad checked this dy
+                if dyt is None:
+                    dyt = quantize_tokens_transposed(dy2, spec.wgrad_operands)
                     check_finite(dyt, numerics.nonfinite, "grad_output")
                 xt = requantize_tokens_transposed(xq, spec.wgrad_operands)
                 dw = fp8_gemm(dyt, xt, out_dtype=compute, kernel=spec.kernel, gemm=Gemm.WGRAD)

@@ -250,8 +250,16 @@ def _rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm, str
                  POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
     """1xG groups along K: one program owns BLOCK_M rows x GROUPS consecutive groups (unrolled, so their
     loads are all in flight together). Also per-channel, with G = K and GROUPS = 1."""
-    pid_m = tl.program_id(0)
-    pid_k = tl.program_id(1)
+    _rows_program(tl.program_id(0), tl.program_id(1), x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm,
+                  stride_sg, G, BLOCK_G, BLOCK_M, GROUPS, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND)
+
+
+@triton.jit
+def _rows_program(pid_m, pid_k, x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm, stride_sg,
+                  G: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_M: tl.constexpr, GROUPS: tl.constexpr,
+                  FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                  POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """`_rows_kernel`'s program (pid_m, pid_k), shared with the grad-output kernel."""
     rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     row_ok = rows < M
     offs = tl.arange(0, BLOCK_G)
@@ -315,8 +323,19 @@ def _tokens_t_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm, stri
     With DEQUANT the input is a saved 1xG_IN FP8 activation (`s_in_ptr`: its M-major scales), dequantized in
     registers: the wgrad re-quantization, in one pass and with no fp32 copy. Padding tokens [M, M_pad) load as
     0 and are written as FP8 zeros, as the contract requires."""
-    pid_t = tl.program_id(0)
-    pid_c = tl.program_id(1)
+    _tokens_t_program(tl.program_id(0), tl.program_id(1), x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm,
+                      stride_sig, G, G_IN, PACK, BLOCK_SUB, BLOCK_C, CHUNKS, VEC, DEQUANT, EVEN_M, EVEN_C, IEEE_DIV,
+                      HW_PACK, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND)
+
+
+@triton.jit
+def _tokens_t_program(pid_t, pid_c, x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm, stride_sig,
+                      G: tl.constexpr, G_IN: tl.constexpr, PACK: tl.constexpr, BLOCK_SUB: tl.constexpr,
+                      BLOCK_C: tl.constexpr, CHUNKS: tl.constexpr, VEC: tl.constexpr, DEQUANT: tl.constexpr,
+                      EVEN_M: tl.constexpr, EVEN_C: tl.constexpr, IEEE_DIV: tl.constexpr, HW_PACK: tl.constexpr,
+                      FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                      POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """`_tokens_t_kernel`'s program (pid_t, pid_c), shared with the grad-output kernel."""
     tok0 = pid_t * G
     j = tl.arange(0, BLOCK_SUB)
     j_ok = j < G // PACK
@@ -360,88 +379,32 @@ def _tokens_t_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm, stri
 
 
 @triton.jit
-def _rows_part(x, qr_ptr, sr_ptr, toks, tok_ok, c, col_ok, group, M, C, EVEN: tl.constexpr,
-               FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
-               POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
-    """The 1xG half of the grad-output kernel on one [tokens, G] tile: `_rows_kernel`'s arithmetic. Returns
-    |x| for the column amax (the absolute value is computed once for both halves)."""
-    a = tl.abs(x)
-    scale = _scale_from_amax(_amax(a, 1), FMAX, RFMAX, POW2)
-    y = _quotient(x, scale[:, None], _reciprocal(scale, POW2)[:, None], POW2, False)
-    q = _to_fp8(y, qr_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
-    offs = toks[:, None] * C + c[None, :]
-    if EVEN:
-        tl.store(qr_ptr + offs, q)
-        tl.store(sr_ptr + toks + group * M, scale)
+def _grad_output_kernel(x_ptr, qr_ptr, sr_ptr, qt_ptr, st_ptr, M, C, M_pad, stride_xm, col_groups,
+                        GR: tl.constexpr, GT: tl.constexpr, BLOCK_GR: tl.constexpr, BLOCK_M: tl.constexpr,
+                        ROW_PROGRAMS: tl.constexpr, PACK: tl.constexpr, BLOCK_SUB: tl.constexpr,
+                        BLOCK_C: tl.constexpr, TOKEN_PROGRAMS: tl.constexpr, VEC: tl.constexpr,
+                        EVEN_M: tl.constexpr, EVEN_C: tl.constexpr, HW_PACK: tl.constexpr,
+                        FMAX_R: tl.constexpr, RFMAX_R: tl.constexpr, MBITS_R: tl.constexpr, EMIN_R: tl.constexpr,
+                        POW2_R: tl.constexpr, FMAX_T: tl.constexpr, RFMAX_T: tl.constexpr, MBITS_T: tl.constexpr,
+                        EMIN_T: tl.constexpr, POW2_T: tl.constexpr, EXACT_ROUND: tl.constexpr):
+    """Both grad-output operands with one read of dy [M, C] from memory: per [GT tokens, GR columns] region,
+    ROW_PROGRAMS consecutive programs run `_rows_kernel`'s programs over its BLOCK_M-row slices (1xGR, for dgrad)
+    and the next TOKEN_PROGRAMS run `_tokens_t_kernel`'s over its BLOCK_C-column slices (GTx1 transposed, for
+    wgrad). Programs start in order, so a region's two readers run together and the second finds dy in L2;
+    each keeps its own kernel's registers, arithmetic and bytes. (One program doing both layouts on a
+    register-held tile ran at half the speed of the two kernels: about 240 registers a thread.)"""
+    pid = tl.program_id(0)
+    region = pid // (ROW_PROGRAMS + TOKEN_PROGRAMS)
+    part = pid % (ROW_PROGRAMS + TOKEN_PROGRAMS)
+    token_group = region // col_groups
+    col_group = region % col_groups
+    if part < ROW_PROGRAMS:
+        _rows_program(token_group * ROW_PROGRAMS + part, col_group, x_ptr, qr_ptr, sr_ptr, M, C, stride_xm, C, 1, M,
+                      GR, BLOCK_GR, BLOCK_M, 1, FMAX_R, RFMAX_R, MBITS_R, EMIN_R, POW2_R, EXACT_ROUND)
     else:
-        tl.store(qr_ptr + offs, q, mask=tok_ok[:, None] & col_ok[None, :])
-        tl.store(sr_ptr + toks + group * M, scale, mask=tok_ok)
-    return a
-
-
-@triton.jit
-def _rows_and_tokens_t_kernel(x_ptr, qr_ptr, sr_ptr, qt_ptr, st_ptr, M, C, M_pad, stride_xm,
-                              GR: tl.constexpr, GT: tl.constexpr, PACK: tl.constexpr, BLOCK_R: tl.constexpr,
-                              BLOCK_SUB: tl.constexpr, VEC: tl.constexpr, EVEN_M: tl.constexpr,
-                              EVEN_C: tl.constexpr, HW_PACK: tl.constexpr,
-                              FMAX_R: tl.constexpr, RFMAX_R: tl.constexpr, MBITS_R: tl.constexpr,
-                              EMIN_R: tl.constexpr, POW2_R: tl.constexpr,
-                              FMAX_T: tl.constexpr, RFMAX_T: tl.constexpr, MBITS_T: tl.constexpr,
-                              EMIN_T: tl.constexpr, POW2_T: tl.constexpr, EXACT_ROUND: tl.constexpr):
-    """Both grad-output layouts from one read of dy [M, C], one program per [GT, GR] tile, kept in registers
-    as PACK row-interleaved tiles: each tile's row amax gives the 1xGR operand (data [M, C], scales [M, C/GR]
-    M-major, for dgrad) and the column amax over all of them the GTx1 tokens-transposed operand (data
-    [C, M_pad], scales [M_pad/GT, C], for wgrad). The same arithmetic as the rows and tokens-transposed
-    kernels, so the bytes equal the two separate quantizers'."""
-    pid_t = tl.program_id(0)
-    pid_c = tl.program_id(1)
-    tok0 = pid_t * GT
-    col0 = pid_c * GR
-    j = tl.arange(0, BLOCK_SUB)
-    j_ok = j < GT // PACK
-    c = tl.arange(0, BLOCK_R)
-    cv = _capped(c, VEC)
-    col_ok = (c < GR) & (col0 + c < C)
-    even_t: tl.constexpr = BLOCK_SUB * PACK == GT
-    even: tl.constexpr = EVEN_M and EVEN_C and even_t and BLOCK_R == GR
-    xb = x_ptr + tok0.to(tl.int64) * stride_xm + col0
-    qrb = qr_ptr + tok0.to(tl.int64) * C + col0
-    srb = sr_ptr + tok0 + pid_c.to(tl.int64) * M
-    rows = j * PACK
-    ok0 = j_ok & (tok0 + rows < M)
-    x0 = _load_rows(xb, rows, cv, stride_xm, ok0, col_ok, even)
-    a = _rows_part(x0, qrb, srb, rows, ok0, cv, col_ok, 0, M, C, even, FMAX_R, RFMAX_R, MBITS_R, EMIN_R,
-                   POW2_R, EXACT_ROUND)
-    if PACK == 4:
-        ok1 = j_ok & (tok0 + rows + 1 < M)
-        x1 = _load_rows(xb, rows + 1, cv, stride_xm, ok1, col_ok, even)
-        a1 = _rows_part(x1, qrb, srb, rows + 1, ok1, cv, col_ok, 0, M, C, even, FMAX_R, RFMAX_R, MBITS_R,
-                        EMIN_R, POW2_R, EXACT_ROUND)
-        ok2 = j_ok & (tok0 + rows + 2 < M)
-        x2 = _load_rows(xb, rows + 2, cv, stride_xm, ok2, col_ok, even)
-        a2 = _rows_part(x2, qrb, srb, rows + 2, ok2, cv, col_ok, 0, M, C, even, FMAX_R, RFMAX_R, MBITS_R,
-                        EMIN_R, POW2_R, EXACT_ROUND)
-        ok3 = j_ok & (tok0 + rows + 3 < M)
-        x3 = _load_rows(xb, rows + 3, cv, stride_xm, ok3, col_ok, even)
-        a3 = _rows_part(x3, qrb, srb, rows + 3, ok3, cv, col_ok, 0, M, C, even, FMAX_R, RFMAX_R, MBITS_R,
-                        EMIN_R, POW2_R, EXACT_ROUND)
-        a = _max_nan(_max_nan(a, a1), _max_nan(a2, a3))
-    scale = _scale_from_amax(_amax(a, 0), FMAX_T, RFMAX_T, POW2_T)
-    s2 = scale[None, :]
-    inv = _reciprocal(scale, POW2_T)[None, :]
-    y0 = _quotient(x0, s2, inv, POW2_T, False)
-    if PACK == 4:
-        y1 = _quotient(x1, s2, inv, POW2_T, False)
-        y2 = _quotient(x2, s2, inv, POW2_T, False)
-        y3 = _quotient(x3, s2, inv, POW2_T, False)
-    else:
-        y1, y2, y3 = y0, y0, y0
-    _store_tokens_t(qt_ptr, y0, y1, y2, y3, col0, tok0, c, j, col_ok, j_ok, M_pad, PACK, even, even_t,
-                    MBITS_T, EMIN_T, EXACT_ROUND, HW_PACK)
-    if even:
-        tl.store(st_ptr + pid_t * C + col0 + c, scale)
-    else:
-        tl.store(st_ptr + pid_t * C + col0 + c, scale, mask=col_ok)
+        _tokens_t_program(token_group, col_group * TOKEN_PROGRAMS + part - ROW_PROGRAMS, x_ptr, x_ptr, qt_ptr, st_ptr,
+                          M, C, M_pad, stride_xm, 0, GT, 1, PACK, BLOCK_SUB, BLOCK_C, 1, VEC, False, EVEN_M, EVEN_C,
+                          False, HW_PACK, FMAX_T, RFMAX_T, MBITS_T, EMIN_T, POW2_T, EXACT_ROUND)
 
 
 @triton.jit
@@ -509,12 +472,10 @@ _INTERPRET_ROWS = {"BLOCK_M": 8, "GROUPS": 2}
 _TOKENS_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
 _REQUANT_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
 _INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}
-# Grad-output kernel: one [128, 128] tile per program, 8 warps, 8-wide loads (each thread then holds 2 rows
-# of each interleaved tile and 8 columns, the fewest row + column scales per element): 26 instructions per
-# element for both layouts, the sum of the two separate kernels' 12 + 13 (each layout divides every element by
-# its own scale); it saves the second read of dy and a launch, and 127 registers against the old kernel's 184.
-_DUAL_CONFIG = {"VEC": 8, "num_warps": 8}
-_INTERPRET_DUAL = {"VEC": 8}
+# Grad-output kernel: per [128 tokens, 128 columns] region, the 1x128 programs of BLOCK_M rows, then the
+# tokens-transposed programs of BLOCK_C columns (their kernels' configs at 4 warps). Not yet timed.
+_DUAL_CONFIG = {"BLOCK_M": 32, "BLOCK_C": 64, "num_warps": 4}
+_INTERPRET_DUAL = {"BLOCK_M": 32, "BLOCK_C": 64}
 
 
 # ------------------------------------------------------------------------------------------------ wrappers
@@ -660,21 +621,29 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, *, exact_rou
 def quantize_rows_and_tokens_transposed(x: torch.Tensor, rows_fmt: QuantFormat, tokens_fmt: QuantFormat, *,
                                         exact_round: bool | None = None,
                                         config: dict | None = None) -> tuple[Quantized, Quantized]:
-    """The grad output's two operands from one read of x: 1xG along K (dgrad) and Gx1 tokens-transposed
-    (wgrad), the same bytes as quantize_rows and quantize_tokens_transposed. `config`: {"VEC", "num_warps"}."""
+    """The grad output's two operands in one launch that reads x from memory once: 1xG along K (dgrad) and Gx1
+    tokens-transposed (wgrad), the bytes of quantize_rows and quantize_tokens_transposed. Group sizes that do
+    not split into the config's slices take the two kernels. `config`: {"BLOCK_M", "BLOCK_C", "num_warps"}."""
     x = _rowmajor(x)
     m, c = x.shape
     gr, gt = rows_fmt.group, tokens_fmt.group
+    config = dict(config or (_INTERPRET_DUAL if INTERPRET else _DUAL_CONFIG))
+    block_m, block_c = min(config.pop("BLOCK_M"), gt), min(config.pop("BLOCK_C"), gr)
+    if gt % block_m or gr % block_c or _pow2_block(block_m) != block_m or _pow2_block(block_c) != block_c:
+        return quantize_rows(x, rows_fmt, exact_round=exact_round), \
+            quantize_tokens_transposed(x, tokens_fmt, exact_round=exact_round)
     q_r = torch.empty((m, c), dtype=fp8_dtype(rows_fmt), device=x.device)
     scale_r = torch.empty((-(-c // gr), m), dtype=torch.float32, device=x.device).t()
     q_t, scale_t = _tokens_t_buffers(m, c, tokens_fmt, x.device)
     if m and c:
-        config = config or (_INTERPRET_DUAL if INTERPRET else _DUAL_CONFIG)
         pack = _pack(gt)
-        _rows_and_tokens_t_kernel[(q_t.shape[1] // gt, triton.cdiv(c, gr))](
-            x, q_r, scale_r, q_t, scale_t, m, c, q_t.shape[1], x.stride(0),
-            GR=gr, GT=gt, PACK=pack, BLOCK_R=_pow2_block(gr), BLOCK_SUB=_pow2_block(gt // pack),
-            EVEN_M=m % gt == 0, EVEN_C=c % gr == 0, HW_PACK=_hw_pack(x.device),
+        col_groups = triton.cdiv(c, gr)
+        programs = (gt // block_m + gr // block_c) * (q_t.shape[1] // gt) * col_groups
+        _grad_output_kernel[(programs,)](
+            x, q_r, scale_r, q_t, scale_t, m, c, q_t.shape[1], x.stride(0), col_groups,
+            GR=gr, GT=gt, BLOCK_GR=_pow2_block(gr), BLOCK_M=block_m, ROW_PROGRAMS=gt // block_m, PACK=pack,
+            BLOCK_SUB=_pow2_block(gt // pack), BLOCK_C=block_c, TOKEN_PROGRAMS=gr // block_c, VEC=4,
+            EVEN_M=m % gt == 0, EVEN_C=c % block_c == 0, HW_PACK=_hw_pack(x.device),
             **{**_fmt_args(rows_fmt, exact_round, "_R"), **_fmt_args(tokens_fmt, exact_round, "_T")}, **config,
         )
     return Quantized(q_r, scale_r, rows_fmt), Quantized(q_t, scale_t.t(), tokens_fmt, tokens=m)

@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from precision_engine.bench.quant import DUAL_SWEEP
 from precision_engine.numerics import quantize as Q
 from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind
 
@@ -144,7 +145,7 @@ def test_fused_grad_output_full_size(rows_fmt, exact_round):
     tokens_fmt = replace(rows_fmt, axis=Axis.TOKENS)
     x = random_input((8192 + 13, 4096 + 64), seed=11)
     x[7, 9] = math.nan
-    for config in (None, {"VEC": 8, "num_warps": 8}, {"VEC": 4, "num_warps": 8}, {"VEC": 8, "num_warps": 16}):
+    for config in (None, *({"BLOCK_M": bm, "BLOCK_C": bc, "num_warps": w} for bm, bc, w in DUAL_SWEEP)):
         got_r, got_t = T.quantize_rows_and_tokens_transposed(x, rows_fmt, tokens_fmt, exact_round=exact_round,
                                                              config=config)
         assert_bitwise(got_r, Q.quantize_rows_1xG(x, rows_fmt, backend="reference"))

@@ -52,6 +52,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from precision_engine.numerics.capabilities import SCALE_BLOCK
+from precision_engine.numerics.pdl import launch_options
 
 BLOCK_K = SCALE_BLOCK
 WARPGROUP_ROWS = gl.constexpr(64)  # wgmma's M: each MMA warpgroup owns 64 rows of a tile
@@ -445,6 +446,19 @@ def _gluon_block_gemm_kernel(
 
 
 @gluon.jit
+def _wait_for_producer():
+    """`pdl.wait_for_producer` (griddepcontrol.wait) for Gluon, which calls no Triton functions."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _release_dependents():
+    """`pdl.release_dependents` (griddepcontrol.launch_dependents) for Gluon."""
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
 def _unit(u, num_kb, SEG_KB, BLOCK_N: gl.constexpr, WHOLE: gl.constexpr):
     """Decode work unit u: (its column offset, first K block, K blocks): one K segment of one column tile, or
     WHOLE, every block of column tile u."""
@@ -464,6 +478,7 @@ def _decode_load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, units, 
     tile of tokens is re-read per block (it stays in L2), rows past M zero-filled by the copy engine."""
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    _wait_for_producer()  # launched with PDL (`pdl`): the tokens and their scales are written
     it = 0
     for u in range(gl.program_id(0), units, gl.num_programs(0)):
         off_n, kb_lo, count = _unit(u, num_kb, SEG_KB, BLOCK_N, WHOLE)
@@ -485,6 +500,8 @@ def _decode_mma_partition(a_bufs, b_bufs, ready, empty, total, out_ptr, sa_ptr, 
     """One MMA warpgroup, the 64 token rows: each unit's K blocks as `_tile_product` walks them, then its FP32
     segment sum stored to out[segment], or WHOLE, the tile's segments added in order from zero in `total`
     (shared memory) and rounded once to out's dtype, as the training kernel does."""
+    _wait_for_producer()
+    _release_dependents()
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32])
     UNIFORM_SB: gl.constexpr = SCALE_BN % BLOCK_N == 0
     offs_m = gl.arange(0, WARPGROUP_ROWS, layout=gl.SliceLayout(1, mma))
@@ -616,6 +633,7 @@ def gluon_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b
         0 if whole else out.stride(0), out.stride(-2), out.stride(-1), a_scale.stride(0), a_scale.stride(1),
         b_scale.stride(0), b_scale.stride(1),
         SCALE_BN=b_scale_rows, STAGES=config.stages, UNROLL=config.unroll, WHOLE=whole, num_warps=4,
+        **launch_options(m, a.device),
     )
     return out
 

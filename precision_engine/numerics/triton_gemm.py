@@ -34,6 +34,7 @@ import triton.language as tl
 
 from precision_engine.numerics.capabilities import SCALE_BLOCK, SMALL_M_MAX  # M <= SMALL_M_MAX: decode tiles
 from precision_engine.numerics.contract import SplitSums
+from precision_engine.numerics.pdl import launch_options, release_dependents, wait_for_producer
 
 BLOCK_K = SCALE_BLOCK  # one scale block per K step: the scale granularity of every operand we multiply
 
@@ -176,6 +177,8 @@ def _fp8_block_gemm_kernel(
     FUSED_SUM: tl.constexpr, TMA: tl.constexpr, FLATTEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
+    wait_for_producer()  # launched with PDL at decode sizes (`pdl`): nothing is read before this
+    release_dependents()
     # Grouped program order so that neighbouring programs share operand tiles in L2; numerics-neutral.
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -242,6 +245,8 @@ def _fp8_persistent_kernel(
     is a tile, or with SPLIT one segment of a tile), so every program does the same share and, flattened, its
     loads run ahead across unit boundaries instead of each program filling and draining its own pipeline.
     Segment ends are found in the K loop (total += acc there), which is the unsplit walk's sum."""
+    wait_for_producer()
+    release_dependents()
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_kb = tl.cdiv(K, BLOCK_K)
     segments = tl.cdiv(num_kb, SEG_KB)
@@ -281,6 +286,7 @@ def _fp8_persistent_kernel(
 @triton.jit
 def _sum_segments_kernel(ws_ptr, c_ptr, MN, SEGMENTS, BLOCK: tl.constexpr):
     """c = ((0 + ws[0]) + ws[1]) + ... rounded once to c's dtype; c is contiguous [M, N], ws [S, M, N]."""
+    wait_for_producer()
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
     total = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -418,7 +424,7 @@ def block_scaled_gemm(
             a_src, b_src, c_k, ws, sa_k, sb_k, mk, nk, k, seg, units, *strides,
             SCALE_AM=rows_a, SCALE_BN=rows_b, EVEN_K=(k % BLOCK_K == 0), SPLIT=split, TMA=tma,
             FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch_options(m, a.device),
         )
     else:
         counters = _tile_counters(a.device, tiles) if fused else c
@@ -426,7 +432,7 @@ def block_scaled_gemm(
             a_src, b_src, c_k, ws, counters, sa_k, sb_k, mk, nk, k, seg, *strides,
             SCALE_AM=rows_a, SCALE_BN=rows_b, EVEN_K=(k % BLOCK_K == 0), SPLIT=split, FUSED_SUM=fused, TMA=tma,
             FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K, GROUP_M=cfg.group_m,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch_options(m, a.device),
         )
     return _from_segments(ws, c, split_sums) if split and not fused else c
 
@@ -439,7 +445,7 @@ def _from_segments(ws: torch.Tensor, c: torch.Tensor, split_sums: bool) -> torch
     if c.numel():
         block = 1024
         _sum_segments_kernel[(triton.cdiv(c.numel(), block),)](ws, c, c.numel(), ws.shape[0], BLOCK=block,
-                                                               num_warps=4)
+                                                               num_warps=4, **launch_options(c.shape[0], c.device))
     return c
 
 

@@ -42,6 +42,7 @@ import triton.language as tl
 from precision_engine.errors import OperandError
 from precision_engine.numerics.contract import Quantized, block_buffers, fp8_dtype, scale_from_amax
 from precision_engine.numerics.formats import FP8_MAX, DType, QuantFormat, ScaleKind
+from precision_engine.numerics.pdl import release_dependents
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 _INTERPRET = tl.constexpr(INTERPRET)
@@ -249,7 +250,9 @@ def _rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm, str
                  FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
                  POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
     """1xG groups along K: one program owns BLOCK_M rows x GROUPS consecutive groups (unrolled, so their
-    loads are all in flight together). Also per-channel, with G = K and GROUPS = 1."""
+    loads are all in flight together). Also per-channel, with G = K and GROUPS = 1. A decode GEMM launched
+    with PDL after it may start at once (`pdl`)."""
+    release_dependents()
     _rows_program(tl.program_id(0), tl.program_id(1), x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm,
                   stride_sg, G, BLOCK_G, BLOCK_M, GROUPS, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND)
 

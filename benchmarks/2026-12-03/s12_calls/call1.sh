@@ -7,14 +7,7 @@
 set -u
 cd "$(dirname "$0")/../../.."
 HERE=benchmarks/2026-12-03/s12_calls
-for wheel in .whl/*.whl; do
-  case $(basename "$wheel") in
-    torchao-*) python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ao "$wheel" ;;
-    *) python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheel" ;;
-  esac
-done > /dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-python3 -c "import precision_engine.policy, precision_engine.cli.app" || exit 3
+source scripts/device_env.sh
 CLI="from precision_engine.cli.app import main; main()"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/numerics/gpu/test_quant_gpu.py \

@@ -4,14 +4,7 @@
 set -u
 cd "$(dirname "$0")/../../.."
 HERE=benchmarks/2026-12-03/s12_calls
-for wheel in .whl/*.whl; do
-  case $(basename "$wheel") in
-    torchao-*) python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ao "$wheel" ;;
-    *) python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheel" ;;
-  esac
-done > /dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-python3 -c "import precision_engine.policy, precision_engine.cli.app" || exit 3
+source scripts/device_env.sh
 timeout 170 python3 -m precision_engine.bench.rl_step --layers 0 --master-weights bf16 --micro-batch 32 \
   --out "$OUT/rl_step_mb32.json" 2>&1 | grep -v "^\[W\|Warning\|warn(" | tail -n 6 | tee "$OUT/rl_step.txt"
 timeout 90 python3 benchmarks/2026-12-01/s8_sweeps/profile_step.py block 2>&1 | grep -v "^\[W\|Warning\|warn(" \

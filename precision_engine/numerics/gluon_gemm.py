@@ -452,13 +452,6 @@ def _wait_for_producer():
 
 
 @gluon.jit
-def _release_dependents():
-    """`pdl.release_dependents` (griddepcontrol.launch_dependents) for Gluon."""
-    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
-                              pack=1)
-
-
-@gluon.jit
 def _unit(u, num_kb, SEG_KB, BLOCK_N: gl.constexpr, WHOLE: gl.constexpr):
     """Decode work unit u: (its column offset, first K block, K blocks): one K segment of one column tile, or
     WHOLE, every block of column tile u."""
@@ -501,7 +494,6 @@ def _decode_mma_partition(a_bufs, b_bufs, ready, empty, total, out_ptr, sa_ptr, 
     segment sum stored to out[segment], or WHOLE, the tile's segments added in order from zero in `total`
     (shared memory) and rounded once to out's dtype, as the training kernel does."""
     _wait_for_producer()
-    _release_dependents()
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32])
     UNIFORM_SB: gl.constexpr = SCALE_BN % BLOCK_N == 0
     offs_m = gl.arange(0, WARPGROUP_ROWS, layout=gl.SliceLayout(1, mma))

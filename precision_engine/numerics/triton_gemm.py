@@ -34,7 +34,7 @@ import triton.language as tl
 
 from precision_engine.numerics.capabilities import SCALE_BLOCK, SMALL_M_MAX  # M <= SMALL_M_MAX: decode tiles
 from precision_engine.numerics.contract import SplitSums
-from precision_engine.numerics.pdl import launch_options, release_dependents, wait_for_producer
+from precision_engine.numerics.pdl import launch_options, wait_for_producer
 
 BLOCK_K = SCALE_BLOCK  # one scale block per K step: the scale granularity of every operand we multiply
 
@@ -178,7 +178,6 @@ def _fp8_block_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     wait_for_producer()  # launched with PDL at decode sizes (`pdl`): nothing is read before this
-    release_dependents()
     # Grouped program order so that neighbouring programs share operand tiles in L2; numerics-neutral.
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -246,7 +245,6 @@ def _fp8_persistent_kernel(
     loads run ahead across unit boundaries instead of each program filling and draining its own pipeline.
     Segment ends are found in the K loop (total += acc there), which is the unsplit walk's sum."""
     wait_for_producer()
-    release_dependents()
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_kb = tl.cdiv(K, BLOCK_K)
     segments = tl.cdiv(num_kb, SEG_KB)

@@ -10,7 +10,7 @@ every step is chosen for its instruction count as much as for its exactness:
   exact for every normal fp32 a, checked on all 2**23 mantissas for 448 and 57344 (the quotient's bits depend
   on a's mantissa only), and branch-free, unlike ``div.rn`` with its range check and slow path.
 - Division, step 4: ``RN(x / scale)`` from one correctly rounded reciprocal per group and FMA corrections
-  (`_quotient`, Markstein's theorem), or ``div.rn`` per element in the re-quantizer. Power-of-two scales multiply by
+  (`_quotient`, Markstein's theorem), or ``div.rn`` per element where a bench asks. Power-of-two scales multiply by
   the exact reciprocal instead (one instruction). Plain ``/`` on fp32 compiles to the approximate
   ``div.full.f32`` and is never used.
 - amax is a NaN-propagating float max of ``|x|`` (``max.NaN.f32``, one instruction with the absolute value
@@ -116,17 +116,22 @@ def _quotient(x, scale, inv, POW2: tl.constexpr, IEEE_DIV: tl.constexpr):
     |x| below about 2**-100 (the remainder, ~|x| 2**-24, turns subnormal) or a subnormal quotient the last
     fp32 bits can differ, but scales are at least 2**-43, so such quotients are below 2**-57 and round to a
     signed FP8 zero either way (tests/numerics/test_triton_quant.py checks 4M pairs, every finite bf16 x
-    included, against IEEE division). The remainder is
-    formed as scale*q - x so that x = -0 keeps its sign. NaN scales stay NaN. IEEE_DIV divides with
-    ``div.rn`` per element instead (the same bits, at the instruction count of a division)."""
+    included, against IEEE division). Each step is q + (scale*q - x) * -inv, so that x = -0 keeps its sign
+    (-0 + -0); the negations are multiplications by -1, because Triton lowers unary minus on floats to
+    ``0 - x``, which is +0 for x = +0: written as -(scale*q - x) * inv, the H200 turned every -0 into +0 (2026-12-03,
+    the re-quantizer's bytes against the reference; the interpreter negates exactly, so only the GPU tests
+    see it). NaN scales stay NaN. IEEE_DIV divides with ``div.rn`` per element instead (the same bits, at the
+    instruction count of a division)."""
     if POW2:
         y = x * inv
     elif IEEE_DIV:
         y = tl.math.div_rn(x, scale)
     else:
+        neg_x = x * -1.0
+        neg_inv = inv * -1.0
         q = x * inv
-        q = tl.fma(-tl.fma(scale, q, -x), inv, q)
-        y = tl.fma(-tl.fma(scale, q, -x), inv, q)
+        q = tl.fma(tl.fma(scale, q, neg_x), neg_inv, q)
+        y = tl.fma(tl.fma(scale, q, neg_x), neg_inv, q)
     return y
 
 
@@ -608,17 +613,18 @@ def quantize_tokens_transposed(x: torch.Tensor, fmt: QuantFormat, *, exact_round
 
 
 def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, *, exact_round: bool | None = None,
-                                 config: dict | None = None) -> Quantized:
+                                 config: dict | None = None, ieee_div: bool = False) -> Quantized:
     """Saved 1xG FP8 activation -> tokens-transposed operand, dequantized in registers (one kernel).
 
-    It divides with ``div.rn`` per element, the reference's own division: the Markstein form that
-    quantize_tokens_transposed uses on bf16 inputs gave wrong bytes here on the H200 for e4m3 with fp32 scales
-    (twice, the second time compiled without FP contraction; 2026-12-01), while div.rn was bitwise.
+    It divides as every quantizer here does (`_quotient`'s Markstein form). That form once gave wrong bytes here
+    on the H200 (2026-12-01), so this kernel divided with ``div.rn`` until the cause was found (2026-12-03):
+    every wrong byte was a -0 turned +0 by Triton's `0 - x` negation, which the saved activation's FP8 zeros
+    bring in by the thousand (bf16 inputs rarely hold a -0). `ieee_div` keeps div.rn for the benches' A/B.
     `config` as for quantize_tokens_transposed."""
     if q_in.scale.stride(0) != 1:
         raise OperandError("requantize_tokens_transposed needs M-major input scales (strides (1, M))")
     config = config or (_INTERPRET_TOKENS if INTERPRET else _REQUANT_CONFIG)
-    return _launch_tokens_t(_rowmajor(q_in.data), q_in.scale, q_in.fmt.group, fmt, config, exact_round, True)
+    return _launch_tokens_t(_rowmajor(q_in.data), q_in.scale, q_in.fmt.group, fmt, config, exact_round, ieee_div)
 
 
 def quantize_rows_and_tokens_transposed(x: torch.Tensor, rows_fmt: QuantFormat, tokens_fmt: QuantFormat, *,
@@ -646,7 +652,7 @@ def quantize_rows_and_tokens_transposed(x: torch.Tensor, rows_fmt: QuantFormat, 
             x, q_r, scale_r, q_t, scale_t, m, c, q_t.shape[1], x.stride(0), col_groups,
             GR=gr, GT=gt, BLOCK_GR=_pow2_block(gr), BLOCK_M=block_m, ROW_PROGRAMS=gt // block_m, PACK=pack,
             BLOCK_SUB=_pow2_block(gt // pack), BLOCK_C=block_c, TOKEN_PROGRAMS=gr // block_c, VEC=4,
-            EVEN_M=m % gt == 0, EVEN_C=c % block_c == 0, HW_PACK=_hw_pack(x.device),
+            EVEN_M=m % gt == 0, EVEN_C=c % gr == 0, HW_PACK=_hw_pack(x.device),  # regions are gr wide
             **{**_fmt_args(rows_fmt, exact_round, "_R"), **_fmt_args(tokens_fmt, exact_round, "_T")}, **config,
         )
     return Quantized(q_r, scale_r, rows_fmt), Quantized(q_t, scale_t.t(), tokens_fmt, tokens=m)

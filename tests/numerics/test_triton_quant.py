@@ -84,7 +84,7 @@ GROUP_FORMATS = [f for f in FORMATS if f.granularity is Granularity.GROUP]
 
 
 @pytest.mark.parametrize("groups", [(128, 128), (32, 64), (48, 96)], ids=["128-128", "32-64", "not-pow2"])
-@pytest.mark.parametrize("shape", [(13, 200), (130, 256)])
+@pytest.mark.parametrize("shape", [(13, 200), (130, 256), (130, 192)])  # 192: half a region past the last whole one
 @pytest.mark.parametrize("rows_fmt", [f for f in GROUP_FORMATS if f.axis is Axis.K][::3], ids=lambda f: f.describe())
 def test_fused_grad_output_matches_both_quantizers(rows_fmt, shape, groups):
     """One kernel, two layouts: the bytes of quantize_rows_1xG and of quantize_tokens_transposed."""
@@ -281,3 +281,47 @@ def test_blocks_write_the_transposed_operand_in_the_same_pass(backend, shape):
     assert bool((scale[:, 0] == -1).all()) and bool((scale[:, 1 + nb:] == -1).all())
     with pytest.raises(Q.OperandError, match="out_t= must be"):
         Q.quantize_blocks(w.to(DEVICE), fmt, backend=backend, out_t=Q.Quantized(data[:, :n], scale[:, :1], fmt))
+
+
+_QUOTIENT_PTX = r'''
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from precision_engine.numerics import triton_quant as T
+
+@triton.jit
+def divide(x_ptr, s_ptr, y_ptr):
+    offs = tl.arange(0, 128)
+    x = tl.load(x_ptr + offs)
+    scale = tl.load(s_ptr)
+    tl.store(y_ptr + offs, T._quotient(x, scale, T._reciprocal(scale, False), False, False))
+
+sig = {"x_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*fp32"}
+ptx = triton.compile(ASTSource(fn=divide, signature=sig), target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+body = ptx[ptx.index("div.rn.f32"):]  # after the reciprocal
+ops = [line.split()[0] for line in body.splitlines() if line.strip().startswith(("sub.", "neg.", "fma.", "mul."))]
+assert not any(op.startswith("sub.f32") for op in ops), ops
+assert ops.count("fma.rn.f32") == 4 and "neg.f32" in ops, ops
+print("ok")
+'''
+
+
+@pytest.mark.slow
+def test_the_quotient_negates_without_subtracting(tmp_path):
+    """Ahead-of-time sm_90 PTX (no GPU; ~5 s): the Markstein quotient's negations are `neg.f32`, never `0 - x`
+    (`sub.f32`), which turns -0 into +0 and so a -0 input into the FP8 byte 0x00 where the reference gives
+    0x80. Triton 3.6 (the GPU image's) lowers unary minus to `0 - x`, 3.9 to `neg.f32`, and the interpreter
+    negates exactly: this test bites where Triton 3.6 is installed (the GPU image), the GPU tests everywhere."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = tmp_path / "quotient_ptx.py"  # Triton compiles @jit functions from source files only
+    script.write_text(_QUOTIENT_PTX)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]

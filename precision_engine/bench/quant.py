@@ -167,6 +167,10 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
     for n, k in WEIGHT_SHAPES:
         nbytes = weight_bytes(n, k)
         cases.append(("128x128 weight", (n, k), lambda w: Q.quantize_blocks(w, blk), bf16((n, k)), nbytes))
+        # with Q(W)^T written in the same pass, as every training step after a weight update quantizes
+        cases.append(("128x128 weight + ^T", (n, k),
+                      lambda w: Q.quantize_blocks(w, blk, out_t=Q.block_buffers(w.shape[1], w.shape[0], blk, w.device)),
+                      bf16((n, k)), 2 * nbytes - 2 * n * k))
     return cases
 
 

@@ -256,7 +256,7 @@ def test_blocks_quantize_into_rows_of_a_stacked_buffer(backend):
 
 
 @pytest.mark.parametrize("backend", ["reference", "triton"])
-@pytest.mark.parametrize("shape", [(256, 320), (200, 136)], ids=["whole-rows", "ragged"])
+@pytest.mark.parametrize("shape", [(256, 320), (200, 136), (202, 136)], ids=["whole-rows", "ragged", "byte-rows"])
 def test_blocks_write_the_transposed_operand_in_the_same_pass(backend, shape):
     """quantize_blocks(out_t=) also writes Q(W)^T, the bytes and scales `gemm.transpose_operand` gives, into
     the given columns of a larger buffer (a part of fused_linear's stacked Q(W)^T), other columns untouched,

@@ -513,13 +513,16 @@ _INTERPRET_ROWS = {"BLOCK_M": 8, "GROUPS": 2}
 # 59-67% and 22-24% of copy on the H200. 2 warps on the same tile take 11 and 12 but 168 registers. Timed on
 # the H200 (2026-12-01, `bench.quant --sweep --only requant,dy`, 8192..16384 x 4096..14336): the re-quantizer
 # at 43-51% of copy with fp32 scales (div.rn; the best neighbour, 32 columns and 2 warps, 44-53%) and 67-79%
-# with power-of-two scales; no swept neighbour is faster on every shape.
+# with power-of-two scales; no swept neighbour is faster on every shape. On the Markstein division (2026-12-03):
+# 56-65% with fp32 scales.
 _TOKENS_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
 _REQUANT_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
 _INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}
 # Grad-output kernel: per [128 tokens, 128 columns] region, the 1x128 programs of BLOCK_M rows, then the
-# tokens-transposed programs of BLOCK_C columns (their kernels' configs at 4 warps). Not yet timed.
-_DUAL_CONFIG = {"BLOCK_M": 32, "BLOCK_C": 64, "num_warps": 4}
+# tokens-transposed programs of BLOCK_C columns. H200 sweep (2026-12-03, `bench.quant --sweep --only "dy "`,
+# 8192..16384 x 4096..14336): 64 rows and 64 columns at 4 warps the fastest on every shape, 58.6-64.4% of copy
+# against 54.3-60.6% for the two kernels it replaces; 16-row, 128-column and 8-warp programs slower.
+_DUAL_CONFIG = {"BLOCK_M": 64, "BLOCK_C": 64, "num_warps": 4}
 _INTERPRET_DUAL = {"BLOCK_M": 32, "BLOCK_C": 64}
 
 

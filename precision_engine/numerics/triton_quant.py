@@ -117,10 +117,11 @@ def _quotient(x, scale, inv, POW2: tl.constexpr, IEEE_DIV: tl.constexpr):
     fp32 bits can differ, but scales are at least 2**-43, so such quotients are below 2**-57 and round to a
     signed FP8 zero either way (tests/numerics/test_triton_quant.py checks 4M pairs, every finite bf16 x
     included, against IEEE division). Each step is q + (scale*q - x) * -inv, so that x = -0 keeps its sign
-    (-0 + -0); the negations are multiplications by -1, because Triton lowers unary minus on floats to
-    ``0 - x``, which is +0 for x = +0: written as -(scale*q - x) * inv, the H200 turned every -0 into +0 (2026-12-03,
-    the re-quantizer's bytes against the reference; the interpreter negates exactly, so only the GPU tests
-    see it). NaN scales stay NaN. IEEE_DIV divides with ``div.rn`` per element instead (the same bits, at the
+    (-0 + -0); the negations are multiplications by -1, because Triton 3.6 (the GPU image's) lowers unary minus
+    on floats to ``0 - x``, which is +0 for x = +0: written as -(scale*q - x) * inv, the H200 turned every -0
+    into +0 (2026-12-03, the re-quantizer's bytes against the reference; Triton 3.9 emits ``neg.f32`` and the
+    interpreter negates exactly, so only the GPU tests and test_the_quotient_negates_without_subtracting under
+    Triton 3.6 see it). NaN scales stay NaN. IEEE_DIV divides with ``div.rn`` per element instead (the same bits, at the
     instruction count of a division)."""
     if POW2:
         y = x * inv

@@ -131,6 +131,9 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                       lambda x: Q.quantize_rows_and_tokens_transposed(x, act, tok), bf16(shape), dual_bytes))
         cases.append(("dy 1x128+tokens^T 2 kernels", shape, separate, bf16(shape), dual_bytes))
         if sweep:
+            cases.append(("requant fp8 div.rn -> tokens^T", shape,
+                          lambda q: T.requantize_tokens_transposed(q, tok, ieee_div=True), saved(shape),
+                          requant_bytes))
             for bc, chunks, vec, warps in TOKENS_SWEEP:
                 config = {"BLOCK_C": bc, "CHUNKS": chunks, "VEC": vec, "num_warps": warps}
                 tag = f"c{bc} x{chunks} v{vec} w{warps}"

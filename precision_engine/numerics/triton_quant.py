@@ -623,7 +623,7 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, *, exact_rou
     It divides as every quantizer here does (`_quotient`'s Markstein form). That form once gave wrong bytes here
     on the H200 (2026-12-01), so this kernel divided with ``div.rn`` until the cause was found (2026-12-03):
     every wrong byte was a -0 turned +0 by Triton's `0 - x` negation, which the saved activation's FP8 zeros
-    bring in by the thousand (bf16 inputs rarely hold a -0). `ieee_div` keeps div.rn for the benches' A/B.
+    bring in by the thousand (bf16 inputs rarely hold a -0). `ieee_div`: div.rn instead (`bench.quant --sweep`).
     `config` as for quantize_tokens_transposed."""
     if q_in.scale.stride(0) != 1:
         raise OperandError("requantize_tokens_transposed needs M-major input scales (strides (1, M))")

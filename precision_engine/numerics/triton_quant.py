@@ -655,7 +655,8 @@ def quantize_rows_and_tokens_transposed(x: torch.Tensor, rows_fmt: QuantFormat, 
         _grad_output_kernel[(programs,)](
             x, q_r, scale_r, q_t, scale_t, m, c, q_t.shape[1], x.stride(0), col_groups,
             GR=gr, GT=gt, BLOCK_GR=_pow2_block(gr), BLOCK_M=block_m, ROW_PROGRAMS=gt // block_m, PACK=pack,
-            BLOCK_SUB=_pow2_block(gt // pack), BLOCK_C=block_c, TOKEN_PROGRAMS=gr // block_c, VEC=4,
+            BLOCK_SUB=_pow2_block(gt // pack), BLOCK_C=block_c, TOKEN_PROGRAMS=gr // block_c,
+            VEC=_TOKENS_CONFIG["VEC"],
             EVEN_M=m % gt == 0, EVEN_C=c % gr == 0, HW_PACK=_hw_pack(x.device),  # regions are gr wide
             **{**_fmt_args(rows_fmt, exact_round, "_R"), **_fmt_args(tokens_fmt, exact_round, "_T")}, **config,
         )

@@ -1,7 +1,13 @@
 """Formats and measures shared by the numerics tests (importable as `helpers`: pyproject puts tests/ on the path)."""
 
+import os
+import subprocess
+import sys
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
+import pytest
 import torch
 
 from precision_engine.numerics.formats import Axis, DType, Granularity, QuantFormat, ScaleKind
@@ -35,3 +41,20 @@ def assert_bitwise(got: Quantized, ref: Quantized) -> None:
     assert torch.equal(got.data.view(torch.uint8)[keep], ref.data.view(torch.uint8)[keep])
     assert torch.equal(torch.isnan(got.scale), torch.isnan(ref.scale))
     assert torch.equal(got.scale.nan_to_num(), ref.scale.nan_to_num())
+
+
+def run_offline_compile(source: str, *, timeout: int = 600) -> None:
+    """Run `source`, a script that compiles kernels for sm_90 ahead of time (no GPU) and prints "ok", in a fresh
+    interpreter: without TRITON_INTERPRET (under which it would interpret instead of compile), from a file
+    (Triton compiles @jit functions defined in source files only), with the repository first on its path.
+    Fails with the script's stderr; skips where Triton has no NVIDIA backend."""
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "compile_sm90.py"
+        script.write_text(source)
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]

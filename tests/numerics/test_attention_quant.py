@@ -30,7 +30,7 @@ from precision_engine.numerics import triton_invariant as TI  # noqa: E402
 from precision_engine.numerics.formats import Axis, DType, ScaleKind  # noqa: E402
 from precision_engine.numerics.kv_cache import quantize_kv  # noqa: E402
 
-from helpers import BASE, assert_bitwise  # noqa: E402
+from helpers import BASE, assert_bitwise, run_offline_compile  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ACT = BASE[2]  # e4m3 1x128, fp32 scales
@@ -182,12 +182,4 @@ def test_the_epilogue_leaves_the_attention_instructions_alone():
     launch without it and adds the same quantization epilogue for a BF16 and an FP8 cache (per tile shape:
     the invariant 64-row tile, the fast 16-row one), with no add left over from a contraction change. The bits
     themselves are pinned on the GPU (tests/numerics/gpu/test_attention_quant_gpu.py)."""
-    import os
-    import subprocess
-    import sys
-
-    pytest.importorskip("triton.backends.nvidia.compiler")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    run_offline_compile(_COMPILE_FOR_SM90)

@@ -30,7 +30,7 @@ from precision_engine.numerics import invariant  # noqa: E402
 from precision_engine.numerics import quantize as Q  # noqa: E402
 from precision_engine.numerics.formats import DType, ScaleKind  # noqa: E402
 
-from helpers import BASE, assert_bitwise  # noqa: E402
+from helpers import BASE, assert_bitwise, run_offline_compile  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ACT = BASE[2]  # e4m3 1x128
@@ -237,12 +237,4 @@ def test_the_fused_norm_compiles_to_the_norm_kernels_float_instructions():
     instructions of `_rms_norm_kernel` (QUANT off) / `_rms_norm_quant_kernel` (on) in the same order and on the
     same dataflow, at hidden 4096 with the launches' warps (their bits: tests/numerics/gpu/
     test_fused_add_norm_gpu.py); the add itself is an fp32 add and a cvt.rn, no native bf16 arithmetic."""
-    import os
-    import subprocess
-    import sys
-
-    pytest.importorskip("triton.backends.nvidia.compiler")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    run_offline_compile(_COMPILE_FOR_SM90)

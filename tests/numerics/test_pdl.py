@@ -2,15 +2,13 @@
 kernel so launched waits for its producer before it loads anything (a load above the wait would read the
 previous kernel's output while it is still being written: wrong bits, only sometimes)."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from precision_engine.numerics import pdl
 from precision_engine.numerics.capabilities import SMALL_M_MAX
+
+from helpers import run_offline_compile
 
 
 def test_launch_options_only_at_decode_sizes_on_hopper(monkeypatch):
@@ -60,8 +58,4 @@ print("ok")
 def test_decode_kernels_wait_for_their_producer_before_any_load():
     """Ahead-of-time sm_90 PTX (no GPU; ~15 s): in the decode GEMM's launches (split, fused sum, persistent) and
     the segment sum, griddepcontrol.wait comes before the first global load; the token quantizer releases."""
-    pytest.importorskip("triton.backends.nvidia.compiler")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _WAIT_FIRST], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    run_offline_compile(_WAIT_FIRST)

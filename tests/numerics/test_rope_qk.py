@@ -11,7 +11,6 @@ sizes: tests/numerics/gpu/test_rope_qk_gpu.py.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -21,6 +20,8 @@ pytest.importorskip("triton")
 from precision_engine.errors import UnsupportedError  # noqa: E402
 from precision_engine.numerics import invariant  # noqa: E402
 from precision_engine.numerics import triton_invariant as TI  # noqa: E402
+
+from helpers import run_offline_compile  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -115,11 +116,4 @@ def test_the_launch_compiles_to_the_two_kernels_float_instructions():
     """Ahead-of-time sm_90 PTX (no GPU; ~5 s), 8B decode shapes (32 q heads, 8 kv heads, D 128): the float
     instructions of `_rope_qk_kernel` are those of `_rope_kernel` for q plus for k (the rotation sign's select
     shared), with every rounding a cvt.rn of its own and no FMA or native bf16/fp16 arithmetic."""
-    import subprocess
-    import sys
-
-    pytest.importorskip("triton.backends.nvidia.compiler")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    run_offline_compile(_COMPILE_FOR_SM90)

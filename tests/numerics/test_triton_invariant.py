@@ -25,6 +25,8 @@ pytest.importorskip("triton")
 
 from precision_engine.numerics import triton_invariant as TI  # noqa: E402
 
+from helpers import run_offline_compile  # noqa: E402
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ROWS = (1, 3, 16, 67)
 
@@ -444,11 +446,4 @@ def test_kernels_compile_for_hopper_on_tensor_cores():
     lowers (with the training backward kernels of RMSNorm and the SiLU product, and the weight quantizer writing
     both layouts), and linear (all three
     launches) and attention multiply on wgmma, never mma.sync, whatever M."""
-    import subprocess
-    import sys
-
-    pytest.importorskip("triton.backends.nvidia.compiler")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    run_offline_compile(_COMPILE_FOR_SM90)

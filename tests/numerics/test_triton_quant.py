@@ -14,7 +14,7 @@ pytest.importorskip("triton")
 from precision_engine.numerics import quantize as Q  # noqa: E402
 from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind  # noqa: E402
 
-from helpers import BASE, FORMATS, assert_bitwise  # noqa: E402
+from helpers import BASE, FORMATS, assert_bitwise, run_offline_compile  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -308,20 +308,9 @@ print("ok")
 
 
 @pytest.mark.slow
-def test_the_quotient_negates_without_subtracting(tmp_path):
+def test_the_quotient_negates_without_subtracting():
     """Ahead-of-time sm_90 PTX (no GPU; ~5 s): the Markstein quotient's negations are `neg.f32`, never `0 - x`
     (`sub.f32`), which turns -0 into +0 and so a -0 input into the FP8 byte 0x00 where the reference gives
     0x80. Triton 3.6 (the GPU image's) lowers unary minus to `0 - x`, 3.9 to `neg.f32`, and the interpreter
     negates exactly: this test bites where Triton 3.6 is installed (the GPU image), the GPU tests everywhere."""
-    import os
-    import subprocess
-    import sys
-
-    pytest.importorskip("triton.backends.nvidia.compiler")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    script = tmp_path / "quotient_ptx.py"  # Triton compiles @jit functions from source files only
-    script.write_text(_QUOTIENT_PTX)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    run_offline_compile(_QUOTIENT_PTX, timeout=300)

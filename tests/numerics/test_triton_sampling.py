@@ -15,7 +15,6 @@ The whole file takes ~10 s on one core, ~3 s of it compiling the kernels for sm_
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 
 import numpy as np
@@ -25,6 +24,8 @@ import torch
 pytest.importorskip("triton")
 
 from precision_engine.numerics import triton_sampling as TS  # noqa: E402
+
+from helpers import run_offline_compile  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ROWS = (1, 3, 8)
@@ -182,11 +183,4 @@ print("ok")
 
 def test_kernels_compile_for_hopper_without_contraction():
     """Ahead-of-time compilation for sm_90 with this machine's Triton (no GPU needed; ~3 s)."""
-    import subprocess
-    import sys
-
-    pytest.importorskip("triton.backends.nvidia.compiler")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    run_offline_compile(_COMPILE_FOR_SM90)

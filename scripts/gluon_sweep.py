@@ -2,9 +2,9 @@
 gluon_gemm.TRAINING.
 
 `gluon_sweep.py OUT.json`: for the 8B projection shapes (fused qkv and gate/up included) at 8192 and 16384
-tokens, times BF16 (torch.mm), cuBLAS FP8 (blockwise torch._scaled_mm), the Triton kernel and each Gluon
-config, all in this run with the same inputs; checks every Gluon config's output against the Triton kernel's
-bit for bit (same segments), and rows 0..63 against the Triton decode path at M = 64 and 1. Prints a table last.
+tokens, times BF16 (torch.mm), cuBLAS FP8 (blockwise torch._scaled_mm) and each Gluon config, all in this
+run with the same inputs; checks every Gluon config's output against the Triton kernel's bit for bit (same
+segments), and rows 0..63 against the Triton decode path at M = 64 and 1. Prints a table last.
 """
 
 import json
@@ -22,13 +22,11 @@ from precision_engine.numerics.triton_gemm import PREFILL, block_scaled_gemm, se
 ACT, WEIGHT = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
 SHAPES = [(4096, 4096), (1024, 4096), (6144, 4096), (14336, 4096), (28672, 4096), (4096, 14336)]
 MS = [8192, 16384]
-CONFIGS = {  # the sweep that chose TRAINING (s6), 2026-12-01 (session 7)
-    "s6": GluonConfig(128, 6, 8, True),
-    "s5": GluonConfig(128, 5, 8, True),
-    "s4": GluonConfig(128, 4, 8, True),
-    "s6g16": GluonConfig(128, 6, 16, True),
-    "s6g4": GluonConfig(128, 6, 4, True),
-    "s6np": GluonConfig(128, 6, 8, False),
+CONFIGS = {  # the thirteenth session's question (2026-12-03): does staggering the warpgroups pay, split or not
+    "plain": GluonConfig(),
+    "plain_stagger": GluonConfig(stagger=True),
+    "split": GluonConfig(split_n=True),
+    "split_stagger": GluonConfig(split_n=True, stagger=True),
 }
 REPS, WARMUP = 30, 5
 
@@ -58,8 +56,6 @@ def main(out_path: str) -> None:
             timers = {
                 "bf16": lambda x, w, xq, wq: torch.mm(x, w.t()),
                 "cublas_fp8": lambda x, w, xq, wq: fp8_gemm(xq, wq, kernel=Kernel.CUBLAS, batch_invariant=False),
-                "triton": lambda x, w, xq, wq: block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale,
-                                                                 b_scale_rows=128, seg_kb=seg, config=PREFILL),
             }
             for name, cfg in CONFIGS.items():
                 try:
@@ -88,7 +84,7 @@ def main(out_path: str) -> None:
     print(f"\nchecks: {len(checks)} run, {len(bad)} not bitwise or failed")
     for c in bad[:12]:
         print("  ", c)
-    names = ["cublas_fp8", "triton", *CONFIGS]
+    names = ["cublas_fp8", *CONFIGS]
     print("\n| N x K | M | BF16 ms | " + " | ".join(f"{nm} x" for nm in names) + " |")
     for r in rows:
         cells = [f"{r['bf16'] / r[nm]:.2f}" if nm in r else "-" for nm in names]

@@ -420,24 +420,61 @@ def _grad_output_kernel(x_ptr, qr_ptr, sr_ptr, qt_ptr, st_ptr, M, C, M_pad, stri
 def _blocks_kernel(w_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, N, K, stride_wn, stride_qn, stride_sn, stride_qtk,
                    stride_stk, BR: tl.constexpr, BC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
                    FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
-                   POW2: tl.constexpr, EXACT_ROUND: tl.constexpr, TRANSPOSED: tl.constexpr):
+                   POW2: tl.constexpr, EXACT_ROUND: tl.constexpr, TRANSPOSED: tl.constexpr, PACK: tl.constexpr,
+                   BLOCK_SUB: tl.constexpr, HW_PACK: tl.constexpr):
     """One program per BRxBC weight block (partial at the edges); TRANSPOSED also writes the block's bytes
-    transposed into qt [K, N] and its scale into st [K/BC, N/BR] (dgrad's Q(W)^T, without a second pass)."""
+    transposed into qt [K, N] and its scale into st [K/BC, N/BR] (dgrad's Q(W)^T, without a second pass).
+    PACK = 4 (TRANSPOSED): the block is held as four row-interleaved tiles (rows 4j + i in tile i), so Q(W)^T
+    leaves as 32-bit words of four weight rows (`_store_tokens_t`), as the tokens-transposed quantizer's output
+    does, instead of a byte transpose through shared memory."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    r = tl.arange(0, BLOCK_R)
     c = tl.arange(0, BLOCK_C)
-    rows = (pid_n * BR + r).to(tl.int64)
     cols = pid_k * BC + c
-    mask = ((r < BR) & (rows < N))[:, None] & ((c < BC) & (cols < K))[None, :]
-    w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    scale = _scale_from_amax(_amax(_amax(tl.abs(w), 1), 0), FMAX, RFMAX, POW2)
-    y = _quotient(w, scale, _reciprocal(scale, POW2), POW2, False)
-    q = _to_fp8(y, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
-    tl.store(q_ptr + rows[:, None] * stride_qn + cols[None, :], q, mask=mask)
+    col_ok = (c < BC) & (cols < K)
+    if PACK == 4:
+        row0 = pid_n * BR
+        j = tl.arange(0, BLOCK_SUB)
+        j_ok = (j < BR // 4) & (row0 + 4 * j < N)
+        mask = j_ok[:, None] & col_ok[None, :]
+        base = w_ptr + row0.to(tl.int64) * stride_wn
+        w0 = tl.load(base + (4 * j)[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        w1 = tl.load(base + (4 * j + 1)[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        w2 = tl.load(base + (4 * j + 2)[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        w3 = tl.load(base + (4 * j + 3)[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        a = _max_nan(_max_nan(tl.abs(w0), tl.abs(w1)), _max_nan(tl.abs(w2), tl.abs(w3)))
+        scale = _scale_from_amax(_amax(_amax(a, 1), 0), FMAX, RFMAX, POW2)
+        inv = _reciprocal(scale, POW2)
+        y0 = _quotient(w0, scale, inv, POW2, False)
+        y1 = _quotient(w1, scale, inv, POW2, False)
+        y2 = _quotient(w2, scale, inv, POW2, False)
+        y3 = _quotient(w3, scale, inv, POW2, False)
+        out_ty = q_ptr.dtype.element_ty
+        qb = q_ptr + row0.to(tl.int64) * stride_qn
+        tl.store(qb + (4 * j)[:, None] * stride_qn + cols[None, :], _to_fp8(y0, out_ty, MBITS, EMIN, EXACT_ROUND),
+                 mask=mask)
+        tl.store(qb + (4 * j + 1)[:, None] * stride_qn + cols[None, :],
+                 _to_fp8(y1, out_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
+        tl.store(qb + (4 * j + 2)[:, None] * stride_qn + cols[None, :],
+                 _to_fp8(y2, out_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
+        tl.store(qb + (4 * j + 3)[:, None] * stride_qn + cols[None, :],
+                 _to_fp8(y3, out_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
+        _store_tokens_t(qt_ptr, y0, y1, y2, y3, pid_k * BC, row0, c, j, col_ok, j_ok, stride_qtk, 4, False, False,
+                        MBITS, EMIN, EXACT_ROUND, HW_PACK)
+    else:
+        r = tl.arange(0, BLOCK_R)
+        rows = (pid_n * BR + r).to(tl.int64)
+        mask = ((r < BR) & (rows < N))[:, None] & col_ok[None, :]
+        w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        scale = _scale_from_amax(_amax(_amax(tl.abs(w), 1), 0), FMAX, RFMAX, POW2)
+        y = _quotient(w, scale, _reciprocal(scale, POW2), POW2, False)
+        q = _to_fp8(y, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND)
+        tl.store(q_ptr + rows[:, None] * stride_qn + cols[None, :], q, mask=mask)
+        if TRANSPOSED:
+            tl.store(qt_ptr + cols.to(tl.int64)[:, None] * stride_qtk + rows[None, :], tl.trans(q),
+                     mask=tl.trans(mask))
     tl.store(s_ptr + pid_n * stride_sn + pid_k, scale)
     if TRANSPOSED:
-        tl.store(qt_ptr + cols.to(tl.int64)[:, None] * stride_qtk + rows[None, :], tl.trans(q), mask=tl.trans(mask))
         tl.store(st_ptr + pid_k * stride_stk + pid_n, scale)
 
 
@@ -573,10 +610,14 @@ def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | No
     q, scale = buffers.data, buffers.scale
     qt, st = (q, scale) if out_t is None else (out_t.data, out_t.scale)  # qt, st: never written without out_t
     if nb and kb:
+        # Q(W)^T as words of four rows where they stay inside qt's rows and 4-byte aligned
+        pack = 4 if out_t is not None and br % 4 == 0 and n % 4 == 0 and qt.stride(0) % 4 == 0 \
+            and qt.data_ptr() % 4 == 0 else 1
         _blocks_kernel[(nb, kb)](
             w, q, scale, qt, st, n, k, w.stride(0), q.stride(0), scale.stride(0), qt.stride(0), st.stride(0),
             BR=br, BC=bc, BLOCK_R=_pow2_block(br), BLOCK_C=_pow2_block(bc), **_fmt_args(fmt, exact_round),
-            TRANSPOSED=out_t is not None, num_warps=8,
+            TRANSPOSED=out_t is not None, PACK=pack, BLOCK_SUB=_pow2_block(br // 4), HW_PACK=_hw_pack(w.device),
+            num_warps=8,
         )
     return Quantized(q, scale, fmt)
 

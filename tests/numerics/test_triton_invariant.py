@@ -433,9 +433,11 @@ compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*fp8e4nv", "*fp8e4nv",
 compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*bf16", "*bf16", "*i64", "*i64"] + ["i32"] * 13,
          dict(D=128, HB=8, BLOCK_H=8, FP8_KV=False, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
 from precision_engine.numerics import triton_quant as TQ
-for transposed in (False, True):  # Q(W), and Q(W) with Q(W)^T in the same pass
+# Q(W), and Q(W) with Q(W)^T in the same pass: as bytes, and as words of four rows
+for transposed, pack in ((False, 1), (True, 1), (True, 4)):
     compile_(TQ._blocks_kernel, ["*bf16", "*fp8e4nv", "*fp32", "*fp8e4nv", "*fp32"] + ["i32"] * 7,
-             dict(BR=128, BC=128, BLOCK_R=128, BLOCK_C=128, **e4m3, TRANSPOSED=transposed), num_warps=8)
+             dict(BR=128, BC=128, BLOCK_R=128, BLOCK_C=128, **e4m3, TRANSPOSED=transposed, PACK=pack, BLOCK_SUB=32,
+                  HW_PACK=True), num_warps=8)
 print("ok")
 '''
 

@@ -71,9 +71,6 @@ class GluonConfig:
     # each warpgroup's block product as two wgmmas of half the tile's columns, one promoted while the other
     # runs (`_split_mma_partition`); taken where one weight scale covers the tile and the output is TMA-stored
     split_n: bool = False
-    # the second warpgroup starts each tile's K walk when the first has its first block's product, so their
-    # wgmmas queue one after the other on the tensor cores instead of finishing together (`_stagger`)
-    stagger: bool = False
 
 
 TRAINING = GluonConfig()
@@ -185,33 +182,10 @@ def _release(done, sa, sb, seg, total, empty, it, kb, num_kb, SEG_KB, STAGES: gl
 
 
 @gluon.jit
-def _stagger_wait(turn, tile_i, ROW0: gl.constexpr, STAGGER: gl.constexpr):
-    """The second warpgroup's start of a tile (STAGGER): wait until the first has its first block's product."""
-    if STAGGER:
-        if ROW0 > 0:
-            mbarrier.wait(turn, tile_i & 1)
-
-
-@gluon.jit
-def _stagger_arrive(turn, kb, ROW0: gl.constexpr, STAGGER: gl.constexpr):
-    """The first warpgroup, its tile's first block's product waited for (STAGGER): let the second start.
-
-    Why: two warpgroups released together by one `ready` barrier issue their wgmmas interleaved, so both finish
-    together and both promote while the tensor cores idle; one block apart, one's wgmma runs under the other's
-    promotion, and the lag holds (each waits only for its own). Once per tile, where a per-block handshake
-    cost more than it saved (seventh session). The first may run at most `stages` blocks ahead of the second
-    (the ring), so with at least that many blocks per tile it never arrives twice before the second waits."""
-    if STAGGER:
-        if ROW0 == 0:
-            if kb == 0:
-                mbarrier.arrive(turn)
-
-
-@gluon.jit
-def _mma_partition(a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
+def _mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
                    stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
                    ROW0: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, SCALE_BN: gl.constexpr,
-                   GROUP_M: gl.constexpr, STAGES: gl.constexpr, TMA_STORE: gl.constexpr, STAGGER: gl.constexpr):
+                   GROUP_M: gl.constexpr, STAGES: gl.constexpr, TMA_STORE: gl.constexpr):
     """One MMA warpgroup: rows ROW0 .. ROW0 + ROWS of each of this program's tiles. Per K block: its wgmma,
     waited for, the slot released, the product promoted with its scales (loaded two blocks ahead) into the
     segment sum; per segment, the sum into the running total; then the tile stored (TMA_STORE: through shared
@@ -221,7 +195,6 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ptr, sa
     UNIFORM_SB: gl.constexpr = SCALE_BN % BLOCK_N == 0  # one scale row for all the tile's columns
     slot = 0
     phase = 0
-    tile_i = 0
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
         off_m, off_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         offs_m = off_m + ROW0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma))
@@ -239,7 +212,6 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ptr, sa
                                   UNIFORM_SB)
         sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, 1, num_kb, stride_sak, stride_sbk, mask_m, mask_n, UNIFORM_SB,
                                   UNIFORM_SB)
-        _stagger_wait(turn, tile_i, ROW0, STAGGER)
         for s0 in range(0, num_kb, SEG_KB):
             seg = zero
             for kb in range(s0, min(s0 + SEG_KB, num_kb)):
@@ -249,7 +221,6 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ptr, sa
                 a = a_bufs.index(slot).slice(ROW0, ROWS)
                 d = warpgroup_mma(a, b_bufs.index(slot).permute((1, 0)), zero, use_acc=False, is_async=True)
                 d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                _stagger_arrive(turn, kb, ROW0, STAGGER)
                 mbarrier.arrive(empty.index(slot))
                 seg = seg + _scaled(d, sa_c, sb_c, UNIFORM_SB)
                 sa_c, sb_c, sa_n, sb_n = sa_n, sb_n, sa_f, sb_f
@@ -258,7 +229,6 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ptr, sa
                     slot = 0
                     phase ^= 1
             total = total + seg
-        tile_i += 1
         if TMA_STORE:
             c_buf = c_bufs.index(ROW0 // ROWS)
             tma.store_wait(0)  # the last tile's copy has left the buffer
@@ -292,10 +262,10 @@ def _next_slot(slot, phase, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _split_mma_partition(a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, sa_ptr, sb_ptr, M, N, num_kb,
-                         SEG_KB, stride_sam, stride_sak, stride_sbn, stride_sbk,
+def _split_mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
+                         stride_sam, stride_sak, stride_sbn, stride_sbk,
                          ROW0: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, SCALE_BN: gl.constexpr,
-                         GROUP_M: gl.constexpr, STAGES: gl.constexpr, STAGGER: gl.constexpr):
+                         GROUP_M: gl.constexpr, STAGES: gl.constexpr):
     """`_mma_partition` with each block product issued as two wgmmas over the tile's column halves (lo, hi),
     two blocks per loop trip: lo(kb), hi(kb), then lo(kb + 1) goes in while hi(kb) is promoted, hi(kb + 1)
     while lo(kb + 1) is, so the warpgroup keeps a wgmma on the tensor cores through its own promotions, in
@@ -307,7 +277,6 @@ def _split_mma_partition(a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, sa_
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 32])
     slot = 0
     phase = 0
-    tile_i = 0
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
         off_m, off_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         offs_m = off_m + ROW0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma))
@@ -320,7 +289,6 @@ def _split_mma_partition(a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, sa_
         # scales of blocks kb (sa_0, sb_0) and kb + 1 (sa_1, sb_1), each loaded two blocks ahead of its use
         sa_0, sb_0 = _load_scales(sa_ptrs, sb_ptrs, 0, num_kb, stride_sak, stride_sbk, mask_m, mask_m, True, True)
         sa_1, sb_1 = _load_scales(sa_ptrs, sb_ptrs, 1, num_kb, stride_sak, stride_sbk, mask_m, mask_m, True, True)
-        _stagger_wait(turn, tile_i, ROW0, STAGGER)
         for s0 in range(0, num_kb, SEG_KB):
             seg_lo = zero
             seg_hi = zero
@@ -332,7 +300,6 @@ def _split_mma_partition(a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, sa_
                 lo = _half_product(a_bufs, b_bufs, slot, zero, ROW0, ROWS, 0)
                 hi = _half_product(a_bufs, b_bufs, slot, zero, ROW0, ROWS, HALF)
                 lo = warpgroup_mma_wait(num_outstanding=1, deps=(lo,))
-                _stagger_arrive(turn, kb, ROW0, STAGGER)
                 seg_lo = seg_lo + lo * scale[:, None]
                 sa_3, sb_3 = _load_scales(sa_ptrs, sb_ptrs, kb + 3, num_kb, stride_sak, stride_sbk, mask_m, mask_m,
                                           True, True)
@@ -353,7 +320,6 @@ def _split_mma_partition(a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, sa_
                 slot, phase = _next_slot(slot1, phase1, STAGES)
             total_lo = total_lo + seg_lo
             total_hi = total_hi + seg_hi
-        tile_i += 1
         halves = c_bufs.index(2 * (ROW0 // ROWS)), c_bufs.index(2 * (ROW0 // ROWS) + 1)
         tma.store_wait(0)  # the last tile's copies have left the buffers
         halves[0].store(total_lo.to(c_desc.dtype))
@@ -441,7 +407,7 @@ def _gluon_block_gemm_kernel(
     M, N, K, SEG_KB,
     stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
     SCALE_BN: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, TMA_STORE: gl.constexpr,
-    SPLIT_N: gl.constexpr = False, STAGGER: gl.constexpr = False,
+    SPLIT_N: gl.constexpr = False,
 ):
     """Persistent: each program walks tiles pid, pid + programs, ... with one TMA warp and two MMA warpgroups.
     TMA_STORE: c's rows are TMA-legal and `c_desc` describes c (else c_desc is unused), in blocks of a whole
@@ -456,28 +422,25 @@ def _gluon_block_gemm_kernel(
             c_desc.dtype, [BLOCK_M // WARPGROUP_ROWS * (BLOCK_N // C_COLS), WARPGROUP_ROWS, C_COLS], c_desc.layout)
     else:
         c_bufs = ready  # never read (warp_specialize takes no None)
-    turn = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(turn, count=1)
     num_kb = gl.cdiv(K, BLOCK_K)
     if SPLIT_N:
         gl.warp_specialize([
-            (_split_mma_partition, (a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, sa_ptr, sb_ptr, M, N,
-                                    num_kb, SEG_KB, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                                    0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, STAGGER)),
-            (_split_mma_partition, (a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, sa_ptr, sb_ptr, M, N,
-                                    num_kb, SEG_KB, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                                    WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, STAGGER)),
+            (_split_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, sa_ptr, sb_ptr, M, N, num_kb,
+                                    SEG_KB, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                                    0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES)),
+            (_split_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, sa_ptr, sb_ptr, M, N, num_kb,
+                                    SEG_KB, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                                    WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES)),
             (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb, GROUP_M, STAGES)),
         ], [4, 1], [232, 40])
     else:
         gl.warp_specialize([
-            (_mma_partition, (a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N,
-                              num_kb, SEG_KB, stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                              0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, TMA_STORE, STAGGER)),
-            (_mma_partition, (a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N,
-                              num_kb, SEG_KB, stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                              WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, TMA_STORE,
-                              STAGGER)),
+            (_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N, num_kb,
+                              SEG_KB, stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                              0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, TMA_STORE)),
+            (_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, c_ptr, sa_ptr, sb_ptr, M, N, num_kb,
+                              SEG_KB, stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                              WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, TMA_STORE)),
             (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb, GROUP_M, STAGES)),
         ], [4, 1], [232, 40])
 
@@ -696,14 +659,13 @@ def gluon_block_scaled_gemm(
     tma_store = (n * c.element_size()) % 16 == 0  # TMA needs 16-byte row strides (c is contiguous)
     split = config.split_n and tma_store and b_scale_rows % config.block_n == 0 and _even_segments(k, seg_kb)
     c_desc = _descriptor(c, WARPGROUP_ROWS.value, config.block_n // (2 if split else 1)) if tma_store else c
-    stages = _ring_slots(config, c.element_size() if tma_store else 0)
     _gluon_block_gemm_kernel[(programs,)](
         _descriptor(a, TILE_M), _descriptor(b, config.block_n), c_desc, c, a_scale, b_scale,
         m, n, k, seg_kb,
         c.stride(0), c.stride(1), a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
         SCALE_BN=b_scale_rows, GROUP_M=config.group_m,
-        STAGES=stages, TMA_STORE=tma_store, SPLIT_N=split,
-        STAGGER=config.stagger and triton.cdiv(k, BLOCK_K) >= stages, num_warps=4,
+        STAGES=_ring_slots(config, c.element_size() if tma_store else 0), TMA_STORE=tma_store, SPLIT_N=split,
+        num_warps=4,
     )
     return c
 

@@ -7,11 +7,16 @@ The contract itself (steps 1-5, scale layouts) is stated in `numerics.quantize`;
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
 
 from precision_engine.numerics.formats import AMAX_EPS, FP8_MAX, DType, QuantFormat, ScaleKind
+
+# Triton runs its kernels in its CPU interpreter (it decides when a kernel is defined, so this is read once, at
+# import): kernels take their interpreter-safe branches, launches their small interpreter configs.
+TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 FP8_TORCH_DTYPE = {DType.FLOAT8_E4M3: torch.float8_e4m3fn, DType.FLOAT8_E5M2: torch.float8_e5m2}
 # The unquantized dtypes a policy may compute in (`compute:`), as torch dtypes.

@@ -25,14 +25,13 @@ Which kernel runs is decided by `capabilities.resolve_kernel` (the kernel table)
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
 from precision_engine.errors import OperandError
 from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, WEIGHT_BLOCK,
                                                     DeviceInfo, Gemm, resolve_kernel)
-from precision_engine.numerics.contract import Quantized, SplitSums
+from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, SplitSums
 from precision_engine.numerics.formats import Granularity, Kernel
 # cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
 # 4, 8, 16, 24, 32, 64 accepted) and returned wrong results at K=320, where the scales' leading dimension
@@ -128,13 +127,12 @@ def deep_gemm_available() -> bool:
 @functools.cache
 def device_info(device: torch.device) -> DeviceInfo:
     """What `resolve_kernel` needs to know about `device` (cached: a device's facts do not change)."""
-    interpreter = os.environ.get("TRITON_INTERPRET") == "1"
     if device.type != "cuda":
-        return DeviceInfo(device.type, interpreter=interpreter)
+        return DeviceInfo(device.type, interpreter=TRITON_INTERPRET)
     return DeviceInfo(
         "cuda",
         capability=torch.cuda.get_device_capability(device),
-        interpreter=interpreter,
+        interpreter=TRITON_INTERPRET,
         cublas_blockwise=_version(torch.__version__) >= CUBLAS_MIN_TORCH
         and _version(torch.version.cuda or "0") >= CUBLAS_MIN_CUDA,
         deep_gemm=deep_gemm_available(),

@@ -15,16 +15,16 @@ programs needed), against 2-7% faster at M = 1 and 16 on every 8B shape.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from precision_engine.numerics.capabilities import SMALL_M_MAX
+from precision_engine.numerics.contract import TRITON_INTERPRET
 
 ENABLED = True  # a module switch for A/B benches (bench linear's decode rows with and without)
-_INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+_INTERPRET = tl.constexpr(TRITON_INTERPRET)
 
 
 def launch_options(m: int, device: torch.device) -> dict:

@@ -36,12 +36,11 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
-from precision_engine.numerics.contract import Quantized, SplitSums, fp8_dtype
+from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, SplitSums, fp8_dtype
 from precision_engine.numerics.formats import QuantFormat
-from precision_engine.numerics.triton_invariant import _interpreting, _round, _round_opaque, _sum_parts, norm_warps
+from precision_engine.numerics.triton_invariant import _round, _round_opaque, _sum_parts, norm_warps
 from precision_engine.numerics.triton_quant import (
     _INTERPRET,
-    INTERPRET,
     _amax,
     _fmt_args,
     _quantize_row_groups,
@@ -216,7 +215,7 @@ _INTERPRET_SILU_BACKWARD = {"BLOCK_M": 2, "BLOCK_K": 64}
 def _exact_options() -> dict:
     """Compile options that keep the SiLU arithmetic as written: no FP contraction, and libdevice without
     flush-to-zero (an option since triton 3.x; older versions keep their default)."""
-    if INTERPRET:
+    if TRITON_INTERPRET:
         return {}
     from triton.backends.nvidia.compiler import CUDAOptions
 
@@ -247,7 +246,7 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, fmt: Qu
         block = triton.next_power_of_2(h)
         _rms_norm_quant_kernel[(m,)](
             x, weight.contiguous(), y, h, x.stride(0), y.stride(0), eps, q, scale, m,
-            BLOCK_H=block, INTERPRET=_interpreting(), G=fmt.group, **_fmt_args(fmt, exact_round),
+            BLOCK_H=block, INTERPRET=TRITON_INTERPRET, G=fmt.group, **_fmt_args(fmt, exact_round),
             num_warps=norm_warps(block),
         )
     return y, Quantized(q, scale, fmt)
@@ -273,7 +272,7 @@ def add_rms_norm(x: torch.Tensor, y: torch.Tensor | SplitSums, weight: torch.Ten
         quant = _NO_QUANT if fmt is None else {"G": fmt.group, **_fmt_args(fmt, exact_round)}
         _add_rms_norm_kernel[(m,)](
             x, y, r, weight.contiguous(), out, h, x.stride(0), y.stride(-2), r.stride(0), out.stride(0), eps, q,
-            scale, m, y.stride(0) if parts else 0, PARTS=parts, BLOCK_H=block, INTERPRET=_interpreting(),
+            scale, m, y.stride(0) if parts else 0, PARTS=parts, BLOCK_H=block, INTERPRET=TRITON_INTERPRET,
             QUANT=fmt is not None, **quant,
             num_warps=norm_warps(block),
         )
@@ -288,11 +287,11 @@ def silu_mul_quantize(gate: torch.Tensor, up: torch.Tensor, fmt: QuantFormat, *,
     q, scale = _rows_buffers(m, k, fmt, gate.device)
     if m and k:
         if config is None:
-            config = _INTERPRET_SILU if INTERPRET else _SILU_CONFIG if m >= _SILU_SMALL_M else _SILU_CONFIG_SMALL_M
+            config = _INTERPRET_SILU if TRITON_INTERPRET else _SILU_CONFIG if m >= _SILU_SMALL_M else _SILU_CONFIG_SMALL_M
         grid = (triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(-(-k // fmt.group), config["GROUPS"]))
         _silu_mul_quant_kernel[grid](
             gate, up, h, q, scale, m, k, gate.stride(0), up.stride(0), h.stride(0),
-            G=fmt.group, BLOCK_G=triton.next_power_of_2(fmt.group), INTERPRET=_interpreting(),
+            G=fmt.group, BLOCK_G=triton.next_power_of_2(fmt.group), INTERPRET=TRITON_INTERPRET,
             **_fmt_args(fmt, exact_round), **config, **_exact_options(),
         )
     return h, Quantized(q, scale, fmt)
@@ -312,11 +311,11 @@ def silu_mul_backward(gate: torch.Tensor, up: torch.Tensor, grad: torch.Tensor, 
     m, k = gate.shape
     if not (m and k):
         return
-    config = _INTERPRET_SILU_BACKWARD if INTERPRET else _SILU_BACKWARD_CONFIG
+    config = _INTERPRET_SILU_BACKWARD if TRITON_INTERPRET else _SILU_BACKWARD_CONFIG
     grid = (triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(k, config["BLOCK_K"]))
     dg, du = (d_gate if d_gate is not None else grad), (d_up if d_up is not None else grad)
     _silu_mul_backward_kernel[grid](
         gate, up, grad, dg, du, m, k, gate.stride(0), up.stride(0), grad.stride(0), dg.stride(0), du.stride(0),
-        WANT_G=d_gate is not None, WANT_U=d_up is not None, INTERPRET=_interpreting(), **config,
+        WANT_G=d_gate is not None, WANT_U=d_up is not None, INTERPRET=TRITON_INTERPRET, **config,
         **_exact_options(),
     )

@@ -25,7 +25,6 @@ SCALE_BN = 128 for 128x128 weight blocks or 1 for 1x128 groups (the wgrad pair).
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, replace
 
 import torch
@@ -33,7 +32,7 @@ import triton
 import triton.language as tl
 
 from precision_engine.numerics.capabilities import SCALE_BLOCK, SMALL_M_MAX  # M <= SMALL_M_MAX: decode tiles
-from precision_engine.numerics.contract import SplitSums
+from precision_engine.numerics.contract import TRITON_INTERPRET, SplitSums
 from precision_engine.numerics.pdl import launch_options, wait_for_producer
 
 BLOCK_K = SCALE_BLOCK  # one scale block per K step: the scale granularity of every operand we multiply
@@ -324,7 +323,7 @@ def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
 
 def _gluon_runs(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the Gluon kernels (Hopper) take these operands; False where Gluon is missing."""
-    if not a.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
+    if not a.is_cuda or TRITON_INTERPRET:
         return False
     try:
         from precision_engine.numerics.gluon_gemm import runs

@@ -40,7 +40,6 @@ transposed rotation of the output gradient in fp32.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -48,7 +47,7 @@ import triton
 import triton.language as tl
 
 from precision_engine.errors import UnsupportedError
-from precision_engine.numerics.contract import Quantized, SplitSums, fp8_dtype
+from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, SplitSums, fp8_dtype
 from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
 from precision_engine.numerics.triton_gemm import WHOLE_TILES_MIN, _sm_count, _tile_counters
 from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
@@ -236,10 +235,6 @@ def _linear_kernel(x_src, w_src, c_ptr, ws_ptr, count_ptr, bias_ptr, M, N, K, SE
                         HAS_BIAS, TMA, INTERPRET, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 def _tma_ok(x: torch.Tensor) -> bool:
     """The copy engine needs a contiguous last dim and 16-byte aligned rows and base."""
     return x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
@@ -280,7 +275,7 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     grid = (tiles, segments) if split else (min(tiles, sms) if persistent else tiles, 1)
     _linear_kernel[grid](
         x_src, w_src, c, ws, counters, bias if bias is not None else c, m, n, k, seg, x.stride(0), weight.stride(0),
-        HAS_BIAS=bias is not None, SPLIT=split, PERSISTENT=persistent, TMA=tma, INTERPRET=_interpreting(),
+        HAS_BIAS=bias is not None, SPLIT=split, PERSISTENT=persistent, TMA=tma, INTERPRET=TRITON_INTERPRET,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
@@ -368,7 +363,7 @@ def _rms_norm_launch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch
     if x2.shape[0] and h:
         block = triton.next_power_of_2(h)
         _rms_norm_kernel[(x2.shape[0],)](x2, weight.contiguous(), out, h, x2.stride(0), out.stride(0), eps,
-                                         BLOCK_H=block, INTERPRET=_interpreting(), num_warps=norm_warps(block))
+                                         BLOCK_H=block, INTERPRET=TRITON_INTERPRET, num_warps=norm_warps(block))
     return out.reshape(x.shape)
 
 
@@ -424,7 +419,7 @@ def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, eps: float,
         block = triton.next_power_of_2(h)
         _rms_norm_backward_kernel[(programs,)](
             x2, weight.contiguous(), g2, dx, partial, m, h, x2.stride(0), g2.stride(0), dx.stride(0), eps,
-            ROWS=RMS_BACKWARD_ROWS, BLOCK_H=block, INTERPRET=_interpreting(), num_warps=norm_warps(block))
+            ROWS=RMS_BACKWARD_ROWS, BLOCK_H=block, INTERPRET=TRITON_INTERPRET, num_warps=norm_warps(block))
     return dx.reshape(x.shape), partial.sum(0).to(weight.dtype)
 
 
@@ -551,7 +546,7 @@ def _rope_launch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     out = torch.empty((b, t, h, d), dtype=x.dtype, device=x.device)
     if out.numel():
         _rope_kernel[(b * t,)](x, cos, sin, out, t, h, x.stride(0), x.stride(1), x.stride(2), cos.stride(0),
-                               cos.stride(1), D=d, BLOCK_H=triton.next_power_of_2(h), INTERPRET=_interpreting(),
+                               cos.stride(1), D=d, BLOCK_H=triton.next_power_of_2(h), INTERPRET=TRITON_INTERPRET,
                                num_warps=4)
     return out
 
@@ -616,7 +611,7 @@ def rope_qk(
         _rope_qk_kernel[(b * t, 2)](
             q, k, cos, sin, q_out, k_out, t, hq, hk, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
             k.stride(2), cos.stride(0), cos.stride(1), D=d, BLOCK_HQ=triton.next_power_of_2(hq),
-            BLOCK_HK=triton.next_power_of_2(hk), INTERPRET=_interpreting(), num_warps=4)
+            BLOCK_HK=triton.next_power_of_2(hk), INTERPRET=TRITON_INTERPRET, num_warps=4)
     return q_out.transpose(1, 2), k_out.transpose(1, 2)
 
 
@@ -669,8 +664,7 @@ def rope_qkv_sums(sums: SplitSums, batch: int, heads: tuple[int, int], cos: torc
     d = n // (hq + 2 * hk)
     t = rows // batch
     y = torch.empty((rows, n), dtype=sums.dtype, device=sums.parts.device)
-    q, k = y[:, : hq * d].view(batch, t, hq, d), y[:, hq * d: (hq + hk) * d].view(batch, t, hk, d)
-    _check_rope(q, cos, sin)
+    _check_rope(y[:, : hq * d].view(batch, t, hq, d), cos, sin)
     cos, sin = cos.contiguous(), sin.contiguous()
     q_out = torch.empty((batch, t, hq, d), dtype=y.dtype, device=y.device)
     k_out = torch.empty((batch, t, hk, d), dtype=y.dtype, device=y.device)
@@ -678,7 +672,7 @@ def rope_qkv_sums(sums: SplitSums, batch: int, heads: tuple[int, int], cos: torc
         heads = math.gcd(hq, hk, ROPE_SUMS_HEADS)
         _rope_qkv_sums_kernel[(rows, (hq + 2 * hk) // heads)](
             sums.parts, y, cos, sin, q_out, k_out, t, hq, hk, n, sums.parts.stride(0), cos.stride(0), cos.stride(1),
-            PARTS=parts, D=d, HB=heads, BLOCK_H=triton.next_power_of_2(heads), INTERPRET=_interpreting(),
+            PARTS=parts, D=d, HB=heads, BLOCK_H=triton.next_power_of_2(heads), INTERPRET=TRITON_INTERPRET,
             num_warps=ROPE_SUMS_WARPS)
     return q_out.transpose(1, 2), k_out.transpose(1, 2), y[:, (hq + hk) * d:].view(batch, t, hk, d)
 
@@ -758,7 +752,7 @@ def kv_write(k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, k_store:
             k, v, positions, k_store, v_store, k_scale, v_scale, t, h, k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), positions.stride(0), positions.stride(1), k_store.stride(0),
             k_store.stride(1), k_store.stride(2), D=d, HB=heads, BLOCK_H=triton.next_power_of_2(heads), FP8_KV=fp8,
-            SCALE_PER_HEAD=fp8 and k_scale.numel() > 1, EXACT_ROUND=_interpreting(), num_warps=KV_WRITE_WARPS)
+            SCALE_PER_HEAD=fp8 and k_scale.numel() > 1, EXACT_ROUND=TRITON_INTERPRET, num_warps=KV_WRITE_WARPS)
 
 
 # ------------------------------------------------------------------------------------------------- attention
@@ -951,7 +945,7 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
         k_scale = v_scale = kv_len  # never read
     block_m, block_n, warps, max_regs = _attention_tiles(fast, g * tq, fp8)
     stages = ATTN_DECODE_STAGES if tq == 1 else ATTN_STAGES
-    cap = {"maxnreg": max_regs} if max_regs and not _interpreting() else {}
+    cap = {"maxnreg": max_regs} if max_regs and not TRITON_INTERPRET else {}
     grid = (triton.cdiv(g * tq, block_m), b * hkv)
     _attention_kernel[grid](
         q, k, v, out, xq, xs, q_pos, kv_len, k_scale, v_scale, scale * LOG2E, tq, s, hkv,
@@ -959,7 +953,7 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
         v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
         q_pos.stride(0), q_pos.stride(1),
         G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, FP8_KV=fp8, SCALE_PER_HEAD=fp8 and k_scale.numel() > 1,
-        FOLD_SCALES=fp8 and fast, INTERPRET=_interpreting(), QUANT=quantize is not None, **quant,
+        FOLD_SCALES=fp8 and fast, INTERPRET=TRITON_INTERPRET, QUANT=quantize is not None, **quant,
         num_warps=warps, num_stages=stages, **cap,
     )
     return result

@@ -33,19 +33,17 @@ every step is chosen for its instruction count as much as for its exactness:
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.contract import Quantized, block_buffers, fp8_dtype, scale_from_amax
+from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, block_buffers, fp8_dtype, scale_from_amax
 from precision_engine.numerics.formats import FP8_MAX, DType, QuantFormat, ScaleKind
 from precision_engine.numerics.pdl import release_dependents
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-_INTERPRET = tl.constexpr(INTERPRET)
+_INTERPRET = tl.constexpr(TRITON_INTERPRET)
 
 # Mantissa bits and smallest normal exponent of each FP8 type: the grid _round_to_fp8_grid rounds onto.
 _FP8_GRID = {DType.FLOAT8_E4M3: (3, -6), DType.FLOAT8_E5M2: (2, -14)}
@@ -536,14 +534,14 @@ def _fmt_args(fmt: QuantFormat, exact_round: bool | None, suffix: str = "") -> d
     args = {"FMAX": FP8_MAX[fmt.dtype], "RFMAX": _RECIPROCAL_FMAX[fmt.dtype], "MBITS": mbits, "EMIN": emin,
             "POW2": fmt.scale is ScaleKind.POW2}
     args = {name + suffix: value for name, value in args.items()}
-    args["EXACT_ROUND"] = INTERPRET if exact_round is None else exact_round
+    args["EXACT_ROUND"] = TRITON_INTERPRET if exact_round is None else exact_round
     return args
 
 
 @functools.lru_cache(maxsize=None)
 def _hw_pack(device: torch.device) -> bool:
     """Whether `_fp8_word` may issue ``cvt.rn.satfinite.*x2.f32`` (PTX on sm_89 and newer; not the interpreter)."""
-    return not INTERPRET and torch.cuda.get_device_capability(device) >= (8, 9)
+    return not TRITON_INTERPRET and torch.cuda.get_device_capability(device) >= (8, 9)
 
 
 def _rowmajor(x: torch.Tensor) -> torch.Tensor:
@@ -571,7 +569,7 @@ def quantize_rows(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None
     if m == 0 or k == 0:
         return Quantized(q, scale, fmt)
     if config is None:
-        config = _INTERPRET_ROWS if INTERPRET else _ROWS_CONFIG if m >= _ROWS_SMALL_M else _ROWS_CONFIG_SMALL_M
+        config = _INTERPRET_ROWS if TRITON_INTERPRET else _ROWS_CONFIG if m >= _ROWS_SMALL_M else _ROWS_CONFIG_SMALL_M
     grid = (triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(n_groups, config["GROUPS"]))
     _rows_kernel[grid](
         x, q, scale, m, k, x.stride(0), q.stride(0), scale.stride(0), scale.stride(1),
@@ -645,7 +643,7 @@ def _launch_tokens_t(x: torch.Tensor, s_in: torch.Tensor | None, g_in: int, fmt:
             EVEN_M=m % g == 0, EVEN_C=c % (block_c * chunks) == 0, IEEE_DIV=ieee_div, HW_PACK=_hw_pack(x.device),
             **_fmt_args(fmt, exact_round), **config,
             # The re-quantizer multiplies in the kernel before it divides; no contraction may touch that product.
-            **({"enable_fp_fusion": False} if dequant and not INTERPRET else {}),
+            **({"enable_fp_fusion": False} if dequant and not TRITON_INTERPRET else {}),
         )
     return Quantized(q, scale.t(), fmt, tokens=m)
 
@@ -653,7 +651,7 @@ def _launch_tokens_t(x: torch.Tensor, s_in: torch.Tensor | None, g_in: int, fmt:
 def quantize_tokens_transposed(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None = None,
                                config: dict | None = None) -> Quantized:
     """Gx1 along tokens, transposed. `config` ({"BLOCK_C", "CHUNKS", "VEC", "num_warps"}) is for benchmarks."""
-    config = config or (_INTERPRET_TOKENS if INTERPRET else _TOKENS_CONFIG)
+    config = config or (_INTERPRET_TOKENS if TRITON_INTERPRET else _TOKENS_CONFIG)
     return _launch_tokens_t(_rowmajor(x), None, 1, fmt, config, exact_round, False)
 
 
@@ -668,7 +666,7 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, *, exact_rou
     `config` as for quantize_tokens_transposed."""
     if q_in.scale.stride(0) != 1:
         raise OperandError("requantize_tokens_transposed needs M-major input scales (strides (1, M))")
-    config = config or (_INTERPRET_TOKENS if INTERPRET else _REQUANT_CONFIG)
+    config = config or (_INTERPRET_TOKENS if TRITON_INTERPRET else _REQUANT_CONFIG)
     return _launch_tokens_t(_rowmajor(q_in.data), q_in.scale, q_in.fmt.group, fmt, config, exact_round, ieee_div)
 
 
@@ -681,7 +679,7 @@ def quantize_rows_and_tokens_transposed(x: torch.Tensor, rows_fmt: QuantFormat, 
     x = _rowmajor(x)
     m, c = x.shape
     gr, gt = rows_fmt.group, tokens_fmt.group
-    config = dict(config or (_INTERPRET_DUAL if INTERPRET else _DUAL_CONFIG))
+    config = dict(config or (_INTERPRET_DUAL if TRITON_INTERPRET else _DUAL_CONFIG))
     block_m, block_c = min(config.pop("BLOCK_M"), gt), min(config.pop("BLOCK_C"), gr)
     if gt % block_m or gr % block_c or _pow2_block(block_m) != block_m or _pow2_block(block_c) != block_c:
         return quantize_rows(x, rows_fmt, exact_round=exact_round), \

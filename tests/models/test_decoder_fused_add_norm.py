@@ -14,7 +14,6 @@ the BF16 one, whose norm-only kernel the FP8 one's final norm covers too, is mar
 
 from __future__ import annotations
 
-import functools
 
 import pytest
 import torch

@@ -24,6 +24,7 @@ import torch
 pytest.importorskip("triton")
 
 from precision_engine.numerics import triton_invariant as TI  # noqa: E402
+from precision_engine.numerics.contract import TRITON_INTERPRET  # noqa: E402
 
 from helpers import run_offline_compile  # noqa: E402
 
@@ -51,7 +52,7 @@ def _randn(*shape, seed, scale=1.0, dtype=torch.bfloat16):
 
 def test_runs_in_the_interpreter_without_a_gpu():
     if DEVICE == "cpu":
-        assert os.environ.get("TRITON_INTERPRET") == "1" and TI._interpreting()
+        assert os.environ.get("TRITON_INTERPRET") == "1" and TRITON_INTERPRET
 
 
 # ---------------------------------------------------------------------------------------------------- linear

@@ -22,11 +22,9 @@ from precision_engine.numerics.triton_gemm import PREFILL, block_scaled_gemm, se
 ACT, WEIGHT = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
 SHAPES = [(4096, 4096), (1024, 4096), (6144, 4096), (14336, 4096), (28672, 4096), (4096, 14336)]
 MS = [8192, 16384]
-CONFIGS = {  # the two schedules `training_config` chooses between, and the split on a paired ring (2026-12-03)
+CONFIGS = {  # the two schedules `training_config` chooses between (2026-12-03)
     "plain": GluonConfig(),
     "split": GluonConfig(split_n=True),
-    "split_paired": GluonConfig(split_n=True, paired=True),
-    "plain_s4": GluonConfig(stages=4),
 }
 REPS, WARMUP = 30, 5
 

@@ -71,9 +71,6 @@ class GluonConfig:
     # each warpgroup's block product as two wgmmas of half the tile's columns, one promoted while the other
     # runs (`_split_mma_partition`); taken where one weight scale covers the tile and the output is TMA-stored
     split_n: bool = False
-    # (split_n) the ring's slots filled and released in pairs, one `ready` and one `empty` barrier a pair: the
-    # split walks two K blocks a trip, and each barrier operation costs its warpgroup a `bar.sync` (`_paired`)
-    paired: bool = False
 
 
 TRAINING = GluonConfig()
@@ -166,28 +163,6 @@ def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb,
             mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(a_desc, [off_m, kb * BLOCK_K], bar, a_bufs.index(slot))
             tma.async_copy_global_to_shared(b_desc, [off_n, kb * BLOCK_K], bar, b_bufs.index(slot))
-            it += 1
-
-
-@gluon.jit
-def _paired_load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb,
-                           GROUP_M: gl.constexpr, PAIRS: gl.constexpr):
-    """`_load_partition` for a ring of slot pairs: two K blocks per pair, one barrier each way (`_paired`)."""
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    it = 0
-    for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
-        off_m, off_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        for kb in range(0, num_kb, 2):
-            pair = it % PAIRS
-            mbarrier.wait(empty.index(pair), ((it // PAIRS) & 1) ^ 1)
-            bar = ready.index(pair)
-            mbarrier.expect(bar, 2 * (a_desc.block_type.nbytes + b_desc.block_type.nbytes))
-            tma.async_copy_global_to_shared(a_desc, [off_m, kb * BLOCK_K], bar, a_bufs.index(2 * pair))
-            tma.async_copy_global_to_shared(b_desc, [off_n, kb * BLOCK_K], bar, b_bufs.index(2 * pair))
-            tma.async_copy_global_to_shared(a_desc, [off_m, (kb + 1) * BLOCK_K], bar, a_bufs.index(2 * pair + 1))
-            tma.async_copy_global_to_shared(b_desc, [off_n, (kb + 1) * BLOCK_K], bar, b_bufs.index(2 * pair + 1))
             it += 1
 
 
@@ -290,7 +265,7 @@ def _next_slot(slot, phase, STAGES: gl.constexpr):
 def _split_mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, sa_ptr, sb_ptr, M, N, num_kb, SEG_KB,
                          stride_sam, stride_sak, stride_sbn, stride_sbk,
                          ROW0: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, SCALE_BN: gl.constexpr,
-                         GROUP_M: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr):
+                         GROUP_M: gl.constexpr, STAGES: gl.constexpr):
     """`_mma_partition` with each block product issued as two wgmmas over the tile's column halves (lo, hi),
     two blocks per loop trip: lo(kb), hi(kb), then lo(kb + 1) goes in while hi(kb) is promoted, hi(kb + 1)
     while lo(kb + 1) is, so the warpgroup keeps a wgmma on the tensor cores through its own promotions, in
@@ -322,36 +297,27 @@ def _split_mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, sa_ptr, s
                                           True, True)
                 scale = sa_0 * sb_0
                 mbarrier.wait(ready.index(slot), phase)
-                if PAIRED:  # ring position `slot` is the pair of buffers 2 slot, 2 slot + 1
-                    buf0 = 2 * slot
-                    buf1 = 2 * slot + 1
-                    slot1, phase1 = slot, phase
-                else:
-                    buf0 = slot
-                    slot1, phase1 = _next_slot(slot, phase, STAGES)
-                    buf1 = slot1
-                lo = _half_product(a_bufs, b_bufs, buf0, zero, ROW0, ROWS, 0)
-                hi = _half_product(a_bufs, b_bufs, buf0, zero, ROW0, ROWS, HALF)
+                lo = _half_product(a_bufs, b_bufs, slot, zero, ROW0, ROWS, 0)
+                hi = _half_product(a_bufs, b_bufs, slot, zero, ROW0, ROWS, HALF)
                 lo = warpgroup_mma_wait(num_outstanding=1, deps=(lo,))
                 seg_lo = seg_lo + lo * scale[:, None]
                 sa_3, sb_3 = _load_scales(sa_ptrs, sb_ptrs, kb + 3, num_kb, stride_sak, stride_sbk, mask_m, mask_m,
                                           True, True)
                 next_scale = sa_1 * sb_1
-                if not PAIRED:
-                    mbarrier.wait(ready.index(slot1), phase1)
-                lo = _half_product(a_bufs, b_bufs, buf1, zero, ROW0, ROWS, 0)
+                slot1, phase1 = _next_slot(slot, phase, STAGES)
+                mbarrier.wait(ready.index(slot1), phase1)
+                lo = _half_product(a_bufs, b_bufs, slot1, zero, ROW0, ROWS, 0)
                 hi = warpgroup_mma_wait(num_outstanding=1, deps=(hi,))
-                if not PAIRED:
-                    mbarrier.arrive(empty.index(slot))
+                mbarrier.arrive(empty.index(slot))
                 seg_hi = seg_hi + hi * scale[:, None]
-                hi = _half_product(a_bufs, b_bufs, buf1, zero, ROW0, ROWS, HALF)
+                hi = _half_product(a_bufs, b_bufs, slot1, zero, ROW0, ROWS, HALF)
                 lo = warpgroup_mma_wait(num_outstanding=1, deps=(lo,))
                 seg_lo = seg_lo + lo * next_scale[:, None]
                 hi = warpgroup_mma_wait(num_outstanding=0, deps=(hi,))
                 mbarrier.arrive(empty.index(slot1))
                 seg_hi = seg_hi + hi * next_scale[:, None]
                 sa_0, sb_0, sa_1, sb_1 = sa_2, sb_2, sa_3, sb_3
-                slot, phase = _next_slot(slot1, phase1, STAGES // 2 if PAIRED else STAGES)
+                slot, phase = _next_slot(slot1, phase1, STAGES)
             total_lo = total_lo + seg_lo
             total_hi = total_hi + seg_hi
         halves = c_bufs.index(2 * (ROW0 // ROWS)), c_bufs.index(2 * (ROW0 // ROWS) + 1)
@@ -420,19 +386,16 @@ def _tile_product(a_bufs, b_bufs, ready, empty, total, zero, base, num_kb, SEG_K
 
 
 @gluon.jit
-def _ring(a_desc, b_desc, A_ROWS: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr,
-          PAIRED: gl.constexpr = False):
+def _ring(a_desc, b_desc, A_ROWS: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
     """The load ring both kernels share: STAGES slots of an A_ROWS-row `a` tile and a `b` tile, a `ready`
-    barrier per slot (the TMA warp's one arrival) and an `empty` one (one arrival per MMA warpgroup); PAIRED,
-    one of each per pair of slots."""
+    barrier per slot (the TMA warp's one arrival) and an `empty` one (one arrival per MMA warpgroup)."""
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, A_ROWS, BLOCK_K], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
-    BARRIERS: gl.constexpr = STAGES // 2 if PAIRED else STAGES
-    ready = gl.allocate_shared_memory(gl.int64, [BARRIERS, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [BARRIERS, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(BARRIERS):
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=CONSUMERS)
     return a_bufs, b_bufs, ready, empty
@@ -444,7 +407,7 @@ def _gluon_block_gemm_kernel(
     M, N, K, SEG_KB,
     stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk,
     SCALE_BN: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, TMA_STORE: gl.constexpr,
-    SPLIT_N: gl.constexpr = False, PAIRED: gl.constexpr = False,
+    SPLIT_N: gl.constexpr = False,
 ):
     """Persistent: each program walks tiles pid, pid + programs, ... with one TMA warp and two MMA warpgroups.
     TMA_STORE: c's rows are TMA-legal and `c_desc` describes c (else c_desc is unused), in blocks of a whole
@@ -452,7 +415,7 @@ def _gluon_block_gemm_kernel(
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    a_bufs, b_bufs, ready, empty = _ring(a_desc, b_desc, BLOCK_M, STAGES, BLOCK_M // WARPGROUP_ROWS, PAIRED)
+    a_bufs, b_bufs, ready, empty = _ring(a_desc, b_desc, BLOCK_M, STAGES, BLOCK_M // WARPGROUP_ROWS)
     if TMA_STORE:
         C_COLS: gl.constexpr = c_desc.block_type.shape[1]
         c_bufs = gl.allocate_shared_memory(
@@ -464,12 +427,11 @@ def _gluon_block_gemm_kernel(
         gl.warp_specialize([
             (_split_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, sa_ptr, sb_ptr, M, N, num_kb,
                                     SEG_KB, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                                    0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, PAIRED)),
+                                    0, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES)),
             (_split_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, sa_ptr, sb_ptr, M, N, num_kb,
                                     SEG_KB, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                                    WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES, PAIRED)),
-            (_paired_load_partition if PAIRED else _load_partition,
-             (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb, GROUP_M, STAGES // 2 if PAIRED else STAGES)),
+                                    WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N, SCALE_BN, GROUP_M, STAGES)),
+            (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb, GROUP_M, STAGES)),
         ], [4, 1], [232, 40])
     else:
         gl.warp_specialize([
@@ -696,17 +658,14 @@ def gluon_block_scaled_gemm(
     programs = min(tiles, _device(a.device.index or 0).multi_processor_count) if config.persistent else tiles
     tma_store = (n * c.element_size()) % 16 == 0  # TMA needs 16-byte row strides (c is contiguous)
     split = config.split_n and tma_store and b_scale_rows % config.block_n == 0 and _even_segments(k, seg_kb)
-    stages = _ring_slots(config, c.element_size() if tma_store else 0)
-    paired = split and config.paired
-    if paired:
-        stages -= stages % 2  # whole pairs
     c_desc = _descriptor(c, WARPGROUP_ROWS.value, config.block_n // (2 if split else 1)) if tma_store else c
     _gluon_block_gemm_kernel[(programs,)](
         _descriptor(a, TILE_M), _descriptor(b, config.block_n), c_desc, c, a_scale, b_scale,
         m, n, k, seg_kb,
         c.stride(0), c.stride(1), a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
         SCALE_BN=b_scale_rows, GROUP_M=config.group_m,
-        STAGES=stages, TMA_STORE=tma_store, SPLIT_N=split, PAIRED=paired, num_warps=4,
+        STAGES=_ring_slots(config, c.element_size() if tma_store else 0), TMA_STORE=tma_store, SPLIT_N=split,
+        num_warps=4,
     )
     return c
 

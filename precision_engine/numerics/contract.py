@@ -62,8 +62,11 @@ class SplitSums:
 
 def capturing_cuda_graph() -> bool:
     """Whether the current CUDA stream is capturing a graph. What the capture records replays without the Python
-    that issued it: a cache lookup or a host-side check is frozen at capture time (`linear`, `check_finite`)."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    that issued it: a cache lookup or a host-side check is frozen at capture time (`linear`, `check_finite`).
+    False while torch.compile traces: a compiled graph quantizes its weights itself (`linear`), and Dynamo
+    cannot put the stream query (a bool, not a tensor) into a full graph."""
+    return (not torch.compiler.is_compiling() and torch.cuda.is_available()
+            and torch.cuda.is_current_stream_capturing())
 
 
 def fp8_dtype(fmt: QuantFormat) -> torch.dtype:

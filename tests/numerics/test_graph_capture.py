@@ -109,3 +109,25 @@ def test_a_host_side_nonfinite_check_is_refused_under_capture(capturing, mode):
     x = torch.randn(4, 256).to(torch.bfloat16).requires_grad_()
     with pytest.raises(UnsupportedError, match="nonfinite: propagate"):
         module(x)
+
+
+def test_the_capture_query_is_not_traced_by_torch_compile(monkeypatch):
+    """Under torch.compile the answer is False without asking CUDA: Dynamo cannot put the stream query (a bool)
+    into a full graph, which broke `fp8_linear_group` compiled on a GPU machine (H200, 2026-12-03), where the
+    CPU, whose query short-circuits on `is_available`, never saw it. Here the contract sees a CUDA whose query
+    raises, so only a compiled call that does not reach it passes; eagerly it is reached."""
+    import types
+
+    from precision_engine.numerics import contract
+
+    def query():
+        raise AssertionError("queried the stream")
+
+    cuda = types.SimpleNamespace(is_available=lambda: True, is_current_stream_capturing=query)
+    monkeypatch.setattr(contract, "torch", types.SimpleNamespace(cuda=cuda, compiler=torch.compiler))
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: t + 1 if contract.capturing_cuda_graph() else t - 1, backend="eager",
+                             fullgraph=True)
+    assert torch.equal(compiled(torch.zeros(2)), torch.full((2,), -1.0))
+    with pytest.raises(AssertionError, match="queried the stream"):
+        contract.capturing_cuda_graph()

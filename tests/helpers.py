@@ -10,8 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from precision_engine.numerics.contract import TRITON_INTERPRET
 from precision_engine.numerics.formats import Axis, DType, Granularity, QuantFormat, ScaleKind
 from precision_engine.numerics.quantize import Quantized
+
+# Tests that run Triton kernels on CPU tensors: the interpreter's (CI, no GPU). On a GPU machine the kernels want
+# CUDA tensors (the GPU tests run them there), so these skip instead of failing on the tensors' device.
+needs_interpreter = pytest.mark.skipif(not TRITON_INTERPRET, reason="Triton on CPU tensors needs TRITON_INTERPRET=1")
 
 # One E4M3 format per granularity (tensor, channel, 1x128, 128x1, 128x128) ...
 BASE = [

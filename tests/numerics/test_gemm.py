@@ -22,6 +22,8 @@ from precision_engine.numerics.quantize import (
     quantize_tokens_transposed,
 )
 
+from helpers import needs_interpreter
+
 ACT, WEIGHT = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
 TOKENS = PRESET_FORMATS["fp8_group_tokens"]
 
@@ -112,6 +114,7 @@ def test_zero_operands_give_zeros_not_nan():
 
 
 @pytest.mark.parametrize("m,n,k", [(16, 128, 256), (5, 160, 200)])
+@needs_interpreter
 def test_triton_matches_reference(m, n, k):
     xq, wq = _operands(m, n, k, seed=m + n + k)
     ref = reference_gemm(xq, wq, out_dtype=torch.float64)
@@ -119,6 +122,7 @@ def test_triton_matches_reference(m, n, k):
     assert _rel(fp8_gemm(xq, wq, kernel=Kernel.TRITON), ref) < 5e-3
 
 
+@needs_interpreter
 def test_triton_wgrad_pair_matches_reference():
     g = torch.Generator().manual_seed(2)
     dyt = quantize_tokens_transposed(torch.randn(40, 128, generator=g), TOKENS)
@@ -127,6 +131,7 @@ def test_triton_wgrad_pair_matches_reference():
     assert _rel(fp8_gemm(dyt, xt, kernel=Kernel.TRITON, out_dtype=torch.float32), ref) < 1e-5
 
 
+@needs_interpreter
 def test_triton_rows_bitwise_batch_invariant():
     """Decode tiles with split-K (M = 1, 7, 16) and the one-program prefill walk (M = 70): the same row bytes."""
     from precision_engine.numerics.triton_gemm import segment_kb
@@ -139,6 +144,7 @@ def test_triton_rows_bitwise_batch_invariant():
         assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), m
 
 
+@needs_interpreter
 def test_wide_weight_decode_walks_whole_tiles_with_the_prefill_bytes(monkeypatch):
     """A weight of >= WHOLE_TILES_MIN row tiles (fused gate/up) decodes in persistent programs over whole-K
     tiles, no split: its rows are the bytes of the prefill walk. The interpreter meets the rule at 2 tiles."""
@@ -155,6 +161,7 @@ def test_wide_weight_decode_walks_whole_tiles_with_the_prefill_bytes(monkeypatch
         assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), m
 
 
+@needs_interpreter
 def test_triton_launch_choices_give_the_same_bytes():
     """Tiles, TMA or plain loads, swapped operands, split-K with a separate or fused sum, persistent programs
     walking several tiles or segments each: one set of bits."""
@@ -194,6 +201,7 @@ def test_transpose_operand_equals_quantizing_the_transpose():
     assert torch.equal(wt.scale, direct.scale)
 
 
+@needs_interpreter
 def test_triton_byte_transpose():
     from precision_engine.numerics.triton_gemm import transpose_bytes
 

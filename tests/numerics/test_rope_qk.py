@@ -105,7 +105,8 @@ q = float_ops(TI._rope_kernel, one, dict(D=128, BLOCK_H=32, INTERPRET=False))
 k = float_ops(TI._rope_kernel, one, dict(D=128, BLOCK_H=8, INTERPRET=False))
 qk = float_ops(TI._rope_qk_kernel, ["*bf16"] * 6 + ["i32"] * 11,
                dict(D=128, BLOCK_HQ=32, BLOCK_HK=8, INTERPRET=False))
-assert q + k - qk == collections.Counter({"selp.f32": 1}) and not qk - (q + k), (q + k, qk)  # one shared sign
+saved = q + k - qk  # Triton 3.9 shares the two launches' sign select, 3.6 (the GPU image) keeps both
+assert not qk - (q + k) and saved <= collections.Counter({"selp.f32": 1}), (q + k, qk)
 assert not [op for op in qk if op.startswith(("fma", "add.bf16", "mul.bf16", "add.rn.bf16", "add.f16"))], qk
 print("ok")
 '''
@@ -114,6 +115,6 @@ print("ok")
 @pytest.mark.slow
 def test_the_launch_compiles_to_the_two_kernels_float_instructions():
     """Ahead-of-time sm_90 PTX (no GPU; ~5 s), 8B decode shapes (32 q heads, 8 kv heads, D 128): the float
-    instructions of `_rope_qk_kernel` are those of `_rope_kernel` for q plus for k (the rotation sign's select
-    shared), with every rounding a cvt.rn of its own and no FMA or native bf16/fp16 arithmetic."""
+    instructions of `_rope_qk_kernel` are those of `_rope_kernel` for q plus for k (Triton 3.9 shares the
+    rotation sign's select, 3.6 keeps both), with every rounding a cvt.rn of its own and no FMA or native bf16/fp16 arithmetic."""
     run_offline_compile(_COMPILE_FOR_SM90)

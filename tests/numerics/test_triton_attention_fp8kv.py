@@ -12,6 +12,8 @@ from precision_engine.numerics import triton_invariant as TI
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
 from precision_engine.numerics.specs import KVScale
 
+from helpers import needs_interpreter
+
 
 def _case(seed, per_head):
     g = torch.Generator().manual_seed(seed)
@@ -28,6 +30,7 @@ def _case(seed, per_head):
     return q, kq, vq, ks, vs, kv_len
 
 
+@needs_interpreter
 @pytest.mark.parametrize("per_head", [False, True])
 def test_fp8_cache_read_in_place_equals_dequantized_copy(per_head):
     q, kq, vq, ks, vs, kv_len = _case(3, per_head)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from precision_engine.errors import OperandError
 from precision_engine.numerics import invariant
 from precision_engine.rl.sampling import logprob_temperature
 
@@ -56,7 +57,7 @@ def picked_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: fl
     """fp32 [R]: invariant.log_softmax(logits [R, V], temperature)[r, targets[r]], bit for bit, computed
     `chunk_rows` rows at a time; differentiable w.r.t. logits (`_PickedLogprob`)."""
     if chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+        raise OperandError(f"picked_logprobs: chunk_rows must be >= 1, got {chunk_rows}")
     return _PickedLogprob.apply(logits, targets, float(temperature), chunk_rows)
 
 

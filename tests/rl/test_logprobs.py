@@ -24,6 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from precision_engine.errors import OperandError
 from precision_engine.models.decoder import Decoder
 from precision_engine.numerics import invariant
 from precision_engine.rl.logprobs import picked_logprobs, token_logprobs
@@ -199,5 +200,5 @@ def test_memory_is_bounded_by_the_chunk():
 
 
 def test_chunk_rows_must_be_positive():
-    with pytest.raises(ValueError, match="chunk_rows"):
+    with pytest.raises(OperandError, match="chunk_rows"):
         picked_logprobs(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long), 1.0, chunk_rows=0)

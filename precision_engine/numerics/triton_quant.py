@@ -223,6 +223,14 @@ def _load_rows(base, rows, cols, stride, row_ok, col_ok, EVEN: tl.constexpr):
 
 
 @triton.jit
+def _store_fp8_rows(base, rows, cols, stride, y, mask, MBITS: tl.constexpr, EMIN: tl.constexpr,
+                    EXACT_ROUND: tl.constexpr):
+    """y [rows, cols] as FP8 into base[rows * stride + cols] under `mask` (offsets in the type of rows)."""
+    tl.store(base + rows[:, None] * stride + cols[None, :],
+             _to_fp8(y, base.dtype.element_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
+
+
+@triton.jit
 def _store_tokens_t(q_ptr, y0, y1, y2, y3, col0, tok0, c, j, col_ok, j_ok, M_pad, PACK: tl.constexpr,
                     EVEN_C: tl.constexpr, EVEN_T: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
                     EXACT_ROUND: tl.constexpr, HW_PACK: tl.constexpr):
@@ -287,8 +295,7 @@ def _quantize_row_groups(x, q_ptr, s_ptr, rows, row_ok, cols, mask, group, K, st
     `_rows_kernel`, shared with the fused producers of `triton_fused_quant`."""
     scale = _scale_from_amax(_amax(tl.abs(x), 1), FMAX, RFMAX, POW2)
     y = _quotient(x, scale[:, None], _reciprocal(scale, POW2)[:, None], POW2, False)
-    tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :],
-             _to_fp8(y, q_ptr.dtype.element_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
+    _store_fp8_rows(q_ptr, rows, cols, stride_qm, y, mask, MBITS, EMIN, EXACT_ROUND)
     # `0 * rows` broadcasts the group test to a tensor: the interpreter rejects tensor & scalar masks.
     tl.store(s_ptr + rows * stride_sm + group * stride_sg, scale, mask=row_ok & (group * G + 0 * rows < K))
 
@@ -435,11 +442,11 @@ def _blocks_kernel(w_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, N, K, stride_wn, stride_
         j = tl.arange(0, BLOCK_SUB)
         j_ok = (j < BR // 4) & (row0 + 4 * j < N)
         mask = j_ok[:, None] & col_ok[None, :]
-        base = w_ptr + row0.to(tl.int64) * stride_wn
-        w0 = tl.load(base + (4 * j)[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        w1 = tl.load(base + (4 * j + 1)[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        w2 = tl.load(base + (4 * j + 2)[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        w3 = tl.load(base + (4 * j + 3)[:, None] * stride_wn + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        wb = w_ptr + row0.to(tl.int64) * stride_wn
+        w0 = _load_rows(wb, 4 * j, cols, stride_wn, j_ok, col_ok, False)
+        w1 = _load_rows(wb, 4 * j + 1, cols, stride_wn, j_ok, col_ok, False)
+        w2 = _load_rows(wb, 4 * j + 2, cols, stride_wn, j_ok, col_ok, False)
+        w3 = _load_rows(wb, 4 * j + 3, cols, stride_wn, j_ok, col_ok, False)
         a = _max_nan(_max_nan(tl.abs(w0), tl.abs(w1)), _max_nan(tl.abs(w2), tl.abs(w3)))
         scale = _scale_from_amax(_amax(_amax(a, 1), 0), FMAX, RFMAX, POW2)
         inv = _reciprocal(scale, POW2)
@@ -447,16 +454,11 @@ def _blocks_kernel(w_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, N, K, stride_wn, stride_
         y1 = _quotient(w1, scale, inv, POW2, False)
         y2 = _quotient(w2, scale, inv, POW2, False)
         y3 = _quotient(w3, scale, inv, POW2, False)
-        out_ty = q_ptr.dtype.element_ty
         qb = q_ptr + row0.to(tl.int64) * stride_qn
-        tl.store(qb + (4 * j)[:, None] * stride_qn + cols[None, :], _to_fp8(y0, out_ty, MBITS, EMIN, EXACT_ROUND),
-                 mask=mask)
-        tl.store(qb + (4 * j + 1)[:, None] * stride_qn + cols[None, :],
-                 _to_fp8(y1, out_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
-        tl.store(qb + (4 * j + 2)[:, None] * stride_qn + cols[None, :],
-                 _to_fp8(y2, out_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
-        tl.store(qb + (4 * j + 3)[:, None] * stride_qn + cols[None, :],
-                 _to_fp8(y3, out_ty, MBITS, EMIN, EXACT_ROUND), mask=mask)
+        _store_fp8_rows(qb, 4 * j, cols, stride_qn, y0, mask, MBITS, EMIN, EXACT_ROUND)
+        _store_fp8_rows(qb, 4 * j + 1, cols, stride_qn, y1, mask, MBITS, EMIN, EXACT_ROUND)
+        _store_fp8_rows(qb, 4 * j + 2, cols, stride_qn, y2, mask, MBITS, EMIN, EXACT_ROUND)
+        _store_fp8_rows(qb, 4 * j + 3, cols, stride_qn, y3, mask, MBITS, EMIN, EXACT_ROUND)
         _store_tokens_t(qt_ptr, y0, y1, y2, y3, pid_k * BC, row0, c, j, col_ok, j_ok, stride_qtk, 4, False, False,
                         MBITS, EMIN, EXACT_ROUND, HW_PACK)
     else:

@@ -5,8 +5,9 @@ Shapes are the projection GEMMs of Llama-3.1-8B and Qwen3-8B, (N, K) = (out, in)
 drawn input sets, together larger than the L2, so decode numbers measure HBM, not the cache. Decode sizes are
 timed as CUDA-graph replays (see `time_graphed`), training sizes eagerly.
 
-Kernels: ours (cuBLAS; `triton`, the batch-invariant kernel, which above decode sizes on Hopper with Triton 3.6
-is `gluon_gemm`; DeepGEMM where installed) and, where it runs (`torchao_ref.unavailable`),
+Kernels: ours (cuBLAS; `cublas_pinned`, cuBLAS with one algorithm pinned per shape, the batch-invariant kernel
+where its extension builds; `triton`, the batch-invariant kernel elsewhere, which above decode sizes on Hopper
+with Triton 3.6 is `gluon_gemm`; DeepGEMM where installed) and, where it runs (`torchao_ref.unavailable`),
 torchao's Triton GEMM (`torchao_triton`) on operands its own quantizers made; its cuBLAS path is the cuBLAS row.
 """
 
@@ -82,11 +83,13 @@ def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> l
     `torchao_note` says why torchao's GEMM has no numbers."""
     from precision_engine.bench import torchao_ref
     from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
-    from precision_engine.numerics.gemm import deep_gemm_available, fp8_gemm
+    from precision_engine.numerics.gemm import deep_gemm_available, device_info, fp8_gemm
     from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
 
     act, wfmt = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
-    kernels = [Kernel.CUBLAS, Kernel.TRITON] + ([Kernel.DEEP_GEMM] if deep_gemm_available() else [])
+    pinned = device_info(torch.device("cuda")).runs(Kernel.CUBLAS_PINNED)
+    kernels = ([Kernel.CUBLAS] + ([Kernel.CUBLAS_PINNED] if pinned else []) + [Kernel.TRITON]
+               + ([Kernel.DEEP_GEMM] if deep_gemm_available() else []))
     torchao_note = torchao_ref.unavailable()
     shapes = QUICK_SHAPES if quick else SHAPES_8B
     ms_list = (TRAIN_M[:1] + DECODE_M[:1]) if quick else (TRAIN_M + DECODE_M)

@@ -176,7 +176,7 @@ def _bench_kernels(out: Path | None, quick: bool) -> None:
     from precision_engine.bench import gemm
 
     rows = gemm.bench_kernels(quick=quick)
-    kinds = [k for k in ("cublas", "triton", "deep_gemm") if any(f"{k}_ms" in r for r in rows)]
+    kinds = [k for k in ("cublas", "cublas_pinned", "triton", "deep_gemm") if any(f"{k}_ms" in r for r in rows)]
     kinds.append("torchao_triton")  # always a column: "-" and a note where torchao does not run
     _report(gemm.format_table(rows, kinds), rows, out)
 

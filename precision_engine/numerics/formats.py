@@ -67,6 +67,7 @@ class Axis(str, Enum):
 class Kernel(str, Enum):
     AUTO = "auto"
     CUBLAS = "cublas"  # torch._scaled_mm, blockwise scales on Hopper
+    CUBLAS_PINNED = "cublas_pinned"  # the same cuBLASLt GEMM with one algorithm pinned per shape: batch-invariant
     TRITON = "triton"
     DEEP_GEMM = "deep_gemm"
     REFERENCE = "reference"  # exact per 128-wide K block in float64: batch-invariant, slow, runs anywhere

@@ -17,6 +17,9 @@ Kernels (`Kernel`):
   cublas     torch._scaled_mm blockwise on Hopper; its algorithm choice depends on M, so it is not
              batch-invariant. M is zero-padded to a multiple of 16, ceil(K/128) to a multiple of 4 and N
              to a multiple of 128 (copies, only for shapes that need them).
+  cublas_pinned  the same cuBLASLt GEMM on operands padded the same way, with one algorithm (no split-K)
+             pinned per shape (`cublas_pinned`): batch-invariant at cuBLAS speed; its bits are not the
+             Triton kernel's.
   deep_gemm  DeepGEMM's fp8_gemm_nt (block weights only), on request only: written against its documented
              API but not yet run on hardware here, so AUTO never picks it.
 Which kernel runs is decided by `capabilities.resolve_kernel` (the kernel table), never here.
@@ -29,8 +32,8 @@ import functools
 import torch
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, WEIGHT_BLOCK,
-                                                    DeviceInfo, Gemm, resolve_kernel)
+from precision_engine.numerics.capabilities import (CUBLAS_MIN_CAPABILITY, CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH,
+                                                    SCALE_BLOCK, WEIGHT_BLOCK, DeviceInfo, Gemm, resolve_kernel)
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, SplitSums
 from precision_engine.numerics.formats import Granularity, Kernel
 # cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
@@ -67,8 +70,8 @@ def fp8_gemm(
         return block_scaled_gemm(
             a.data, a.scale, b.data, b.scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype, split_sums=split_sums
         )
-    if kernel is Kernel.CUBLAS:
-        return _cublas_gemm(a, b, b_scale_rows, out_dtype)
+    if kernel in (Kernel.CUBLAS, Kernel.CUBLAS_PINNED):
+        return _cublas_gemm(a, b, b_scale_rows, out_dtype, pinned=kernel is Kernel.CUBLAS_PINNED)
     return _deep_gemm(a, b, b_scale_rows, out_dtype)
 
 
@@ -129,14 +132,23 @@ def device_info(device: torch.device) -> DeviceInfo:
     """What `resolve_kernel` needs to know about `device` (cached: a device's facts do not change)."""
     if device.type != "cuda":
         return DeviceInfo(device.type, interpreter=TRITON_INTERPRET)
+    capability = torch.cuda.get_device_capability(device)
+    blockwise = (capability >= CUBLAS_MIN_CAPABILITY and _version(torch.__version__) >= CUBLAS_MIN_TORCH
+                 and _version(torch.version.cuda or "0") >= CUBLAS_MIN_CUDA)
     return DeviceInfo(
         "cuda",
-        capability=torch.cuda.get_device_capability(device),
+        capability=capability,
         interpreter=TRITON_INTERPRET,
-        cublas_blockwise=_version(torch.__version__) >= CUBLAS_MIN_TORCH
-        and _version(torch.version.cuda or "0") >= CUBLAS_MIN_CUDA,
+        cublas_blockwise=blockwise,
+        cublas_pinned=blockwise and _cublas_pinned_builds(),
         deep_gemm=deep_gemm_available(),
     )
+
+
+def _cublas_pinned_builds() -> bool:
+    from precision_engine.numerics import cublas_pinned
+
+    return cublas_pinned.available()
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -177,8 +189,10 @@ def _is_group128(fmt) -> bool:
     return fmt.is_quantized and fmt.granularity is Granularity.GROUP and fmt.group == SCALE_BLOCK
 
 
-def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype) -> torch.Tensor:
-    """torch._scaled_mm with the blockwise layouts recorded in DESIGN.md; no copies for aligned shapes.
+def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype, *, pinned: bool
+                 ) -> torch.Tensor:
+    """torch._scaled_mm (or, `pinned`, `cublas_pinned.gemm`) with the blockwise layouts recorded in DESIGN.md; no
+    copies for aligned shapes.
 
     mat2 is b^T viewed column-major ([K, N] with strides (1, K)); scale_a is M-major (strides (1, M));
     scale_b is b.scale^T: [K/128, N/128] with strides (1, K/128) for blocks, [K/128, N] contiguous for groups.
@@ -193,7 +207,7 @@ def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch
     k_pad = kb_pad * SCALE_BLOCK
     a_data = _pad_fp8(a.data, m_pad, k_pad).contiguous()
     b_data = _pad_fp8(b.data, n_pad, k_pad).contiguous()
-    if (m_pad, kb_pad) == (m, kblocks) and a.scale.stride(0) == 1:
+    if (m_pad, kb_pad) == (m, kblocks) and a.scale.stride() == (1, m):  # M-major with no gaps (not a slice)
         a_scale = a.scale
     else:
         a_scale = _padded_ones(kb_pad, m_pad, a.scale).t()
@@ -209,7 +223,13 @@ def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch
         if scale_b.shape != (kb_pad, n_pad) or not scale_b.is_contiguous():
             scale_b = _padded_ones(kb_pad, n_pad, b.scale)
             scale_b[:kblocks, :n] = b.scale.t()
-    out = torch._scaled_mm(a_data, b_data.t(), scale_a=a_scale, scale_b=scale_b, out_dtype=out_dtype)
+    if pinned:
+        from precision_engine.numerics import cublas_pinned
+
+        out = cublas_pinned.gemm(a_data, a_scale, b_data, scale_b, w_blocks=b_scale_rows == SCALE_BLOCK,
+                                 out_dtype=out_dtype)
+    else:
+        out = torch._scaled_mm(a_data, b_data.t(), scale_a=a_scale, scale_b=scale_b, out_dtype=out_dtype)
     return out[:m, :n] if (m_pad, n_pad) != (m, n) else out
 
 

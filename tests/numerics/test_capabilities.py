@@ -32,6 +32,7 @@ def test_auto_off_cuda_is_the_exact_reference_forward_and_fp32_backward():
 
 
 def test_auto_on_hopper():
+    """Without the pinned cuBLAS extension the batch-invariant forward is Triton's; the rest as below."""
     fprop = dict(device=HOPPER, gemm=Gemm.FPROP)
     assert resolve_kernel(Kernel.AUTO, m=8192, batch_invariant=True, **fprop) is Kernel.TRITON
     assert resolve_kernel(Kernel.AUTO, m=8192, batch_invariant=False, **fprop) is Kernel.CUBLAS
@@ -40,6 +41,27 @@ def test_auto_on_hopper():
         assert resolve_kernel(Kernel.AUTO, device=HOPPER, m=8192, gemm=gemm) is Kernel.CUBLAS
     e5m2 = frozenset({DType.FLOAT8_E5M2, DType.FLOAT8_E4M3})
     assert resolve_kernel(Kernel.AUTO, device=HOPPER, m=8192, gemm=Gemm.DGRAD, dtypes=e5m2) is Kernel.TRITON
+
+
+def test_auto_batch_invariant_forward_takes_pinned_cublas_at_every_m_where_it_builds():
+    """One kernel for every M of a batch-invariant forward (rollout decode and training agree); the other GEMMs
+    are picked as without it; E5M2 operands, which it does not take, stay on Triton."""
+    pinned = replace(HOPPER, cublas_pinned=True)
+    for m in (1, SMALL_M_MAX, SMALL_M_MAX + 1, 8192):
+        assert resolve_kernel(Kernel.AUTO, device=pinned, m=m, batch_invariant=True) is Kernel.CUBLAS_PINNED
+    assert resolve_kernel(Kernel.AUTO, device=pinned, m=8192, batch_invariant=False) is Kernel.CUBLAS
+    assert resolve_kernel(Kernel.AUTO, device=pinned, m=SMALL_M_MAX, batch_invariant=False) is Kernel.TRITON
+    assert resolve_kernel(Kernel.AUTO, device=pinned, m=8192, gemm=Gemm.WGRAD) is Kernel.CUBLAS
+    e5m2 = frozenset({DType.FLOAT8_E5M2})
+    assert resolve_kernel(Kernel.AUTO, device=pinned, m=8192, dtypes=e5m2) is Kernel.TRITON
+    assert resolve_kernel(Kernel.CUBLAS_PINNED, device=pinned, m=1) is Kernel.CUBLAS_PINNED
+
+
+@pytest.mark.parametrize("device", [HOPPER, AMPERE, replace(AMPERE, cublas_pinned=True)],
+                         ids=["no-extension", "sm80", "sm80-with-extension"])
+def test_pinned_cublas_is_refused_by_name_without_its_extension_or_hopper(device):
+    with pytest.raises(UnsupportedError, match="host C\\+\\+ compiler and cuBLASLt's headers"):
+        resolve_kernel(Kernel.CUBLAS_PINNED, device=device, m=8192)
 
 
 @pytest.mark.parametrize("device", [AMPERE, OLD_TORCH_HOPPER], ids=["sm80", "torch-without-blockwise"])
@@ -64,6 +86,7 @@ def test_batch_invariance_per_kernel():
     assert forward_batch_invariant(Kernel.AUTO, True) and not forward_batch_invariant(Kernel.AUTO, False)
     assert forward_batch_invariant(Kernel.TRITON, False) and forward_batch_invariant(Kernel.REFERENCE, False)
     assert not forward_batch_invariant(Kernel.CUBLAS, True) and not forward_batch_invariant(Kernel.DEEP_GEMM, True)
+    assert forward_batch_invariant(Kernel.CUBLAS_PINNED, False)
     assert forward_batch_invariant(None, True) and not forward_batch_invariant(None, False)
 
 

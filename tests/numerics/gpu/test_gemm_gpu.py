@@ -27,7 +27,7 @@ def _rel(out, ref):
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
-@pytest.mark.parametrize("kernel", [Kernel.CUBLAS, Kernel.TRITON])
+@pytest.mark.parametrize("kernel", [Kernel.CUBLAS, Kernel.CUBLAS_PINNED, Kernel.TRITON])
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (7, 1024, 4096), (512, 14336, 4096), (300, 200, 320)])
 def test_kernel_matches_reference(kernel, m, n, k):
     xq, wq = _operands(m, n, k, seed=m + n + k)
@@ -38,7 +38,7 @@ def test_kernel_matches_reference(kernel, m, n, k):
     assert _rel(out, ref) < REL_TOL
 
 
-@pytest.mark.parametrize("kernel", [Kernel.CUBLAS, Kernel.TRITON])
+@pytest.mark.parametrize("kernel", [Kernel.CUBLAS, Kernel.CUBLAS_PINNED, Kernel.TRITON])
 def test_wgrad_pair_matches_reference(kernel):
     g = torch.Generator(device="cuda").manual_seed(3)
     m, n, k = 1000, 1024, 512
@@ -54,16 +54,49 @@ SHAPES_8B = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (12288, 4
              (28672, 4096)]  # the last: fused gate/up, whose decode walks whole tiles in persistent programs
 
 
+@pytest.mark.parametrize("kernel", [Kernel.TRITON, Kernel.CUBLAS_PINNED])
 @pytest.mark.parametrize("n,k", SHAPES_8B)  # every split (segment_kb) and decode tile choice of the 8B models
-def test_triton_rows_bitwise_batch_invariant(n, k):
-    """Row i is the same bytes whether the GEMM has 1, 7, 64, 65, 128 or 4096 rows: decode split-K launches
-    and the one-program prefill walk over the same K segments."""
+def test_rows_bitwise_batch_invariant(kernel, n, k):
+    """Row i is the same bytes whether the GEMM has 1, 3, 7, 17, 64, 65, 128 or 4096 rows. Triton: decode split-K
+    launches and the one-program prefill walk over the same K segments. Pinned cuBLAS: one algorithm at every M
+    (where cuBLAS's own heuristic picks split-K at decode sizes for K = 14336 and 12288)."""
     xq, wq = _operands(4096, n, k, seed=11)
-    full = fp8_gemm(xq, wq, kernel=Kernel.AUTO, batch_invariant=True)
-    for m in (1, 7, 64, 65, 128):
+    full = fp8_gemm(xq, wq, kernel=kernel)
+    for m in (1, 3, 7, 17, 64, 65, 128):
         sub = type(xq)(xq.data[:m], xq.scale[:m], xq.fmt)
-        part = fp8_gemm(sub, wq, kernel=Kernel.AUTO, batch_invariant=True)
+        part = fp8_gemm(sub, wq, kernel=kernel)
         assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), f"M={m}"
+
+
+def test_batch_invariant_forward_takes_the_pinned_cublas_kernel_on_hopper():
+    """Where the extension builds (the H200 image: nvcc and cuBLASLt's headers), AUTO's batch-invariant forward
+    is the pinned cuBLAS kernel at every M, and one algorithm without split-K serves every M of a shape."""
+    from precision_engine.numerics import cublas_pinned
+    from precision_engine.numerics.capabilities import Gemm, resolve_kernel
+    from precision_engine.numerics.gemm import device_info
+
+    info = device_info(torch.device("cuda"))
+    if info.capability < (9, 0):
+        pytest.skip("blockwise cuBLAS needs Hopper")
+    assert info.cublas_pinned
+    for m in (1, 64, 8192):
+        assert resolve_kernel(Kernel.AUTO, device=info, m=m, gemm=Gemm.FPROP) is Kernel.CUBLAS_PINNED
+    xq, wq = _operands(64, 4096, 14336, seed=5)
+    fp8_gemm(xq, wq, kernel=Kernel.CUBLAS_PINNED)
+    algo = cublas_pinned.pinned_algorithm(xq.scale, wq.scale, 4096, 14336, xq.data.dtype, wq.data.dtype,
+                                          torch.bfloat16, True)
+    assert not algo.splits_k
+
+
+def test_pinned_cublas_replays_in_a_cuda_graph():
+    xq, wq = _operands(256, 4096, 4096, seed=6)
+    eager = fp8_gemm(xq, wq, kernel=Kernel.CUBLAS_PINNED)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fp8_gemm(xq, wq, kernel=Kernel.CUBLAS_PINNED)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured.view(torch.uint16), eager.view(torch.uint16))
 
 
 @pytest.mark.parametrize("m", [1, 64, 300])
@@ -127,7 +160,7 @@ def test_gluon_decode_gives_the_triton_kernels_bytes(n, k):
                 out = gluon_decode_gemm(*args, b_scale_rows=128, seg_kb=seg, config=cfg)
                 want = c if out.dim() == 2 else sums.parts  # whole tiles or one segment: c; else the sums
                 assert torch.equal(out.view(torch.uint8), want.view(torch.uint8)), (m, cfg)
-        auto = fp8_gemm(xq, wq, kernel=Kernel.AUTO, batch_invariant=True)  # dispatches to it where it fills
+        auto = fp8_gemm(xq, wq, kernel=Kernel.TRITON)  # dispatches to it where it fills
         assert torch.equal(auto.view(torch.uint16), c.view(torch.uint16))
 
 
@@ -160,4 +193,4 @@ def test_gluon_gives_the_triton_kernels_bytes(m, n, k):
     out32 = gluon_block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, seg_kb=seg,
                                     out_dtype=torch.float32)
     assert torch.equal(out32.view(torch.int32), ref32.view(torch.int32))
-    assert torch.equal(fp8_gemm(xq, wq).view(torch.uint16), ref.view(torch.uint16))  # AUTO dispatches here
+    assert torch.equal(fp8_gemm(xq, wq, kernel=Kernel.TRITON).view(torch.uint16), ref.view(torch.uint16))

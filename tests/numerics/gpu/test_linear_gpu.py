@@ -17,7 +17,8 @@ JETRL = dict(weight=P["fp8_block_weight"], input=P["fp8_group_act"], grad_output
              wgrad_operands=P["fp8_group_tokens"])
 
 
-@pytest.mark.parametrize("kernel,batch_invariant", [(Kernel.CUBLAS, False), (Kernel.AUTO, True), (Kernel.TRITON, True)])
+@pytest.mark.parametrize("kernel,batch_invariant", [(Kernel.CUBLAS, False), (Kernel.AUTO, True), (Kernel.TRITON, True),
+                                                    (Kernel.CUBLAS_PINNED, True)])
 def test_fp8_linear_close_to_bf16(kernel, batch_invariant):
     torch.manual_seed(0)
     lin = nn.Linear(4096, 1024, device="cuda", dtype=torch.bfloat16)

@@ -1,0 +1,101 @@
+"""The pinned cuBLAS kernel's host side, on the CPU: which algorithm it pins, once per shape; what happens where
+its extension does not build. The GEMM itself is tested on the GPU (tests/numerics/gpu/test_gemm_gpu.py)."""
+
+import warnings
+
+import pytest
+import torch
+
+from precision_engine.errors import UnsupportedError
+from precision_engine.numerics import cublas_pinned
+
+
+class FakeExtension:
+    """Offers `offered` config rows (split-K, reduction scheme, workspace), runs an algorithm at M where
+    `runs_at` says so, and counts heuristic queries."""
+
+    def __init__(self, offered, runs_at):
+        self.offered, self.runs_at, self.queries = offered, runs_at, []
+
+    def algorithms(self, x_scale, w_scale, m, n, k, x_dtype, w_dtype, out_dtype, w_blocks, requested, workspace):
+        self.queries.append((m, n, k, w_blocks))
+        rows = [[i, 66, 20, split, reduction, 0, 4, 36, 0, 3, ws] for i, (split, reduction, ws) in
+                enumerate(self.offered)]
+        return torch.tensor(rows, dtype=torch.int64).reshape(-1, 11)
+
+    def workspace_needed(self, index, x_scale, w_scale, m, *problem):
+        return self.offered[index][2] if m in self.runs_at[index] else -1
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    def install(offered, runs_at):
+        ext = FakeExtension(offered, runs_at)
+        monkeypatch.setattr(cublas_pinned, "extension", lambda: ext)
+        monkeypatch.setattr(cublas_pinned, "_pinned", {})
+        return ext
+    return install
+
+
+def _pin(n=4096, k=14336):
+    scale = torch.ones(1)
+    return cublas_pinned.pinned_algorithm(scale, scale, n, k, torch.float8_e4m3fn, torch.float8_e4m3fn,
+                                          torch.bfloat16, True)
+
+
+def test_pins_the_first_algorithm_without_split_k_that_runs_at_small_and_training_m(fake):
+    every = (cublas_pinned.SMALL_M, cublas_pinned.PIN_M)
+    ext = fake([(4, 2, 1 << 20), (1, 0, 0), (1, 0, 0), (1, 0, 0)],
+               [every, (cublas_pinned.PIN_M,), every, every])  # split-K; training M only; the pick; a later one
+    algo = _pin()
+    assert algo.index == 2 and not algo.splits_k
+    assert ext.queries == [(cublas_pinned.PIN_M, 4096, 14336, True)]  # asked at training size, whatever M calls
+    assert _pin() is algo and len(ext.queries) == 1  # once per shape
+    _pin(n=1024)
+    assert len(ext.queries) == 2
+
+
+def test_a_reduction_scheme_is_split_k_too(fake):
+    every = (cublas_pinned.SMALL_M, cublas_pinned.PIN_M)
+    fake([(1, 1, 0), (1, 0, 0)], [every, every])
+    assert _pin().index == 1
+
+
+def test_no_algorithm_without_split_k_is_an_error_naming_the_shape_and_the_way_out(fake):
+    fake([(2, 2, 0)], [(cublas_pinned.SMALL_M, cublas_pinned.PIN_M)])
+    with pytest.raises(UnsupportedError, match=r"no algorithm without split-K for a \[\*, 14336\] x \[4096, 14336\]"
+                                               r"\^T .* use kernel: triton"):
+        _pin()
+
+
+def test_an_extension_that_does_not_build_is_reported_once_and_means_unavailable(monkeypatch):
+    def broken():
+        raise FileNotFoundError("cublasLt.h or libcublasLt.so under none of /nowhere")
+
+    monkeypatch.setattr(cublas_pinned, "extension", broken)
+    cublas_pinned.available.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="did not build .*FileNotFoundError.*/nowhere.*run the Triton kernel"):
+            assert not cublas_pinned.available()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not cublas_pinned.available()  # cached: said once
+    finally:
+        cublas_pinned.available.cache_clear()
+
+
+def test_the_headers_and_library_are_looked_for_in_the_toolkit_and_the_nvidia_wheels(monkeypatch, tmp_path):
+    import sys
+
+    import torch.utils.cpp_extension as cpp
+
+    wheel = tmp_path / "nvidia" / "cu13"
+    (wheel / "include").mkdir(parents=True)
+    (wheel / "lib").mkdir()
+    monkeypatch.setattr(cpp, "CUDA_HOME", str(tmp_path / "no-toolkit"))
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    with pytest.raises(FileNotFoundError, match="no-toolkit"):
+        cublas_pinned._cublaslt_files()
+    (wheel / "include" / "cublasLt.h").write_text("")
+    (wheel / "lib" / "libcublasLt.so.13").write_text("")
+    assert cublas_pinned._cublaslt_files() == ([str(wheel / "include")], str(wheel / "lib" / "libcublasLt.so.13"))

@@ -71,7 +71,7 @@ def test_validate_refuses_with_a_location_or_check_and_export_run(overrides, tmp
     checked = invoke("check", "-p", "jetrl_unified", "-m", "tiny-llama", "--seq-len", "6", "--batch", "1",
                      "--no-decode", "--no-layers", *sets)
     kernel = next((Kernel(v.split("=")[1]) for v in overrides if v.startswith("kernel=")), Kernel.AUTO)
-    if kernel in (Kernel.CUBLAS, Kernel.DEEP_GEMM):  # the table says this CPU cannot run them
+    if kernel in (Kernel.CUBLAS, Kernel.CUBLAS_PINNED, Kernel.DEEP_GEMM):  # the table says this CPU cannot run them
         assert checked.exit_code == 2 and KERNELS[kernel].requires in checked.output, checked.output
     else:
         assert checked.exit_code == 0, checked.output

@@ -82,6 +82,7 @@ def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> l
     """One row per (shape, M): median ms of BF16 and of each FP8 kernel, and their ratios (BF16 ms / FP8 ms);
     `torchao_note` says why torchao's GEMM has no numbers."""
     from precision_engine.bench import torchao_ref
+    from precision_engine.errors import UnsupportedError
     from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
     from precision_engine.numerics.gemm import deep_gemm_available, device_info, fp8_gemm
     from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
@@ -109,10 +110,14 @@ def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> l
                          reps=reps)
             row = {"n": n, "k": k, "m": m, "graphed": graphed, "bf16_ms": bf16}
             for kern in kernels:
-                ms = timed(
-                    lambda x, w, xq, wq, ao, kern=kern: fp8_gemm(xq, wq, kernel=kern, batch_invariant=False),
-                    sets, graphed=graphed, warmup=warmup, reps=reps,
-                )
+                try:
+                    ms = timed(
+                        lambda x, w, xq, wq, ao, kern=kern: fp8_gemm(xq, wq, kernel=kern, batch_invariant=False),
+                        sets, graphed=graphed, warmup=warmup, reps=reps,
+                    )
+                except UnsupportedError as err:  # the pinned kernel's extension did not build here
+                    row[f"{kern.value}_note"] = str(err)
+                    continue
                 row[f"{kern.value}_ms"] = ms
                 row[f"{kern.value}_x"] = bf16 / ms
             if torchao_note is None:

@@ -85,9 +85,11 @@ KERNELS: dict[Kernel, KernelRow] = {
                   f"(Hopper), torch >= {'.'.join(map(str, CUBLAS_MIN_TORCH))} and CUDA >= "
                   f"{'.'.join(map(str, CUBLAS_MIN_CUDA))} (blockwise torch._scaled_mm)"),
         # cuBLASLt with one no-split algorithm pinned per shape (numerics.cublas_pinned): a row has the same bits at
-        # any M (measured bitwise on an H200, M = 16 .. 16384); its bits are not the Triton kernel's.
+        # any M (bitwise on an H200, M = 1 .. 16384); its bits are not Triton's. By name only: its training GEMMs
+        # run at cuBLAS speed, but decode without split-K is slower, and one GRPO step of the 8B (rollout + training)
+        # took 3.25 s on it against 3.04 s on Triton (BENCHMARKS.md, fourteenth session).
         KernelRow(Kernel.CUBLAS_PINNED, frozenset({"cuda"}), frozenset({DType.FLOAT8_E4M3}), ALL_GEMMS,
-                  batch_invariant=True, auto=True,
+                  batch_invariant=True, auto=False,
                   requires="what the cublas kernel needs, plus a host C++ compiler and cuBLASLt's headers (its "
                   "extension builds at first use)"),
         # Written against DeepGEMM's documented fp8_gemm_nt but not yet run on hardware here: opt-in only.
@@ -106,7 +108,6 @@ class DeviceInfo:
     capability: tuple[int, int] | None = None  # CUDA compute capability
     interpreter: bool = False  # TRITON_INTERPRET=1: Triton kernels run on the CPU
     cublas_blockwise: bool = False  # torch and CUDA are new enough for blockwise torch._scaled_mm
-    cublas_pinned: bool = False  # ... and the pinned-algorithm extension built (numerics.cublas_pinned)
     deep_gemm: bool = False  # the deep_gemm package imports
 
     def runs(self, kernel: Kernel) -> bool:
@@ -114,9 +115,8 @@ class DeviceInfo:
             return True
         if self.type not in KERNELS[kernel].devices:
             return False
-        if kernel in (Kernel.CUBLAS, Kernel.CUBLAS_PINNED):
-            blockwise = self.cublas_blockwise and (self.capability or (0, 0)) >= CUBLAS_MIN_CAPABILITY
-            return blockwise and (kernel is Kernel.CUBLAS or self.cublas_pinned)
+        if kernel in (Kernel.CUBLAS, Kernel.CUBLAS_PINNED):  # the pinned kernel's build is checked at first use
+            return self.cublas_blockwise and (self.capability or (0, 0)) >= CUBLAS_MIN_CAPABILITY
         if kernel is Kernel.DEEP_GEMM:
             return self.deep_gemm
         return True
@@ -134,12 +134,11 @@ def resolve_kernel(
     """The kernel a GEMM of `m` rows runs: `requested` if the device can run it (else UnsupportedError with
     the reason), or AUTO's pick.
 
-    AUTO: off CUDA the exact reference for the forward and the fp32 emulation for the backward GEMMs. On CUDA a
-    `batch_invariant` forward (rollout and trainer logprobs must agree bitwise) takes the pinned cuBLAS kernel
-    at every M where the device runs it, else Triton: one kernel for every M, so a row's bits never depend on
-    the batch. Other forwards take Triton at decode sizes (m <= SMALL_M_MAX) and cuBLAS above. Backward GEMMs
-    (dgrad, wgrad) run only in training, where no two calls compare a row's bits at different M, so batch
-    invariance buys nothing there and AUTO takes cuBLAS when it can.
+    AUTO: off CUDA the exact reference for the forward and the fp32 emulation for the backward GEMMs. On CUDA the
+    forward takes Triton when `batch_invariant` (rollout and trainer logprobs must agree bitwise: one kernel at
+    every M) or at decode sizes (m <= SMALL_M_MAX); otherwise cuBLAS where the GPU has blockwise scaling.
+    Backward GEMMs (dgrad, wgrad) run only in training, where no two calls compare a row's bits at different M,
+    so batch invariance buys nothing there and AUTO takes cuBLAS when it can.
     """
     if requested is not Kernel.AUTO:
         row = KERNELS[requested]
@@ -151,12 +150,8 @@ def resolve_kernel(
         return requested
     if device.type != "cuda":  # Triton's interpreter runs only what is asked of it by name (tests)
         return Kernel.REFERENCE if gemm is Gemm.FPROP else Kernel.EMULATED
-    def takes(kernel: Kernel) -> bool:
-        return device.runs(kernel) and dtypes <= KERNELS[kernel].dtypes
-
-    if gemm is Gemm.FPROP and batch_invariant:
-        return Kernel.CUBLAS_PINNED if takes(Kernel.CUBLAS_PINNED) else Kernel.TRITON
-    if (gemm is not Gemm.FPROP or m > SMALL_M_MAX) and takes(Kernel.CUBLAS):
+    wants_invariance = gemm is Gemm.FPROP and (batch_invariant or m <= SMALL_M_MAX)
+    if not wants_invariance and device.runs(Kernel.CUBLAS) and dtypes <= KERNELS[Kernel.CUBLAS].dtypes:
         return Kernel.CUBLAS
     return Kernel.TRITON
 

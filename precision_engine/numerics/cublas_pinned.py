@@ -8,13 +8,13 @@ each 128-wide K block's partial sum, one kernel) then no longer depend on M.
 
 Measured on an H200 (cuBLAS 13, fourteenth session; BENCHMARKS.md): the pinned algorithm's rows are bitwise
 equal at M = 16 .. 16384 on the 8B shapes, every no-split algorithm the heuristic offered gave the same bits,
-and it runs 1.58-1.72x BF16 at 8192 tokens where the Triton kernel runs 1.22-1.45x. Its bits differ from the
-Triton kernel's (about 1e-4 of outputs), so both phases must run this one: `capabilities.resolve_kernel`
-picks it for every batch-invariant forward on a device where it builds.
+and the GEMM runs 1.58-1.72x BF16 at 8192 tokens where the Triton kernel runs 1.22-1.45x. Without split-K it
+is slower than Triton at decode sizes, and its bits differ from Triton's (about 1e-4 of outputs), so a policy
+names it (`kernel: cublas_pinned`) and both phases then run it; AUTO keeps Triton.
 
-The extension (`csrc/cublaslt_gemm.cpp`) builds at first use with torch.utils.cpp_extension (about 30 s on
+The extension (`csrc/cublaslt_gemm.cpp`) builds at first use with torch.utils.cpp_extension (about 25 s on
 the H200 image, then cached in TORCH_EXTENSIONS_DIR); it needs a host C++ compiler and cuBLASLt's headers
-(the CUDA toolkit's, or the nvidia-cublas wheel's).
+(the CUDA toolkit's, or the nvidia-cublas wheel's). A failed build is an UnsupportedError, once per process.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,26 +57,27 @@ class Algorithm:
         return self.split_k > 1 or self.reduction != 0
 
 
-@functools.cache
 def extension():
-    """The compiled extension (torch.utils.cpp_extension, cached on disk)."""
+    """The compiled extension (torch.utils.cpp_extension, cached on disk); UnsupportedError where it does not
+    build, saying why."""
+    built, error = _build()
+    if error is not None:
+        raise UnsupportedError(f"kernel cublas_pinned: its C++ extension did not build here ({error}); it needs a "
+                               "host C++ compiler and cuBLASLt's headers; use kernel: auto")
+    return built
+
+
+@functools.cache
+def _build():
+    """(module, None), or (None, the reason): a failure is remembered, not retried on every GEMM."""
     from torch.utils.cpp_extension import load
 
-    include_dirs, library = _cublaslt_files()
-    return load(name="precision_engine_cublaslt", sources=[str(SOURCE)], extra_include_paths=include_dirs,
-                extra_cflags=["-O2"], extra_ldflags=[library], with_cuda=True)
-
-
-@functools.cache
-def available() -> bool:
-    """Whether the extension builds and loads here; says why once where it does not."""
     try:
-        extension()
-    except Exception as err:  # noqa: BLE001 (a failed build of any kind means: use the Triton kernel)
-        warnings.warn(f"the pinned cuBLAS FP8 GEMM did not build ({type(err).__name__}: {str(err)[:300]}); "
-                      "batch-invariant forwards run the Triton kernel", RuntimeWarning, stacklevel=2)
-        return False
-    return True
+        include_dirs, library = _cublaslt_files()
+        return load(name="precision_engine_cublaslt", sources=[str(SOURCE)], extra_include_paths=include_dirs,
+                    extra_cflags=["-O2"], extra_ldflags=[library], with_cuda=True), None
+    except Exception as err:  # noqa: BLE001 (any failed build means the same to the caller)
+        return None, f"{type(err).__name__}: {str(err)[:400]}"
 
 
 def _cublaslt_files() -> tuple[list[str], str]:

@@ -18,8 +18,8 @@ Kernels (`Kernel`):
              batch-invariant. M is zero-padded to a multiple of 16, ceil(K/128) to a multiple of 4 and N
              to a multiple of 128 (copies, only for shapes that need them).
   cublas_pinned  the same cuBLASLt GEMM on operands padded the same way, with one algorithm (no split-K)
-             pinned per shape (`cublas_pinned`): batch-invariant at cuBLAS speed; its bits are not the
-             Triton kernel's.
+             pinned per shape (`cublas_pinned`): batch-invariant at cuBLAS speed for training sizes, slower
+             than Triton at decode sizes; its bits are not Triton's. On request only.
   deep_gemm  DeepGEMM's fp8_gemm_nt (block weights only), on request only: written against its documented
              API but not yet run on hardware here, so AUTO never picks it.
 Which kernel runs is decided by `capabilities.resolve_kernel` (the kernel table), never here.
@@ -32,8 +32,8 @@ import functools
 import torch
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.capabilities import (CUBLAS_MIN_CAPABILITY, CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH,
-                                                    SCALE_BLOCK, WEIGHT_BLOCK, DeviceInfo, Gemm, resolve_kernel)
+from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, WEIGHT_BLOCK,
+                                                    DeviceInfo, Gemm, resolve_kernel)
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, SplitSums
 from precision_engine.numerics.formats import Granularity, Kernel
 # cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
@@ -132,23 +132,14 @@ def device_info(device: torch.device) -> DeviceInfo:
     """What `resolve_kernel` needs to know about `device` (cached: a device's facts do not change)."""
     if device.type != "cuda":
         return DeviceInfo(device.type, interpreter=TRITON_INTERPRET)
-    capability = torch.cuda.get_device_capability(device)
-    blockwise = (capability >= CUBLAS_MIN_CAPABILITY and _version(torch.__version__) >= CUBLAS_MIN_TORCH
-                 and _version(torch.version.cuda or "0") >= CUBLAS_MIN_CUDA)
     return DeviceInfo(
         "cuda",
-        capability=capability,
+        capability=torch.cuda.get_device_capability(device),
         interpreter=TRITON_INTERPRET,
-        cublas_blockwise=blockwise,
-        cublas_pinned=blockwise and _cublas_pinned_builds(),
+        cublas_blockwise=_version(torch.__version__) >= CUBLAS_MIN_TORCH
+        and _version(torch.version.cuda or "0") >= CUBLAS_MIN_CUDA,
         deep_gemm=deep_gemm_available(),
     )
-
-
-def _cublas_pinned_builds() -> bool:
-    from precision_engine.numerics import cublas_pinned
-
-    return cublas_pinned.available()
 
 
 def _version(text: str) -> tuple[int, ...]:

@@ -43,25 +43,19 @@ def test_auto_on_hopper():
     assert resolve_kernel(Kernel.AUTO, device=HOPPER, m=8192, gemm=Gemm.DGRAD, dtypes=e5m2) is Kernel.TRITON
 
 
-def test_auto_batch_invariant_forward_takes_pinned_cublas_at_every_m_where_it_builds():
-    """One kernel for every M of a batch-invariant forward (rollout decode and training agree); the other GEMMs
-    are picked as without it; E5M2 operands, which it does not take, stay on Triton."""
-    pinned = replace(HOPPER, cublas_pinned=True)
-    for m in (1, SMALL_M_MAX, SMALL_M_MAX + 1, 8192):
-        assert resolve_kernel(Kernel.AUTO, device=pinned, m=m, batch_invariant=True) is Kernel.CUBLAS_PINNED
-    assert resolve_kernel(Kernel.AUTO, device=pinned, m=8192, batch_invariant=False) is Kernel.CUBLAS
-    assert resolve_kernel(Kernel.AUTO, device=pinned, m=SMALL_M_MAX, batch_invariant=False) is Kernel.TRITON
-    assert resolve_kernel(Kernel.AUTO, device=pinned, m=8192, gemm=Gemm.WGRAD) is Kernel.CUBLAS
-    e5m2 = frozenset({DType.FLOAT8_E5M2})
-    assert resolve_kernel(Kernel.AUTO, device=pinned, m=8192, dtypes=e5m2) is Kernel.TRITON
-    assert resolve_kernel(Kernel.CUBLAS_PINNED, device=pinned, m=1) is Kernel.CUBLAS_PINNED
-
-
-@pytest.mark.parametrize("device", [HOPPER, AMPERE, replace(AMPERE, cublas_pinned=True)],
-                         ids=["no-extension", "sm80", "sm80-with-extension"])
-def test_pinned_cublas_is_refused_by_name_without_its_extension_or_hopper(device):
-    with pytest.raises(UnsupportedError, match="host C\\+\\+ compiler and cuBLASLt's headers"):
-        resolve_kernel(Kernel.CUBLAS_PINNED, device=device, m=8192)
+def test_pinned_cublas_runs_by_name_only_where_blockwise_cublas_does():
+    """AUTO never picks it (decode is slower than Triton's, and the two kernels' bits differ); named, it runs
+    every GEMM on Hopper and is refused elsewhere with its requirement (the build itself is checked at first
+    use: tests/numerics/test_cublas_pinned.py)."""
+    for m in (1, SMALL_M_MAX, 8192):
+        assert resolve_kernel(Kernel.AUTO, device=HOPPER, m=m, batch_invariant=True) is Kernel.TRITON
+    for gemm in Gemm:
+        assert resolve_kernel(Kernel.CUBLAS_PINNED, device=HOPPER, m=1, gemm=gemm) is Kernel.CUBLAS_PINNED
+    for device in (AMPERE, OLD_TORCH_HOPPER, CPU):
+        with pytest.raises(UnsupportedError, match="host C\\+\\+ compiler and cuBLASLt's headers"):
+            resolve_kernel(Kernel.CUBLAS_PINNED, device=device, m=8192)
+    with pytest.raises(UnsupportedError, match="does not run the fprop GEMM on float8_e5m2"):
+        resolve_kernel(Kernel.CUBLAS_PINNED, device=HOPPER, m=1, dtypes=frozenset({DType.FLOAT8_E5M2}))
 
 
 @pytest.mark.parametrize("device", [AMPERE, OLD_TORCH_HOPPER], ids=["sm80", "torch-without-blockwise"])

@@ -1,8 +1,6 @@
 """The pinned cuBLAS kernel's host side, on the CPU: which algorithm it pins, once per shape; what happens where
 its extension does not build. The GEMM itself is tested on the GPU (tests/numerics/gpu/test_gemm_gpu.py)."""
 
-import warnings
-
 import pytest
 import torch
 
@@ -68,20 +66,26 @@ def test_no_algorithm_without_split_k_is_an_error_naming_the_shape_and_the_way_o
         _pin()
 
 
-def test_an_extension_that_does_not_build_is_reported_once_and_means_unavailable(monkeypatch):
-    def broken():
-        raise FileNotFoundError("cublasLt.h or libcublasLt.so under none of /nowhere")
+def test_an_extension_that_does_not_build_is_an_unsupported_error_and_is_not_rebuilt(monkeypatch):
+    import torch.utils.cpp_extension as cpp
 
-    monkeypatch.setattr(cublas_pinned, "extension", broken)
-    cublas_pinned.available.cache_clear()
+    attempts = []
+
+    def failing_load(**kwargs):
+        attempts.append(kwargs["name"])
+        raise RuntimeError("Error building extension 'precision_engine_cublaslt': g++ not found")
+
+    monkeypatch.setattr(cpp, "load", failing_load)
+    monkeypatch.setattr(cublas_pinned, "_cublaslt_files", lambda: (["/cuda/include"], "/cuda/lib64/libcublasLt.so"))
+    cublas_pinned._build.cache_clear()
     try:
-        with pytest.warns(RuntimeWarning, match="did not build .*FileNotFoundError.*/nowhere.*run the Triton kernel"):
-            assert not cublas_pinned.available()
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            assert not cublas_pinned.available()  # cached: said once
+        for _ in range(2):
+            with pytest.raises(UnsupportedError, match="cublas_pinned: its C\\+\\+ extension did not build here "
+                                                       "\\(RuntimeError: .*g\\+\\+ not found\\).*use kernel: auto"):
+                cublas_pinned.extension()
+        assert attempts == ["precision_engine_cublaslt"]
     finally:
-        cublas_pinned.available.cache_clear()
+        cublas_pinned._build.cache_clear()
 
 
 def test_the_headers_and_library_are_looked_for_in_the_toolkit_and_the_nvidia_wheels(monkeypatch, tmp_path):

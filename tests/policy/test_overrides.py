@@ -55,7 +55,7 @@ def test_diagnostics_point_at_the_flag_or_at_the_file(monkeypatch):
         (file, 29, "rules.unified[1].linear.grad_output"),
     ]
     assert str(result.diagnostics[1]) == ("--set kernel=cuda: error: kernel: unknown value 'cuda'; expected one "
-                                         "of: auto, cublas, triton, deep_gemm, reference, emulated (hint: did you "
+                                         "of: auto, cublas, cublas_pinned, triton, deep_gemm, reference, emulated (hint: did you "
                                          "mean 'cublas'?)")
 
 

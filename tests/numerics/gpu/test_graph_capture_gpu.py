@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 JETRL = dict(weight=P["fp8_block_weight"], input=P["fp8_group_act"], grad_output=P["fp8_group_act"],
              wgrad_operands=P["fp8_group_tokens"])
-VARIANTS = {"bi": (Kernel.AUTO, True), "bi_triton": (Kernel.TRITON, True), "cublas": (Kernel.CUBLAS, False)}
+VARIANTS = {"bi": (Kernel.AUTO, True), "bi_pinned": (Kernel.CUBLAS_PINNED, True), "cublas": (Kernel.CUBLAS, False)}
 
 
 def _modules(rows, kernel, batch_invariant, seed=0):

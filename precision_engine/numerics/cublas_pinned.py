@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -122,7 +122,7 @@ def _choose(x_scale, w_scale, n, k, x_dtype, w_dtype, out_dtype, w_blocks) -> Al
             continue
         needs = [ext.workspace_needed(algo.index, x_scale, w_scale, m, *problem) for m in (SMALL_M, PIN_M)]
         if all(0 <= need <= WORKSPACE_BYTES for need in needs):
-            return algo
+            return replace(algo, workspace=max(algo.workspace, *needs))
     raise UnsupportedError(f"cuBLASLt offers no algorithm without split-K for a [*, {k}] x [{n}, {k}]^T FP8 GEMM "
                            f"({x_dtype} x {w_dtype} -> {out_dtype}) that runs at {SMALL_M} and {PIN_M} rows; "
                            "use kernel: triton")

@@ -60,6 +60,13 @@ class SplitSums:
         return total.to(self.dtype)
 
 
+def as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t in dtype; t itself where it already is. For a custom autograd Function's output: torch 2.11's
+    torch.compile returns a no-op `.to()` output twice from the traced forward and hands the gradient to the
+    other copy, so every compiled gradient is zero (pytorch#180642; torch 2.13 is fixed)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 def capturing_cuda_graph() -> bool:
     """Whether the current CUDA stream is capturing a graph. What the capture records replays without the Python
     that issued it: a cache lookup or a host-side check is frozen at capture time (`linear`, `check_finite`).

@@ -26,7 +26,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from precision_engine.numerics.contract import Quantized
+from precision_engine.numerics.contract import Quantized, as_dtype
 from precision_engine.numerics.formats import QuantFormat
 
 TILE_M = 16  # rows per GEMM tile: every bmm call sees [*, TILE_M, K] x [*, K, N]
@@ -201,7 +201,7 @@ def silu(x: torch.Tensor) -> torch.Tensor:
 
 def _silu(x: torch.Tensor) -> torch.Tensor:
     x32 = x.float()
-    return (x32 / (1.0 + torch.exp(-x32))).to(x.dtype)
+    return as_dtype(x32 / (1.0 + torch.exp(-x32)), x.dtype)
 
 
 class _Silu(torch.autograd.Function):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from precision_engine.numerics.contract import cast_to_fp8, scale_from_amax
+from precision_engine.numerics.contract import as_dtype, cast_to_fp8, scale_from_amax
 from precision_engine.numerics.formats import DType, Granularity, QuantFormat
 from precision_engine.numerics.quantize import check_finite
 from precision_engine.numerics.specs import KVScale, NonFinite
@@ -80,7 +80,7 @@ def quantize_kv(states: torch.Tensor, scale: torch.Tensor, *, nonfinite: NonFini
 
 
 def dequantize_kv(states_fp8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return (states_fp8.float() * _broadcastable(scale, states_fp8)).to(dtype)
+    return as_dtype(states_fp8.float() * _broadcastable(scale, states_fp8), dtype)
 
 
 def _broadcastable(scale: torch.Tensor, states: torch.Tensor) -> torch.Tensor:

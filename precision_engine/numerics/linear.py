@@ -43,6 +43,7 @@ from precision_engine.numerics.contract import (
     COMPUTE_TORCH_DTYPE,
     Quantized,
     SplitSums,
+    as_dtype,
     capturing_cuda_graph,
     fp8_dtype,
 )
@@ -338,12 +339,8 @@ class _Fp8LinearFn(torch.autograd.Function):
         x_hp = x2.to(compute) if spec.wgrad_operands is None else None
         ctx.save_for_backward(xq.data, xq.scale, x_hp, wt_data, wt_scale, *weights)
         # The GEMM computes in the policy's compute dtype; the output takes the input's dtype, as nn.Linear's
-        # does, so an FP32 model without autocast keeps working (the upcast is exact). Cast only when the dtypes
-        # differ: a no-op .to() returns the same tensor under a second name, which torch 2.11's dynamo then
-        # returns twice from the traced forward (once as an intermediate), and autograd routes dy to the other
-        # slot, so the compiled backward sees zeros (pytorch#180642; 2.13 is fixed).
-        y = y.reshape(*x.shape[:-1], y.shape[-1])
-        return y if y.dtype == x.dtype else y.to(x.dtype)
+        # does, so an FP32 model without autocast keeps working (the upcast is exact).
+        return as_dtype(y.reshape(*x.shape[:-1], y.shape[-1]), x.dtype)
 
     @staticmethod
     def backward(ctx, dy):

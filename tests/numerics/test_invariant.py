@@ -85,6 +85,28 @@ def test_silu_is_position_independent_and_accurate():
     assert float(((y.double() - ref).abs() / ref.abs().clamp(min=1e-30)).max()) < 1e-6
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_the_kv_rounding_compile_with_the_eager_gradients(dtype):
+    """torch.compile of the custom autograd Functions gives eager's gradients bitwise, in fp32 too, where their
+    output cast is a no-op: torch 2.11 (the H200 image's) zeroed every compiled gradient through a no-op `.to()`
+    output (`contract.as_dtype`); this test failed there on `invariant._Silu` in fp32 before it. ~5 s."""
+    from precision_engine.models.decoder import _RoundKV
+
+    x = torch.randn(4, 64, generator=_gen(5)).to(dtype)
+    scale = torch.tensor(0.05)
+    weights = torch.linspace(-1, 1, 64)
+
+    def step(inp):
+        return ((invariant.silu(inp).float() + _RoundKV.apply(inp, scale).float()) * weights).sum()
+
+    grads = []
+    for run in (step, torch.compile(step, backend="aot_eager", fullgraph=True)):
+        leaf = x.clone().requires_grad_()
+        run(leaf).backward()
+        grads.append(leaf.grad)
+    assert grads[0].abs().sum() > 0 and torch.equal(grads[0], grads[1])
+
+
 def _attention_ref(q, k, v, q_pos, kv_len, scale):
     """float64 masked softmax attention over position-indexed keys."""
     b, hq, tq, d = q.shape

@@ -5,7 +5,9 @@ Measured per shape and token count:
   fwd+bwd  a training step's share: the weight is marked changed first (so it is re-quantized, as after every
            optimizer step), forward, backward with a fresh random dy, bf16 grads for x and W
 Variants: `fp8_cublas` runs all three GEMMs through cuBLAS; `fp8_bi` is the batch-invariant default, its
-forward on the Triton kernel (same bits as decode), dgrad and wgrad on cuBLAS; `torchao` and `torchao_triton` are
+forward on the Triton kernel (same bits as decode), dgrad and wgrad on cuBLAS; `fp8_bi_pinned` is a policy's
+`kernel: cublas_pinned`, all three GEMMs on cuBLAS with a pinned algorithm (batch-invariant, a note where its
+extension does not build); `torchao` and `torchao_triton` are
 torchao's `Float8BlockwiseLinear` over the same weight (cuBLAS and Triton GEMMs; see `torchao_ref`: it re-quantizes
 W on every call, forward included), at training sizes only, where it runs; otherwise `torchao_note` says why.
   fwd/graph, fwd+bwd/graph   the same calls captured into a CUDA graph and timed as its replays (GPU only): the
@@ -44,10 +46,10 @@ from precision_engine.bench.gemm import (
 from precision_engine.bench.timing import rotation
 from precision_engine.errors import UsageError
 
-OURS = ("bf16", "fp8_cublas", "fp8_bi")  # bf16 is the baseline of every ratio: it always runs
+OURS = ("bf16", "fp8_cublas", "fp8_bi", "fp8_bi_pinned")  # bf16, the baseline of every ratio, always runs
 VARIANTS = (*OURS, *torchao_ref.VARIANTS)  # in run order, torchao's last
 KINDS = VARIANTS[1:]  # the table's columns after bf16
-DECODE_VARIANTS = ("bf16", "fp8_bi")  # decode rows time the rollout path only
+DECODE_VARIANTS = ("bf16", "fp8_bi", "fp8_bi_pinned")  # decode rows time the batch-invariant rollout paths
 
 
 def choose_variants(names: Sequence[str]) -> tuple[str, ...]:
@@ -81,6 +83,7 @@ def _specs():
     return {
         "fp8_cublas": (LinearSpec(**base, kernel=Kernel.CUBLAS), NumericsSpec(batch_invariant=False)),
         "fp8_bi": (LinearSpec(**base), NumericsSpec(batch_invariant=True)),
+        "fp8_bi_pinned": (LinearSpec(**base, kernel=Kernel.CUBLAS_PINNED), NumericsSpec(batch_invariant=True)),
     }
 
 

@@ -94,7 +94,7 @@ def test_linear_variants_pick_the_columns_and_bf16_always_runs():
     rows = bench_linear(shapes=((256, 128),), ms=(128,), reps=1, warmup=0, variants=("fp8_bi",), device="cpu")
     assert [sorted(k for k in r if k.endswith(("_ms", "_note"))) for r in rows] == [["bf16_ms", "fp8_bi_ms"]] * 2
     assert choose_variants(["torchao", "fp8_bi"]) == ("bf16", "fp8_bi", "torchao")
-    with pytest.raises(UsageError, match="unknown variant 'fp8': choose from bf16, fp8_cublas, fp8_bi, torchao"):
+    with pytest.raises(UsageError, match="unknown variant 'fp8': choose from bf16, fp8_cublas, fp8_bi, fp8_bi_pinned, torchao"):
         choose_variants(["fp8", "fp8_bi"])
 
 

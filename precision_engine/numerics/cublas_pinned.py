@@ -32,7 +32,7 @@ from precision_engine.errors import UnsupportedError
 SOURCE = Path(__file__).with_name("csrc") / "cublaslt_gemm.cpp"
 PIN_M = 8192  # the heuristic is asked for training-sized problems: where the GEMM's time is
 SMALL_M = 16  # the pinned algorithm must also run here (decode sizes, after gemm.py pads M to 16)
-WORKSPACE_BYTES = 32 << 20  # what torch gives cuBLASLt on Hopper; no-split algorithms have needed none
+WORKSPACE_BYTES = 32 << 20  # the most a pinned algorithm may ask for (what torch gives cuBLASLt on Hopper)
 _CANDIDATES = 16
 
 
@@ -129,8 +129,8 @@ def _choose(x_scale, w_scale, n, k, x_dtype, w_dtype, out_dtype, w_blocks) -> Al
 
 
 @functools.cache
-def _workspace(device: torch.device, nbytes: int) -> torch.Tensor:
-    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+def _no_workspace(device: torch.device) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8, device=device)
 
 
 def gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, *, w_blocks: bool,
@@ -141,6 +141,9 @@ def gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale: torch
     n = w.shape[0]
     algo = pinned_algorithm(x_scale, w_scale, n, k, x.dtype, w.dtype, out_dtype, w_blocks)
     out = torch.empty((m, n), dtype=out_dtype, device=x.device)
-    workspace = _workspace(x.device, WORKSPACE_BYTES if algo.workspace else 0)
+    # From the caching allocator where the algorithm uses one (stream-ordered, so concurrent streams never share
+    # it), at the full allowance: another M may need more than 16 or 8192 rows did.
+    workspace = (torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=x.device) if algo.workspace
+                 else _no_workspace(x.device))
     extension().matmul(algo.index, x, x_scale, w, w_scale, w_blocks, out, workspace)
     return out

@@ -7,10 +7,10 @@ it picks split-K, and a row's bits change with the batch. Here the heuristic is 
 each 128-wide K block's partial sum, one kernel) then no longer depend on M.
 
 Measured on an H200 (cuBLAS 13, fourteenth session; BENCHMARKS.md): the pinned algorithm's rows are bitwise
-equal at M = 1 .. 16384 on the 8B shapes (the GPU tests and the probe), every no-split algorithm the heuristic offered gave the same bits,
-and the GEMM runs 1.58-1.72x BF16 at 8192 tokens where the Triton kernel runs 1.22-1.45x. Without split-K it
-is slower than Triton at decode sizes, and its bits differ from Triton's (about 1e-4 of outputs), so a policy
-names it (`kernel: cublas_pinned`) and both phases then run it; AUTO keeps Triton.
+equal at M = 1 .. 16384 on the 8B shapes (the GPU tests and the probe), every no-split algorithm the heuristic
+offered gave the same bits, and the GEMM runs 1.58-1.72x BF16 at 8192 tokens where the Triton kernel runs
+1.22-1.45x. Without split-K it is slower than Triton at decode sizes, and its bits differ from Triton's (about
+1e-4 of outputs), so a policy names it (`kernel: cublas_pinned`) and both phases then run it; AUTO keeps Triton.
 
 The extension (`csrc/cublaslt_gemm.cpp`) builds at first use with torch.utils.cpp_extension (about 25 s on
 the H200 image, then cached in TORCH_EXTENSIONS_DIR); it needs a host C++ compiler and cuBLASLt's headers

@@ -84,13 +84,12 @@ def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> l
     from precision_engine.bench import torchao_ref
     from precision_engine.errors import UnsupportedError
     from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
-    from precision_engine.numerics.gemm import deep_gemm_available, device_info, fp8_gemm
+    from precision_engine.numerics.gemm import deep_gemm_available, fp8_gemm
     from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
 
     act, wfmt = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
-    pinned = device_info(torch.device("cuda")).runs(Kernel.CUBLAS_PINNED)
-    kernels = ([Kernel.CUBLAS] + ([Kernel.CUBLAS_PINNED] if pinned else []) + [Kernel.TRITON]
-               + ([Kernel.DEEP_GEMM] if deep_gemm_available() else []))
+    kernels = [Kernel.CUBLAS, Kernel.CUBLAS_PINNED, Kernel.TRITON]
+    kernels += [Kernel.DEEP_GEMM] if deep_gemm_available() else []
     torchao_note = torchao_ref.unavailable()
     shapes = QUICK_SHAPES if quick else SHAPES_8B
     ms_list = (TRAIN_M[:1] + DECODE_M[:1]) if quick else (TRAIN_M + DECODE_M)
@@ -115,7 +114,7 @@ def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> l
                         lambda x, w, xq, wq, ao, kern=kern: fp8_gemm(xq, wq, kernel=kern, batch_invariant=False),
                         sets, graphed=graphed, warmup=warmup, reps=reps,
                     )
-                except UnsupportedError as err:  # the pinned kernel's extension did not build here
+                except UnsupportedError as err:  # a kernel this GPU cannot run, or whose extension did not build
                     row[f"{kern.value}_note"] = str(err)
                     continue
                 row[f"{kern.value}_ms"] = ms

@@ -177,8 +177,56 @@ def speed(n: int, k: int) -> list[dict]:
     return rows_out
 
 
+NARROW = {f"t_n{bn}_s{st}": GemmConfig(block_m=64, block_n=bn, num_warps=4, num_stages=st, group_m=1)
+          for bn in (16, 32) for st in (6, 10)}
+
+
+def narrow(n: int, k: int) -> list[dict]:
+    """Call 2: one-chain decode with narrow weight tiles (tokens on wgmma's 64-row side): more programs, each
+    streaming fewer bytes per K block; their bits against pinned cuBLAS at M = 1, 16, 64."""
+    rows_out = []
+    torch.manual_seed(n - k)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+    wq0 = quantize_blocks(w, WFMT)
+    x0 = torch.randn(64, k, device="cuda", dtype=torch.bfloat16)
+    pin = fp8_gemm(quantize_rows_1xG(x0, ACT), wq0, kernel=Kernel.CUBLAS_PINNED)
+    cands = {name: (lambda xq, wq, c=cfg: triton_one(xq, wq, c)) for name, cfg in NARROW.items()}
+    for bn in (16, 32):
+        for per_sm in (1, 2):
+            cands[f"g_n{bn}_p{per_sm}"] = lambda xq, wq, bn=bn, p=per_sm: gluon_dec(xq, wq, block_n=bn, stages=8,
+                                                                                     per_sm=p)
+    cands["swap64_s8"] = lambda xq, wq: triton_one(xq, wq, SWAP[8])
+    cands["split_default"] = lambda xq, wq: fp8_gemm(xq, wq, kernel=Kernel.TRITON)
+    for m in (1, 16, 64):
+        xq0 = quantize_rows_1xG(x0[:m].contiguous(), ACT)
+        sets = rotation(lambda: (quantize_rows_1xG(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), ACT),
+                                 quantize_blocks(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * .02, WFMT)),
+                        n * k, l2_multiple=2)
+        bsets = rotation(lambda: (torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
+                                  torch.randn(n, k, device="cuda", dtype=torch.bfloat16)), 2 * n * k, l2_multiple=2)
+        t = lambda fn, s=sets: median(time_cuda(fn, warmup=5, reps=40, inputs_rotation=s)) * 1e3  # noqa: E731
+        row = {"n": n, "k": k, "m": m, "bf16_us": t(lambda xb, wb: torch.mm(xb, wb.t()), bsets)}
+        for name, fn in cands.items():
+            try:
+                same = name == "split_default" or mismatch(fn(xq0, wq0), pin[:m]) == 0.0
+                row[name] = t(fn) if same else "other bits"
+            except Exception as err:  # noqa: BLE001
+                row[name] = f"{type(err).__name__}: {str(err)[:160]}"
+        rows_out.append(row)
+        print(f"  {n}x{k} M={m}: bf16 {row['bf16_us']:.1f} us; " + ", ".join(
+            f"{k2} {row['bf16_us'] / v:.2f}x" for k2, v in row.items() if isinstance(v, float) and k2 != "bf16_us")
+            + "; " + ", ".join(f"{k2}: {v}" for k2, v in row.items() if isinstance(v, str)), flush=True)
+    return rows_out
+
+
 def main() -> None:
     path = sys.argv[1]
+    if len(sys.argv) > 2 and sys.argv[2] == "narrow":
+        out = []
+        for n, k in ((4096, 4096), (4096, 14336), (6144, 4096), (1024, 4096), (14336, 4096)):
+            out += narrow(n, k)
+            json.dump(out, open(path, "w"), indent=1)
+        return
     t0 = time.time()
     out = {"bits": [], "speed": []}
     for n, k in SHAPES:

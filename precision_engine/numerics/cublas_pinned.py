@@ -9,8 +9,12 @@ each 128-wide K block's partial sum, one kernel) then no longer depend on M.
 Measured on an H200 (cuBLAS 13, fourteenth session; BENCHMARKS.md): the pinned algorithm's rows are bitwise
 equal at M = 1 .. 16384 on the 8B shapes (the GPU tests and the probe), every no-split algorithm the heuristic
 offered gave the same bits, and the GEMM runs 1.58-1.72x BF16 at 8192 tokens where the Triton kernel runs
-1.22-1.45x. Without split-K it is slower than Triton at decode sizes, and its bits differ from Triton's (about
-1e-4 of outputs), so a policy names it (`kernel: cublas_pinned`) and both phases then run it; AUTO keeps Triton.
+1.22-1.45x. Its additions are one FP32 chain, chain = fma(block product, sa * sb, chain) per 128-wide K block:
+the Triton and Gluon kernels with a single K segment give exactly its bits (fifteenth session), so
+`gemm.fp8_gemm` runs them instead where they are faster (`gemm._pinned_bits_from_triton`: under 16 rows, and
+wide weights at decode sizes). Triton's own segmented split-K decode is faster still on the narrow weights, and
+its bits differ from these (about 1e-4 of outputs), so a policy names this kernel (`kernel: cublas_pinned`) and
+both phases then run it; AUTO keeps Triton.
 
 The extension (`csrc/cublaslt_gemm.cpp`) builds at first use with torch.utils.cpp_extension (about 25 s on
 the H200 image, then cached in TORCH_EXTENSIONS_DIR); it needs a host C++ compiler and cuBLASLt's headers

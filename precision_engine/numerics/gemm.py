@@ -18,8 +18,9 @@ Kernels (`Kernel`):
              batch-invariant. M is zero-padded to a multiple of 16, ceil(K/128) to a multiple of 4 and N
              to a multiple of 128 (copies, only for shapes that need them).
   cublas_pinned  the same cuBLASLt GEMM on operands padded the same way, with one algorithm (no split-K)
-             pinned per shape (`cublas_pinned`): batch-invariant at cuBLAS speed for training sizes, slower
-             than Triton at decode sizes; its bits are not Triton's. On request only.
+             pinned per shape (`cublas_pinned`): batch-invariant at cuBLAS speed for training sizes; under 16
+             rows and for wide weights at decode sizes the Triton kernel with one K segment, which makes the
+             same additions (same bits, faster there). Its bits are not AUTO Triton's. On request only.
   deep_gemm  DeepGEMM's fp8_gemm_nt (block weights only), on request only: written against its documented
              API but not yet run on hardware here, so AUTO never picks it.
 Which kernel runs is decided by `capabilities.resolve_kernel` (the kernel table), never here.
@@ -70,6 +71,11 @@ def fp8_gemm(
         return block_scaled_gemm(
             a.data, a.scale, b.data, b.scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype, split_sums=split_sums
         )
+    if kernel is Kernel.CUBLAS_PINNED and _pinned_bits_from_triton(a, b, b_scale_rows):
+        from precision_engine.numerics.triton_gemm import block_scaled_gemm
+
+        return block_scaled_gemm(a.data, a.scale, b.data, b.scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype,
+                                 seg_kb=_cdiv(a.data.shape[1], SCALE_BLOCK))
     if kernel in (Kernel.CUBLAS, Kernel.CUBLAS_PINNED):
         return _cublas_gemm(a, b, b_scale_rows, out_dtype, pinned=kernel is Kernel.CUBLAS_PINNED)
     return _deep_gemm(a, b, b_scale_rows, out_dtype)
@@ -222,6 +228,23 @@ def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch
     else:
         out = torch._scaled_mm(a_data, b_data.t(), scale_a=a_scale, scale_b=scale_b, out_dtype=out_dtype)
     return out[:m, :n] if (m_pad, n_pad) != (m, n) else out
+
+
+def _pinned_bits_from_triton(a: Quantized, b: Quantized, b_scale_rows: int) -> bool:
+    """Where `cublas_pinned`'s bits come faster from the Triton/Gluon kernel with one K segment. That kernel then
+    makes the pinned algorithm's additions: one FP32 chain, chain = fma(block product, sa * sb, chain) per 128-wide
+    K block; bitwise equal on an H200 for every 8B shape at M = 1 .. 8192, BF16 and FP32 out (fifteenth session,
+    BENCHMARKS.md). Measured for 128x128 weight blocks on Hopper only, so only those take it:
+    - below cuBLAS's 16-row minimum, where cuBLAS pays for padding copies (M = 1: 0.40-1.14x BF16, the Triton
+      launch 0.81-1.88x);
+    - up to decode sizes where Gluon's whole-tile decode fills the SMs (weights of >= 14336 rows: 1.61-1.68x
+      BF16 at M = 64 against cuBLAS's 1.39-1.54x)."""
+    capability = device_info(a.data.device).capability
+    if b_scale_rows != SCALE_BLOCK or capability is None or capability[0] != 9:
+        return False
+    from precision_engine.numerics.triton_gemm import one_segment_decode_fills
+
+    return a.data.shape[0] < CUBLAS_M_ALIGN or one_segment_decode_fills(a.data, b.data)
 
 
 def _padded_ones(rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,9 @@ arithmetic of every output element independently of M:
   weight wide enough to give every SM whole tiles (the fused gate/up), there in a fixed grid of persistent
   programs (`_fp8_persistent_kernel`). All do the same additions in the same order, so a row has the same
   bits at any M.
+- With one segment (seg_kb = every K block) the additions are pinned cuBLAS's (`cublas_pinned`): on the H200,
+  every launch here and in Gluon gave its bits on the 8B shapes at M = 1 .. 8192 (fifteenth session). The
+  promotion matters: fma(block product, sa * sb, sum); unfused, or sa and sb applied one at a time, differ.
 - The tile shape only decides which program computes an element, not how: every tile of >= 64 rows runs on
   wgmma (16-row token tiles take the mma.sync path and gave other bits on the H200), with TMA or plain loads
   (checked on the GPU by tests/numerics/gpu/test_gemm_gpu.py and scripts/gemm_tiles.py).
@@ -343,6 +346,14 @@ def _gluon_decode_fills(n: int, k: int, seg: int, sms: int) -> bool:
     tiles = triton.cdiv(n, 128)
     units = tiles if walks_whole_tiles(n) else tiles * triton.cdiv(triton.cdiv(k, BLOCK_K), seg)
     return units >= _GLUON_DECODE_FILL * triton.cdiv(units, sms) * sms
+
+
+def one_segment_decode_fills(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a one-segment launch (seg_kb = every K block: no split-K) of at most decode size runs Gluon's decode
+    with units that fill the SMs: whole 128-row weight tiles, so weights of >= ~0.8 x SMs x 128 rows."""
+    m, k = a.shape
+    return (m <= SMALL_M_MAX and _gluon_runs(a, b)
+            and _gluon_decode_fills(b.shape[0], k, triton.cdiv(k, BLOCK_K), _sm_count(a.device.index or 0)))
 
 
 def _tma_ok(x: torch.Tensor) -> bool:

@@ -103,3 +103,70 @@ def test_the_headers_and_library_are_looked_for_in_the_toolkit_and_the_nvidia_wh
     (wheel / "include" / "cublasLt.h").write_text("")
     (wheel / "lib" / "libcublasLt.so.13").write_text("")
     assert cublas_pinned._cublaslt_files() == ([str(wheel / "include")], str(wheel / "lib" / "libcublasLt.so.13"))
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """A CPU stand-in for an H200 as gemm.py and triton_gemm.py see one (132 SMs, Gluon running where asked)."""
+    from precision_engine.numerics import gemm, triton_gemm
+    from precision_engine.numerics.capabilities import DeviceInfo
+
+    def install(capability=(9, 0), gluon=True):
+        info = DeviceInfo("cuda", capability=capability, cublas_blockwise=True)
+        monkeypatch.setattr(gemm, "device_info", lambda device: info)
+        monkeypatch.setattr(triton_gemm, "_gluon_runs", lambda a, b: gluon)
+        monkeypatch.setattr(triton_gemm, "_sm_count", lambda index: 132)
+    return install
+
+
+def _operands(m, n, k=256, weight_blocks=True):
+    from precision_engine.numerics.formats import PRESET_FORMATS
+    from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
+
+    act = PRESET_FORMATS["fp8_group_act"]
+    w = torch.randn(n, k) * 0.02
+    wq = quantize_blocks(w, PRESET_FORMATS["fp8_block_weight"]) if weight_blocks else quantize_rows_1xG(w, act)
+    return quantize_rows_1xG(torch.randn(m, k), act), wq
+
+
+@pytest.mark.parametrize("m, n, gluon, expected", [
+    (1, 4096, True, True), (15, 4096, True, True),  # under cuBLAS's 16-row minimum: padding copies avoided
+    (16, 4096, True, False), (64, 4096, True, False),  # narrow weight: whole tiles leave SMs idle, cuBLAS
+    (16, 14336, True, True), (64, 28672, True, True),  # whole 128-row tiles fill the SMs
+    (64, 28672, False, False), (65, 28672, True, False),  # no Gluon; above decode sizes
+])
+def test_which_rows_of_the_pinned_kernel_run_the_one_segment_launch(hopper, m, n, gluon, expected):
+    from precision_engine.numerics import gemm
+
+    hopper(gluon=gluon)
+    a, b = _operands(m, n)
+    assert gemm._pinned_bits_from_triton(a, b, 128) is expected
+
+
+def test_the_one_segment_launch_is_measured_for_weight_blocks_on_hopper_only(hopper):
+    from precision_engine.numerics import gemm
+
+    a, b = _operands(1, 256, weight_blocks=False)  # the wgrad pair's 1x128 groups: not measured
+    hopper()
+    assert not gemm._pinned_bits_from_triton(a, b, 1)
+    a, b = _operands(1, 256)
+    hopper(capability=(10, 0))
+    assert not gemm._pinned_bits_from_triton(a, b, 128)
+
+
+def test_pinned_rows_under_16_are_the_one_segment_triton_launch(hopper):
+    """Routed through fp8_gemm: the Triton kernel (the interpreter here) with seg_kb = every K block, never the
+    extension; exactly that launch's bits, within FP32 rounding of the exact GEMM."""
+    from precision_engine.numerics.formats import Kernel
+    from precision_engine.numerics.gemm import fp8_gemm, reference_gemm
+    from precision_engine.numerics.triton_gemm import block_scaled_gemm
+
+    hopper()
+    torch.manual_seed(5)
+    a, b = _operands(3, 256, k=384)
+    got = fp8_gemm(a, b, kernel=Kernel.CUBLAS_PINNED)
+    one_chain = block_scaled_gemm(a.data, a.scale, b.data, b.scale, b_scale_rows=128, seg_kb=3)
+    assert torch.equal(got, one_chain)
+    exact = reference_gemm(a, b, out_dtype=torch.float64)
+    got32 = fp8_gemm(a, b, kernel=Kernel.CUBLAS_PINNED, out_dtype=torch.float32)
+    assert (got32.double() - exact).abs().max() <= 1e-5 * exact.abs().max()  # one FP32 chain over 3 blocks

@@ -59,13 +59,33 @@ SHAPES_8B = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (12288, 4
 def test_rows_bitwise_batch_invariant(kernel, n, k):
     """Row i is the same bytes whether the GEMM has 1, 3, 7, 17, 64, 65, 128 or 4096 rows. Triton: decode split-K
     launches and the one-program prefill walk over the same K segments. Pinned cuBLAS: one algorithm at every M
-    (where cuBLAS's own heuristic picks split-K at decode sizes for K = 14336 and 12288)."""
+    (where cuBLAS's own heuristic picks split-K at decode sizes for K = 14336 and 12288), and under 16 rows (and
+    17 .. 64 for the widest weights) the one-segment Triton/Gluon launch: its rows against cuBLAS's 4096."""
     xq, wq = _operands(4096, n, k, seed=11)
     full = fp8_gemm(xq, wq, kernel=kernel)
     for m in (1, 3, 7, 17, 64, 65, 128):
         sub = type(xq)(xq.data[:m], xq.scale[:m], xq.fmt)
         part = fp8_gemm(sub, wq, kernel=kernel)
         assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), f"M={m}"
+
+
+@pytest.mark.parametrize("n,k", SHAPES_8B)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_one_segment_triton_and_gluon_give_the_pinned_cublas_bits(n, k, out_dtype):
+    """With seg_kb = every K block, the Triton tiles and (on Hopper with Triton 3.6) the Gluon kernel make pinned
+    cuBLAS's additions, chain = fma(block product, sa * sb, chain): the same bytes at 1024 rows, FP32 out too."""
+    from precision_engine.numerics.triton_gemm import PREFILL, block_scaled_gemm
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("measured on Hopper (wgmma) only")
+    xq, wq = _operands(1024, n, k, seed=13)
+    pinned = fp8_gemm(xq, wq, kernel=Kernel.CUBLAS_PINNED, out_dtype=out_dtype)
+    one = dict(b_scale_rows=128, out_dtype=out_dtype, seg_kb=-(-k // 128))
+    tiles = block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, config=PREFILL, split=False, **one)
+    default = block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, **one)  # Gluon where it runs
+    bits = torch.int16 if out_dtype == torch.bfloat16 else torch.int32
+    assert torch.equal(tiles.view(bits), pinned.view(bits))
+    assert torch.equal(default.view(bits), pinned.view(bits))
 
 
 def test_pinned_cublas_pins_one_algorithm_without_split_k_per_shape():

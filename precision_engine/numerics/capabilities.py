@@ -89,7 +89,8 @@ KERNELS: dict[Kernel, KernelRow] = {
         # Triton/Gluon kernel with one K segment gives the same bits, faster. Its bits are not AUTO Triton's
         # (segmented split-K). By name only: its training GEMMs run at cuBLAS speed, but decode without split-K is
         # slower, and one GRPO step of the 8B (rollout + training) took 3.25 s on it against 3.04 s on Triton
-        # (BENCHMARKS.md, fourteenth session).
+        # (BENCHMARKS.md, fourteenth session). Where Triton's K is one segment, AUTO's Triton runs it above decode
+        # sizes (gemm.fp8_gemm): the same bits.
         KernelRow(Kernel.CUBLAS_PINNED, frozenset({"cuda"}), frozenset({DType.FLOAT8_E4M3}), ALL_GEMMS,
                   batch_invariant=True, auto=False,
                   requires="what the cublas kernel needs, plus a host C++ compiler and cuBLASLt's headers (its "

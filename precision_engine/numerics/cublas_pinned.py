@@ -14,7 +14,8 @@ the Triton and Gluon kernels with a single K segment give exactly its bits (fift
 `gemm.fp8_gemm` runs them instead where they are faster (`gemm._pinned_bits_from_triton`: under 16 rows, and
 wide weights at decode sizes). Triton's own segmented split-K decode is faster still on the narrow weights, and
 its bits differ from these (about 1e-4 of outputs), so a policy names this kernel (`kernel: cublas_pinned`) and
-both phases then run it; AUTO keeps Triton.
+both phases then run it. AUTO keeps Triton's segments, but where they are one segment (weights of >= 14336
+rows, `triton_gemm.ONE_SEGMENT_MIN_TILES`) its prefill runs here, with the same bits.
 
 The extension (`csrc/cublaslt_gemm.cpp`) builds at first use with torch.utils.cpp_extension (about 25 s on
 the H200 image, then cached in TORCH_EXTENSIONS_DIR); it needs a host C++ compiler and cuBLASLt's headers
@@ -99,22 +100,28 @@ def _cublaslt_files() -> tuple[list[str], str]:
     return [str(headers[0])], str(libraries[0])
 
 
-_pinned: dict[tuple, Algorithm] = {}
+_pinned: dict[tuple, Algorithm | UnsupportedError] = {}
 _pin_lock = threading.Lock()
 
 
 def pinned_algorithm(x_scale: torch.Tensor, w_scale: torch.Tensor, n: int, k: int, x_dtype: torch.dtype,
                      w_dtype: torch.dtype, out_dtype: torch.dtype, w_blocks: bool) -> Algorithm:
     """The algorithm every [*, k] x [n, k]^T problem of these dtypes and scale layout runs (chosen once per
-    process: the heuristic's first no-split answer for PIN_M rows that also runs at SMALL_M rows)."""
+    process: the heuristic's first no-split answer for PIN_M rows that also runs at SMALL_M rows); an
+    UnsupportedError, also remembered, where there is none."""
     key = (w_scale.device, n, k, x_dtype, w_dtype, out_dtype, w_blocks)
-    algo = _pinned.get(key)
-    if algo is not None:
-        return algo
-    with _pin_lock:
-        if key not in _pinned:
-            _pinned[key] = _choose(x_scale, w_scale, n, k, x_dtype, w_dtype, out_dtype, w_blocks)
-    return _pinned[key]
+    found = _pinned.get(key)
+    if found is None:
+        with _pin_lock:
+            if key not in _pinned:
+                try:
+                    _pinned[key] = _choose(x_scale, w_scale, n, k, x_dtype, w_dtype, out_dtype, w_blocks)
+                except UnsupportedError as err:  # remembered: AUTO falls back per call, never asks again
+                    _pinned[key] = err
+        found = _pinned[key]
+    if isinstance(found, UnsupportedError):
+        raise UnsupportedError(str(found))
+    return found
 
 
 def _choose(x_scale, w_scale, n, k, x_dtype, w_dtype, out_dtype, w_blocks) -> Algorithm:

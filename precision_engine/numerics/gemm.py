@@ -13,7 +13,8 @@ Kernels (`Kernel`):
   emulated   both operands dequantized to fp32, one fp32 matmul: within fp32 rounding of `reference`, several
              times faster on a CPU, not batch-invariant (CPU GEMM libraries block by M). AUTO's CPU backward.
   triton     `triton_gemm`: fixed K order and a split-K fixed by (N, K), so a row has the same bits at any M;
-             above decode sizes on Hopper `gluon_gemm` runs the same additions (same bits), faster.
+             above decode sizes on Hopper `gluon_gemm` runs the same additions (same bits), faster; there, for
+             weights whose K is one segment and with AUTO, pinned cuBLAS (same bits again, faster still).
   cublas     torch._scaled_mm blockwise on Hopper; its algorithm choice depends on M, so it is not
              batch-invariant. M is zero-padded to a multiple of 16, ceil(K/128) to a multiple of 4 and N
              to a multiple of 128 (copies, only for shapes that need them).
@@ -32,9 +33,9 @@ import functools
 
 import torch
 
-from precision_engine.errors import OperandError
-from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, WEIGHT_BLOCK,
-                                                    DeviceInfo, Gemm, resolve_kernel)
+from precision_engine.errors import OperandError, UnsupportedError
+from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, SMALL_M_MAX,
+                                                    WEIGHT_BLOCK, DeviceInfo, Gemm, resolve_kernel)
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, SplitSums
 from precision_engine.numerics.formats import Granularity, Kernel
 # cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
@@ -59,6 +60,7 @@ def fp8_gemm(
     device cannot run. `split_sums`: the Triton kernel's split-K segment sums where it has them (`SplitSums`),
     for a reader that adds them itself."""
     b_scale_rows = _check_operands(a, b)
+    requested = kernel
     kernel = resolve_kernel(kernel, device=device_info(a.data.device), m=a.data.shape[0], gemm=gemm,
                             batch_invariant=batch_invariant, dtypes=frozenset({a.fmt.dtype, b.fmt.dtype}))
     if kernel is Kernel.REFERENCE:
@@ -68,6 +70,11 @@ def fp8_gemm(
     if kernel is Kernel.TRITON:
         from precision_engine.numerics.triton_gemm import block_scaled_gemm
 
+        if requested is Kernel.AUTO and _triton_bits_from_pinned(a, b, b_scale_rows):
+            try:
+                return _cublas_gemm(a, b, b_scale_rows, out_dtype, pinned=True)
+            except UnsupportedError:  # no extension here, or no algorithm without split-K: Triton, same bits
+                pass
         return block_scaled_gemm(
             a.data, a.scale, b.data, b.scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype, split_sums=split_sums
         )
@@ -230,6 +237,27 @@ def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch
     return out[:m, :n] if (m_pad, n_pad) != (m, n) else out
 
 
+def _triton_bits_from_pinned(a: Quantized, b: Quantized, b_scale_rows: int) -> bool:
+    """Where AUTO's Triton bits come faster from pinned cuBLAS: above decode sizes, for the weights whose K is one
+    segment (`triton_gemm.ONE_SEGMENT_MIN_TILES`), whose sums are then the pinned algorithm's (see
+    `_pinned_bits_from_triton`): its GEMM runs 1.65-1.68x BF16 at 8192 tokens, the Gluon kernel's 1.38-1.45x."""
+    if a.data.shape[0] <= SMALL_M_MAX or not _measured_identity(a, b_scale_rows):
+        return False
+    if {a.data.dtype, b.data.dtype} != {torch.float8_e4m3fn} or not device_info(a.data.device).cublas_blockwise:
+        return False
+    from precision_engine.numerics.triton_gemm import segment_kb
+
+    k = a.data.shape[1]
+    return segment_kb(b.data.shape[0], k) >= _cdiv(k, SCALE_BLOCK)
+
+
+def _measured_identity(a: Quantized, b_scale_rows: int) -> bool:
+    """Whether the one-segment Triton kernel and pinned cuBLAS were measured bitwise equal for these operands:
+    128x128 weight blocks, on Hopper (wgmma)."""
+    capability = device_info(a.data.device).capability
+    return b_scale_rows == SCALE_BLOCK and capability is not None and capability[0] == 9
+
+
 def _pinned_bits_from_triton(a: Quantized, b: Quantized, b_scale_rows: int) -> bool:
     """Where `cublas_pinned`'s bits come faster from the Triton/Gluon kernel with one K segment. That kernel then
     makes the pinned algorithm's additions: one FP32 chain, chain = fma(block product, sa * sb, chain) per 128-wide
@@ -239,8 +267,7 @@ def _pinned_bits_from_triton(a: Quantized, b: Quantized, b_scale_rows: int) -> b
       launch 0.81-1.88x);
     - up to decode sizes where Gluon's whole-tile decode fills the SMs (weights of >= 14336 rows: 1.61-1.68x
       BF16 at M = 64 against cuBLAS's 1.39-1.54x)."""
-    capability = device_info(a.data.device).capability
-    if b_scale_rows != SCALE_BLOCK or capability is None or capability[0] != 9:
+    if not _measured_identity(a, b_scale_rows):
         return False
     from precision_engine.numerics.triton_gemm import one_segment_decode_fills
 

@@ -14,9 +14,10 @@ arithmetic of every output element independently of M:
   weight wide enough to give every SM whole tiles (the fused gate/up), there in a fixed grid of persistent
   programs (`_fp8_persistent_kernel`). All do the same additions in the same order, so a row has the same
   bits at any M.
-- With one segment (seg_kb = every K block) the additions are pinned cuBLAS's (`cublas_pinned`): on the H200,
-  every launch here and in Gluon gave its bits on the 8B shapes at M = 1 .. 8192 (fifteenth session). The
-  promotion matters: fma(block product, sa * sb, sum); unfused, or sa and sb applied one at a time, differ.
+- With one segment (seg_kb = every K block; `segment_kb` gives it to weights of >= ONE_SEGMENT_MIN_TILES
+  128-row tiles) the additions are pinned cuBLAS's (`cublas_pinned`): on the H200, every launch here and in
+  Gluon gave its bits on the 8B shapes at M = 1 .. 8192 (fifteenth session). The promotion matters:
+  fma(block product, sa * sb, sum); unfused, or sa and sb applied one at a time, differ.
 - The tile shape only decides which program computes an element, not how: every tile of >= 64 rows runs on
   wgmma (16-row token tiles take the mma.sync path and gave other bits on the H200), with TMA or plain loads
   (checked on the GPU by tests/numerics/gpu/test_gemm_gpu.py and scripts/gemm_tiles.py).
@@ -75,11 +76,18 @@ WHOLE_TILES_MIN = 128  # 128-row weight tiles from which decode walks whole tile
 _SPLIT_PROGRAMS = 256
 _MAX_SEGMENT_KB = 16
 _MIN_SEGMENT_KB = 4
+# From this many 128-row weight tiles (14336 rows: the 8B's gate or up, and the fused gate/up) K is one segment:
+# whole tiles fill an H200's SMs at decode sizes without a split (1.52-1.70x BF16 at M = 1..64, as fast as the
+# split launch or faster: fifteenth session), and one segment's sums are pinned cuBLAS's, which then runs the
+# prefill (gemm.fp8_gemm, AUTO): over half of an 8B layer's projection FLOPs.
+ONE_SEGMENT_MIN_TILES = 112
 
 
 def segment_kb(n: int, k: int) -> int:
     """K blocks per segment for an [*, K] x [N, K] GEMM: depends on (N, K) only, so a row's bits never on M."""
     num_kb = triton.cdiv(k, BLOCK_K)
+    if triton.cdiv(n, 128) >= ONE_SEGMENT_MIN_TILES:
+        return num_kb
     segments = 1
     while (triton.cdiv(n, 64) * segments < _SPLIT_PROGRAMS or triton.cdiv(num_kb, segments) > _MAX_SEGMENT_KB) \
             and num_kb // (2 * segments) >= _MIN_SEGMENT_KB:

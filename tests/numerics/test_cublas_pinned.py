@@ -170,3 +170,52 @@ def test_pinned_rows_under_16_are_the_one_segment_triton_launch(hopper):
     exact = reference_gemm(a, b, out_dtype=torch.float64)
     got32 = fp8_gemm(a, b, kernel=Kernel.CUBLAS_PINNED, out_dtype=torch.float32)
     assert (got32.double() - exact).abs().max() <= 1e-5 * exact.abs().max()  # one FP32 chain over 3 blocks
+
+
+@pytest.mark.parametrize("m, n, kernel, expected", [
+    (65, 14336, "auto", True), (8192, 28672, "auto", True),  # one K segment, above decode sizes
+    (64, 28672, "auto", False), (8192, 12288, "auto", False),  # decode size; K in segments (other bits)
+    (8192, 28672, "triton", False),  # a policy naming the Triton kernel gets it
+])
+def test_auto_prefill_of_one_segment_weights_runs_pinned_cublas(hopper, monkeypatch, m, n, kernel, expected):
+    """Operands of the 8B's shapes, never multiplied: the launches are stand-ins that say which ran."""
+    from precision_engine.numerics import gemm, triton_gemm
+    from precision_engine.numerics.formats import Kernel
+
+    hopper()
+    calls = []
+    monkeypatch.setattr(gemm, "_cublas_gemm", lambda a, b, rows, out, pinned: calls.append(pinned) or "cublas")
+    monkeypatch.setattr(triton_gemm, "block_scaled_gemm", lambda *args, **kwargs: "triton")
+    a, b = _operands(1, 128)
+    a = type(a)(torch.empty(m, 4096, dtype=torch.float8_e4m3fn), torch.ones(m, 32), a.fmt)
+    b = type(b)(torch.empty(n, 4096, dtype=torch.float8_e4m3fn), torch.ones(-(-n // 128), 32), b.fmt)
+    assert (triton_gemm.segment_kb(n, 4096) == 32) is (n >= 14336)
+    assert gemm.fp8_gemm(a, b, kernel=Kernel(kernel)) == ("cublas" if expected else "triton")
+    assert calls == ([True] if expected else [])
+
+
+def test_auto_falls_back_to_triton_where_pinned_cublas_is_refused(hopper, monkeypatch):
+    """No extension, or no algorithm without split-K: the Triton kernel's launch, the same bits, no error."""
+    from precision_engine.numerics import gemm, triton_gemm
+    from precision_engine.numerics.formats import Kernel
+
+    hopper()
+
+    def refused(*args, **kwargs):
+        raise UnsupportedError("kernel cublas_pinned: its C++ extension did not build here")
+
+    launched = []
+    monkeypatch.setattr(gemm, "_cublas_gemm", refused)
+    monkeypatch.setattr(gemm, "_triton_bits_from_pinned", lambda a, b, rows: True)
+    monkeypatch.setattr(triton_gemm, "block_scaled_gemm", lambda *args, **kwargs: launched.append(1) or "triton")
+    a, b = _operands(80, 256)
+    assert gemm.fp8_gemm(a, b) == "triton" and launched == [1]
+
+
+def test_a_shape_without_a_no_split_algorithm_is_asked_once(fake):
+    fake([(2, 2, 0)], [(cublas_pinned.SMALL_M, cublas_pinned.PIN_M)])
+    ext = cublas_pinned.extension()
+    for _ in range(3):
+        with pytest.raises(UnsupportedError, match="no algorithm without split-K"):
+            _pin()
+    assert len(ext.queries) == 1

@@ -185,12 +185,15 @@ def test_triton_launch_choices_give_the_same_bytes():
 
 def test_segments_depend_on_n_and_k_only():
     """The split is a function of (N, K): 4..16 K blocks per segment at the 8B projections, one segment when K
-    is too short to split."""
-    from precision_engine.numerics.triton_gemm import segment_kb
+    is too short to split or the weight has ONE_SEGMENT_MIN_TILES 128-row tiles (the pinned cuBLAS sums)."""
+    from precision_engine.numerics.triton_gemm import ONE_SEGMENT_MIN_TILES, segment_kb
 
-    for n, k in [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (12288, 4096), (4096, 12288)]:
+    for n, k in [(4096, 4096), (1024, 4096), (4096, 14336), (12288, 4096), (4096, 12288), (6144, 4096)]:
         assert 4 <= segment_kb(n, k) <= 16, (n, k)
     assert segment_kb(4096, 256) == 2
+    for n in (14336, 28672, 128 * ONE_SEGMENT_MIN_TILES):
+        assert segment_kb(n, 4096) == 32 and segment_kb(n, 14336) == 112
+    assert segment_kb(128 * ONE_SEGMENT_MIN_TILES - 128, 4096) < 32
 
 
 def test_transpose_operand_equals_quantizing_the_transpose():

@@ -54,13 +54,14 @@ SHAPES_8B = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (12288, 4
              (28672, 4096)]  # the last: fused gate/up, whose decode walks whole tiles in persistent programs
 
 
-@pytest.mark.parametrize("kernel", [Kernel.TRITON, Kernel.CUBLAS_PINNED])
+@pytest.mark.parametrize("kernel", [Kernel.TRITON, Kernel.CUBLAS_PINNED, Kernel.AUTO])
 @pytest.mark.parametrize("n,k", SHAPES_8B)  # every split (segment_kb) and decode tile choice of the 8B models
 def test_rows_bitwise_batch_invariant(kernel, n, k):
     """Row i is the same bytes whether the GEMM has 1, 3, 7, 17, 64, 65, 128 or 4096 rows. Triton: decode split-K
     launches and the one-program prefill walk over the same K segments. Pinned cuBLAS: one algorithm at every M
     (where cuBLAS's own heuristic picks split-K at decode sizes for K = 14336 and 12288), and under 16 rows (and
-    17 .. 64 for the widest weights) the one-segment Triton/Gluon launch: its rows against cuBLAS's 4096."""
+    17 .. 64 for the widest weights) the one-segment Triton/Gluon launch: its rows against cuBLAS's 4096. AUTO:
+    Triton's, but above 64 rows pinned cuBLAS for the weights whose K is one segment (14336, 28672 rows)."""
     xq, wq = _operands(4096, n, k, seed=11)
     full = fp8_gemm(xq, wq, kernel=kernel)
     for m in (1, 3, 7, 17, 64, 65, 128):

@@ -5,9 +5,10 @@ Shapes are the projection GEMMs of Llama-3.1-8B and Qwen3-8B, (N, K) = (out, in)
 drawn input sets, together larger than the L2, so decode numbers measure HBM, not the cache. Decode sizes are
 timed as CUDA-graph replays (see `time_graphed`), training sizes eagerly.
 
-Kernels: ours (cuBLAS; `cublas_pinned`, cuBLAS with one algorithm pinned per shape, batch-invariant, a note where
-its extension does not build; `triton`, AUTO's batch-invariant kernel, which above decode sizes on Hopper with
-Triton 3.6 is `gluon_gemm`; DeepGEMM where installed) and, where it runs (`torchao_ref.unavailable`),
+Kernels: ours (cuBLAS; `cublas_pinned`, cuBLAS with one algorithm pinned per shape, batch-invariant, its rows
+under 16 on the one-segment Triton launch, a note where its extension does not build; `triton`, the Triton
+kernel by name, which above decode sizes on Hopper with Triton 3.6 is `gluon_gemm`; DeepGEMM where installed)
+and, where it runs (`torchao_ref.unavailable`),
 torchao's Triton GEMM (`torchao_triton`) on operands its own quantizers made; its cuBLAS path is the cuBLAS row.
 """
 

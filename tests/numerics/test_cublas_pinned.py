@@ -176,6 +176,7 @@ def test_pinned_rows_under_16_are_the_one_segment_triton_launch(hopper):
     (65, 14336, "auto", True), (8192, 28672, "auto", True),  # one K segment, above decode sizes
     (64, 28672, "auto", False), (8192, 12288, "auto", False),  # decode size; K in segments (other bits)
     (8192, 28672, "triton", False),  # a policy naming the Triton kernel gets it
+    (8192, 28672 + 64, "auto", False),  # cuBLAS would copy the weight to pad its rows, on every call
 ])
 def test_auto_prefill_of_one_segment_weights_runs_pinned_cublas(hopper, monkeypatch, m, n, kernel, expected):
     """Operands of the 8B's shapes, never multiplied: the launches are stand-ins that say which ran."""
@@ -189,7 +190,7 @@ def test_auto_prefill_of_one_segment_weights_runs_pinned_cublas(hopper, monkeypa
     a, b = _operands(1, 128)
     a = type(a)(torch.empty(m, 4096, dtype=torch.float8_e4m3fn), torch.ones(m, 32), a.fmt)
     b = type(b)(torch.empty(n, 4096, dtype=torch.float8_e4m3fn), torch.ones(-(-n // 128), 32), b.fmt)
-    assert (triton_gemm.segment_kb(n, 4096) == 32) is (n >= 14336)
+    assert (triton_gemm.segment_kb(n, 4096) == 32) is (n >= 14336)  # one K segment from 14336 rows
     assert gemm.fp8_gemm(a, b, kernel=Kernel(kernel)) == ("cublas" if expected else "triton")
     assert calls == ([True] if expected else [])
 

@@ -21,10 +21,13 @@ Kernels (`Kernel`):
   cublas_pinned  the same cuBLASLt GEMM on operands padded the same way, with one algorithm (no split-K)
              pinned per shape (`cublas_pinned`): batch-invariant at cuBLAS speed for training sizes; under 16
              rows and for wide weights at decode sizes the Triton kernel with one K segment, which makes the
-             same additions (same bits, faster there). Its bits are not AUTO Triton's. On request only.
+             same additions (same bits, faster there). Its bits are AUTO Triton's only where Triton's K is one
+             segment (`triton_gemm.segment_kb`). On request only.
   deep_gemm  DeepGEMM's fp8_gemm_nt (block weights only), on request only: written against its documented
              API but not yet run on hardware here, so AUTO never picks it.
-Which kernel runs is decided by `capabilities.resolve_kernel` (the kernel table), never here.
+Which kernel's numerics run is decided by `capabilities.resolve_kernel` (the kernel table), never here. Here only
+the launch that makes them: where two launches give the same bits (GPU-tested), the faster one
+(`_triton_bits_from_pinned`, `_pinned_bits_from_triton`), as `triton_gemm` hands its rows to Gluon.
 """
 
 from __future__ import annotations

@@ -73,6 +73,11 @@ def extension():
     return built
 
 
+def builds() -> bool:
+    """Whether the extension builds here (built at the first ask, as `extension` would)."""
+    return _build()[1] is None
+
+
 @functools.cache
 def _build():
     """(module, None), or (None, the reason): a failure is remembered, not retried on every GEMM."""

@@ -244,16 +244,18 @@ def _triton_bits_from_pinned(a: Quantized, b: Quantized, b_scale_rows: int) -> b
     """Where AUTO's Triton bits come faster from pinned cuBLAS: above decode sizes, for the weights whose K is one
     segment (`triton_gemm.ONE_SEGMENT_MIN_TILES`), whose sums are then the pinned algorithm's (see
     `_pinned_bits_from_triton`): its GEMM runs 1.65-1.68x BF16 at 8192 tokens, the Gluon kernel's 1.38-1.45x.
-    Only weights cuBLAS takes as they are: padding one would copy it on every call."""
+    Only weights cuBLAS takes as they are: padding one would copy it on every call. Where the extension does not
+    build, never: the call would pad the activations for nothing before it is refused."""
     if a.data.shape[0] <= SMALL_M_MAX or not _measured_identity(a, b_scale_rows):
         return False
     if {a.data.dtype, b.data.dtype} != {torch.float8_e4m3fn} or not device_info(a.data.device).cublas_blockwise:
         return False
+    from precision_engine.numerics import cublas_pinned
     from precision_engine.numerics.triton_gemm import segment_kb
 
     n, k = b.data.shape
     unpadded = n % SCALE_BLOCK == 0 and k % (SCALE_BLOCK * CUBLAS_KBLOCK_ALIGN) == 0
-    return unpadded and segment_kb(n, k) >= _cdiv(k, SCALE_BLOCK)
+    return unpadded and segment_kb(n, k) >= _cdiv(k, SCALE_BLOCK) and cublas_pinned.builds()
 
 
 def _measured_identity(a: Quantized, b_scale_rows: int) -> bool:

@@ -107,13 +107,15 @@ def test_the_headers_and_library_are_looked_for_in_the_toolkit_and_the_nvidia_wh
 
 @pytest.fixture
 def hopper(monkeypatch):
-    """A CPU stand-in for an H200 as gemm.py and triton_gemm.py see one (132 SMs, Gluon running where asked)."""
+    """A CPU stand-in for an H200 as gemm.py and triton_gemm.py see one (132 SMs, Gluon running where asked, the
+    extension building where asked)."""
     from precision_engine.numerics import gemm, triton_gemm
     from precision_engine.numerics.capabilities import DeviceInfo
 
-    def install(capability=(9, 0), gluon=True):
+    def install(capability=(9, 0), gluon=True, builds=True):
         info = DeviceInfo("cuda", capability=capability, cublas_blockwise=True)
         monkeypatch.setattr(gemm, "device_info", lambda device: info)
+        monkeypatch.setattr(cublas_pinned, "builds", lambda: builds)
         monkeypatch.setattr(triton_gemm, "_gluon_runs", lambda a, b: gluon)
         monkeypatch.setattr(triton_gemm, "_sm_count", lambda index: 132)
     return install
@@ -193,6 +195,18 @@ def test_auto_prefill_of_one_segment_weights_runs_pinned_cublas(hopper, monkeypa
     assert (triton_gemm.segment_kb(n, 4096) == 32) is (n >= 14336)  # one K segment from 14336 rows
     assert gemm.fp8_gemm(a, b, kernel=Kernel(kernel)) == ("cublas" if expected else "triton")
     assert calls == ([True] if expected else [])
+
+
+def test_auto_never_tries_pinned_cublas_where_its_extension_does_not_build(hopper):
+    from precision_engine.numerics import gemm
+
+    a, b = _operands(1, 128)
+    a = type(a)(torch.empty(8192, 4096, dtype=torch.float8_e4m3fn), torch.ones(8192, 32), a.fmt)
+    b = type(b)(torch.empty(28672, 4096, dtype=torch.float8_e4m3fn), torch.ones(224, 32), b.fmt)
+    hopper(builds=False)
+    assert not gemm._triton_bits_from_pinned(a, b, 128)
+    hopper(builds=True)
+    assert gemm._triton_bits_from_pinned(a, b, 128)
 
 
 def test_auto_falls_back_to_triton_where_pinned_cublas_is_refused(hopper, monkeypatch):

@@ -12,10 +12,9 @@ offered gave the same bits, and the GEMM runs 1.58-1.72x BF16 at 8192 tokens whe
 1.22-1.45x. Its additions are one FP32 chain, chain = fma(block product, sa * sb, chain) per 128-wide K block:
 the Triton and Gluon kernels with a single K segment give exactly its bits (fifteenth session), so
 `gemm.fp8_gemm` runs them instead where they are faster (`gemm._pinned_bits_from_triton`: under 16 rows, and
-wide weights at decode sizes). Triton's own segmented split-K decode is faster still on the narrow weights, and
-its bits differ from these (about 1e-4 of outputs), so a policy names this kernel (`kernel: cublas_pinned`) and
-both phases then run it. AUTO keeps Triton's segments, but where they are one segment (weights of >= 14336
-rows, `triton_gemm.ONE_SEGMENT_MIN_TILES`) its prefill runs here, with the same bits.
+at decode sizes where a Gluon launch takes the shape). Since the sixteenth session AUTO's Triton kernel has one
+K segment for every weight (`triton_gemm.segment_kb`), so AUTO's bits are this kernel's (measured for 128x128 weight blocks on Hopper), and
+AUTO's prefill and training forward run here (`gemm._triton_bits_from_pinned`).
 
 The extension (`csrc/cublaslt_gemm.cpp`) builds at first use with torch.utils.cpp_extension (about 25 s on
 the H200 image, then cached in TORCH_EXTENSIONS_DIR); it needs a host C++ compiler and cuBLASLt's headers

@@ -12,17 +12,17 @@ Kernels (`Kernel`):
              then scaled and summed over K blocks in increasing order, rounded once to out_dtype.
   emulated   both operands dequantized to fp32, one fp32 matmul: within fp32 rounding of `reference`, several
              times faster on a CPU, not batch-invariant (CPU GEMM libraries block by M). AUTO's CPU backward.
-  triton     `triton_gemm`: fixed K order and a split-K fixed by (N, K), so a row has the same bits at any M;
-             above decode sizes on Hopper `gluon_gemm` runs the same additions (same bits), faster; there, for
-             weights whose K is one segment and with AUTO, pinned cuBLAS (same bits again, faster still).
+  triton     `triton_gemm`: fixed K order, one FP32 chain over K per output (`segment_kb`), so a row has the
+             same bits at any M; on Hopper Gluon launches make the same additions (same bits), faster, and with
+             AUTO above decode sizes pinned cuBLAS does (same bits again, faster still).
   cublas     torch._scaled_mm blockwise on Hopper; its algorithm choice depends on M, so it is not
              batch-invariant. M is zero-padded to a multiple of 16, ceil(K/128) to a multiple of 4 and N
              to a multiple of 128 (copies, only for shapes that need them).
   cublas_pinned  the same cuBLASLt GEMM on operands padded the same way, with one algorithm (no split-K)
              pinned per shape (`cublas_pinned`): batch-invariant at cuBLAS speed for training sizes; under 16
-             rows and for wide weights at decode sizes the Triton kernel with one K segment, which makes the
-             same additions (same bits, faster there). Its bits are AUTO Triton's only where Triton's K is one
-             segment (`triton_gemm.segment_kb`). On request only.
+             rows and at decode sizes where Gluon takes the shape, the Triton/Gluon kernel with one K segment,
+             which makes the same additions (same bits, faster there). With one segment for every weight
+             (`triton_gemm.segment_kb`) its bits are AUTO Triton's. On request only.
   deep_gemm  DeepGEMM's fp8_gemm_nt (block weights only), on request only: written against its documented
              API but not yet run on hardware here, so AUTO never picks it.
 Which kernel's numerics run is decided by `capabilities.resolve_kernel` (the kernel table), never here. Here only
@@ -241,9 +241,9 @@ def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch
 
 
 def _triton_bits_from_pinned(a: Quantized, b: Quantized, b_scale_rows: int) -> bool:
-    """Where AUTO's Triton bits come faster from pinned cuBLAS: above decode sizes, for the weights whose K is one
-    segment (`triton_gemm.ONE_SEGMENT_MIN_TILES`), whose sums are then the pinned algorithm's (see
-    `_pinned_bits_from_triton`): its GEMM runs 1.65-1.68x BF16 at 8192 tokens, the Gluon kernel's 1.38-1.45x.
+    """Where AUTO's Triton bits come faster from pinned cuBLAS: above decode sizes, for weights whose K is one
+    segment (`triton_gemm.segment_kb`: all of them), whose sums are then the pinned algorithm's (see
+    `_pinned_bits_from_triton`): its GEMM runs 1.58-1.72x BF16 at 8192 tokens, the Gluon kernel's 1.22-1.45x.
     Only weights cuBLAS takes as they are: padding one would copy it on every call. Where the extension does not
     build, never: the call would pad the activations for nothing before it is refused."""
     if a.data.shape[0] <= SMALL_M_MAX or not _measured_identity(a, b_scale_rows):
@@ -272,13 +272,14 @@ def _pinned_bits_from_triton(a: Quantized, b: Quantized, b_scale_rows: int) -> b
     BENCHMARKS.md). Measured for 128x128 weight blocks on Hopper only, so only those take it:
     - below cuBLAS's 16-row minimum, where cuBLAS pays for padding copies (M = 1: 0.40-1.14x BF16, the Triton
       launch 0.81-1.88x);
-    - up to decode sizes where Gluon's whole-tile decode fills the SMs (weights of >= 14336 rows: 1.61-1.68x
-      BF16 at M = 64 against cuBLAS's 1.39-1.54x)."""
+    - up to decode sizes where a Gluon launch takes the shape: the chain launch for narrow weights (1.06-1.55x
+      BF16 against cuBLAS's 0.80-1.38x, sixteenth session), whole tiles for weights of >= 14336 rows
+      (1.61-1.68x at M = 64 against 1.39-1.54x)."""
     if not _measured_identity(a, b_scale_rows):
         return False
-    from precision_engine.numerics.triton_gemm import one_segment_decode_fills
+    from precision_engine.numerics.triton_gemm import one_segment_decode_runs_gluon
 
-    return a.data.shape[0] < CUBLAS_M_ALIGN or one_segment_decode_fills(a.data, b.data)
+    return a.data.shape[0] < CUBLAS_M_ALIGN or one_segment_decode_runs_gluon(a.data, b.data)
 
 
 def _padded_ones(rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:

@@ -6,18 +6,20 @@ arithmetic of every output element independently of M:
 
 - K is walked in 128-wide blocks; each block's FP8 dot product goes to the tensor cores with a fresh FP32
   accumulator and is scaled by sa[m, kb] * sb[n, kb] before it is added to a running FP32 segment sum.
-- The K blocks form segments of `segment_kb(N, K)` blocks, a function of (N, K) only, never of M. Each segment
-  is summed from zero in increasing kb; the segment sums are then added in increasing order, starting from zero.
-  Small M runs one program per (tile, segment), FP32 partials to a workspace, then the in-order sum (a second
-  kernel, or with fused_sum the tile's last program to arrive): split-K, so a narrow or long weight still
-  has enough programs streaming it. Large M walks all segments in one program, and so does decode against a
-  weight wide enough to give every SM whole tiles (the fused gate/up), there in a fixed grid of persistent
-  programs (`_fp8_persistent_kernel`). All do the same additions in the same order, so a row has the same
-  bits at any M.
-- With one segment (seg_kb = every K block; `segment_kb` gives it to weights of >= ONE_SEGMENT_MIN_TILES
-  128-row tiles) the additions are pinned cuBLAS's (`cublas_pinned`): on the H200, every launch here and in
-  Gluon gave its bits on the 8B shapes at M = 1 .. 8192 (fifteenth session). The promotion matters:
-  fma(block product, sa * sb, sum); unfused, or sa and sb applied one at a time, differ.
+- The K blocks form segments of `seg_kb` blocks, a function of (N, K) only, never of M. Each segment is summed
+  from zero in increasing kb; the segment sums are then added in increasing order, starting from zero. Small M
+  runs one program per (tile, segment), FP32 partials to a workspace, then the in-order sum (a second kernel,
+  or with fused_sum the tile's last program to arrive): split-K. Large M walks all segments in one program, and
+  so does decode against a weight wide enough to give every SM whole tiles, there in a fixed grid of
+  persistent programs (`_fp8_persistent_kernel`). All do the same additions in the same order, so a row has
+  the same bits at any M.
+- AUTO's rule (`segment_kb`) is one segment for every weight, since the sixteenth session: a row's sum is one
+  chain over K, chain = fma(block product, sa * sb, chain), which is pinned cuBLAS's (`cublas_pinned`; bitwise
+  on the H200 for the 8B shapes at M = 1 .. 8192), so prefill and training run cuBLAS with the decode's bits.
+  Decode then cannot split K: weights of fewer than CHAIN_MAX_TILES 128-row tiles decode on the Gluon chain
+  launch (`gluon_chain`), which streams them as fast as the split launch did (within -18..+18% per shape
+  and M), wider ones on whole tiles. An explicit `seg_kb` still splits K (other bits).
+  The promotion matters: fma(block product, sa * sb, sum); unfused, or sa and sb applied one at a time, differ.
 - The tile shape only decides which program computes an element, not how: every tile of >= 64 rows runs on
   wgmma (16-row token tiles take the mma.sync path and gave other bits on the H200), with TMA or plain loads
   (checked on the GPU by tests/numerics/gpu/test_gemm_gpu.py and scripts/gemm_tiles.py).
@@ -70,29 +72,17 @@ class GemmConfig:
 PREFILL = GemmConfig(block_m=64, block_n=128, num_warps=4, num_stages=4)
 _SWAP_M_MAX = 16  # decode with at most this many tokens swaps the operands and fuses the segment sum
 WHOLE_TILES_MIN = 128  # 128-row weight tiles from which decode walks whole tiles (about one per SM of an H200)
-# Split-K: the segment count is the smallest power of two giving at least _SPLIT_PROGRAMS programs of
-# 64-wide weight tiles and segments of at most _MAX_SEGMENT_KB K blocks, keeping at least _MIN_SEGMENT_KB
-# blocks per segment. A fixed function of (N, K), chosen from the decode sweep (M = 1, 16, 64) on the H200.
-_SPLIT_PROGRAMS = 256
-_MAX_SEGMENT_KB = 16
-_MIN_SEGMENT_KB = 4
-# From this many 128-row weight tiles (14336 rows: the 8B's gate or up, and the fused gate/up) K is one segment:
-# whole tiles fill an H200's SMs at decode sizes without a split (1.52-1.70x BF16 at M = 1..64, as fast as the
-# split launch or faster: fifteenth session), and one segment's sums are pinned cuBLAS's, which then runs the
-# prefill (gemm.fp8_gemm, AUTO): over half of an 8B layer's projection FLOPs.
-ONE_SEGMENT_MIN_TILES = 112
+# Weights of fewer 128-row tiles decode (M <= 64) on the Gluon chain launch where it runs: with K one chain, the
+# launches below give a narrow weight only N / 64 programs, each waiting on every block's promotion (0.9-1.2x
+# BF16; the chain launch 1.1-1.6x). From 112 tiles (14336 rows: the 8B's gate or up) the Triton launch's 64-row
+# programs fill the SMs (1.55-1.70x at M = 1 and 16), and Gluon's whole tiles above 16 rows (1.52-1.68x).
+CHAIN_MAX_TILES = 112
 
 
 def segment_kb(n: int, k: int) -> int:
-    """K blocks per segment for an [*, K] x [N, K] GEMM: depends on (N, K) only, so a row's bits never on M."""
-    num_kb = triton.cdiv(k, BLOCK_K)
-    if triton.cdiv(n, 128) >= ONE_SEGMENT_MIN_TILES:
-        return num_kb
-    segments = 1
-    while (triton.cdiv(n, 64) * segments < _SPLIT_PROGRAMS or triton.cdiv(num_kb, segments) > _MAX_SEGMENT_KB) \
-            and num_kb // (2 * segments) >= _MIN_SEGMENT_KB:
-        segments *= 2
-    return triton.cdiv(num_kb, segments)
+    """K blocks per segment for an [*, K] x [N, K] GEMM: a function of (N, K) only, so a row's bits never
+    depend on M. Every K block is one segment (see the module docstring)."""
+    return triton.cdiv(k, BLOCK_K)
 
 
 def walks_whole_tiles(n: int) -> bool:
@@ -356,12 +346,18 @@ def _gluon_decode_fills(n: int, k: int, seg: int, sms: int) -> bool:
     return units >= _GLUON_DECODE_FILL * triton.cdiv(units, sms) * sms
 
 
-def one_segment_decode_fills(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether a one-segment launch (seg_kb = every K block: no split-K) of at most decode size runs Gluon's decode
-    with units that fill the SMs: whole 128-row weight tiles, so weights of >= ~0.8 x SMs x 128 rows."""
+def chain_decodes(n: int) -> bool:
+    """Whether an N-row weight decodes on the Gluon chain launch (fewer than CHAIN_MAX_TILES 128-row tiles)."""
+    return triton.cdiv(n, 128) < CHAIN_MAX_TILES
+
+
+def one_segment_decode_runs_gluon(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a one-segment launch (seg_kb = every K block) of at most decode size takes a Gluon launch: the
+    chain launch for a narrow weight, whole 128-row tiles for a weight of >= ~0.8 x SMs x 128 rows."""
     m, k = a.shape
-    return (m <= SMALL_M_MAX and _gluon_runs(a, b)
-            and _gluon_decode_fills(b.shape[0], k, triton.cdiv(k, BLOCK_K), _sm_count(a.device.index or 0)))
+    n = b.shape[0]
+    return m <= SMALL_M_MAX and _gluon_runs(a, b) and (
+        chain_decodes(n) or _gluon_decode_fills(n, k, triton.cdiv(k, BLOCK_K), _sm_count(a.device.index or 0)))
 
 
 def _tma_ok(x: torch.Tensor) -> bool:
@@ -391,10 +387,10 @@ def block_scaled_gemm(
     result. `split_sums`: where the launch splits K and sums the segments in a second kernel, return the
     segment sums instead (`SplitSums`: the reader of c adds them, one launch fewer).
 
-    On Hopper with Triton 3.6, with neither config nor split given and block-scaled b, `gluon_gemm` runs
-    instead, with the same additions, so the same bits (GPU-tested): above decode sizes (1.2-1.4x the speed of
-    this kernel's tiles there), and from 17 to 64 rows where its decode units fill the SMs
-    (`_gluon_decode_fills`).
+    On Hopper with Triton 3.6, with neither config nor split given and block-scaled b, Gluon runs instead, with
+    the same additions, so the same bits (GPU-tested): `gluon_gemm` above decode sizes (1.2-1.4x the speed of
+    this kernel's tiles there) and from 17 to 64 rows where its decode units fill the SMs
+    (`_gluon_decode_fills`); `gluon_chain` at decode sizes for a narrow weight with one segment.
     """
     m, k = a.shape
     n = b.shape[0]
@@ -405,6 +401,10 @@ def block_scaled_gemm(
 
         return gluon_block_scaled_gemm(a, a_scale, b, b_scale, b_scale_rows=b_scale_rows, seg_kb=seg,
                                        out_dtype=out_dtype)
+    if gluon and seg >= triton.cdiv(k, BLOCK_K) and chain_decodes(n):
+        from precision_engine.numerics.gluon_chain import gluon_chain_decode_gemm
+
+        return gluon_chain_decode_gemm(a, a_scale, b, b_scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype)
     if gluon and m > _SWAP_M_MAX and _gluon_decode_fills(n, k, seg, _sm_count(a.device.index or 0)):
         return _gluon_decode(a, a_scale, b, b_scale, b_scale_rows, seg, out_dtype, split_sums)
     cfg = config or config_for(m, n, k)

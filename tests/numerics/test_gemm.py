@@ -133,15 +133,16 @@ def test_triton_wgrad_pair_matches_reference():
 
 @needs_interpreter
 def test_triton_rows_bitwise_batch_invariant():
-    """Decode tiles with split-K (M = 1, 7, 16) and the one-program prefill walk (M = 70): the same row bytes."""
-    from precision_engine.numerics.triton_gemm import segment_kb
+    """Decode tiles (M = 1, 7, 16, swapped operands) and the one-program prefill walk (M = 70), with AUTO's one
+    segment and with K split into segments of 2 blocks (decode splits K over programs): the same row bytes."""
+    from precision_engine.numerics.triton_gemm import block_scaled_gemm
 
     xq, wq = _operands(70, 128, 1024, seed=4)
-    assert segment_kb(128, 1024) < 8  # more than one K segment, so the decode launch splits K
-    full = fp8_gemm(xq, wq, kernel=Kernel.TRITON)
-    for m in (1, 7, 16):
-        part = fp8_gemm(Quantized(xq.data[:m], xq.scale[:m], xq.fmt), wq, kernel=Kernel.TRITON)
-        assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), m
+    for seg_kb in (None, 2):
+        full = block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, seg_kb=seg_kb)
+        for m in (1, 7, 16):
+            part = block_scaled_gemm(xq.data[:m], xq.scale[:m], wq.data, wq.scale, b_scale_rows=128, seg_kb=seg_kb)
+            assert torch.equal(part.view(torch.uint16), full[:m].view(torch.uint16)), (seg_kb, m)
 
 
 @needs_interpreter
@@ -183,17 +184,16 @@ def test_triton_launch_choices_give_the_same_bytes():
         assert torch.equal(out.view(torch.int32), outs[0].view(torch.int32))
 
 
-def test_segments_depend_on_n_and_k_only():
-    """The split is a function of (N, K): 4..16 K blocks per segment at the 8B projections, one segment when K
-    is too short to split or the weight has ONE_SEGMENT_MIN_TILES 128-row tiles (the pinned cuBLAS sums)."""
-    from precision_engine.numerics.triton_gemm import ONE_SEGMENT_MIN_TILES, segment_kb
+def test_every_weight_is_one_k_segment():
+    """AUTO's rule: K is one segment (one FP32 chain, pinned cuBLAS's sums) for every weight, a function of
+    (N, K) only; narrow weights then decode on the Gluon chain launch."""
+    from precision_engine.numerics.triton_gemm import CHAIN_MAX_TILES, chain_decodes, segment_kb
 
-    for n, k in [(4096, 4096), (1024, 4096), (4096, 14336), (12288, 4096), (4096, 12288), (6144, 4096)]:
-        assert 4 <= segment_kb(n, k) <= 16, (n, k)
-    assert segment_kb(4096, 256) == 2
-    for n in (14336, 28672, 128 * ONE_SEGMENT_MIN_TILES):
-        assert segment_kb(n, 4096) == 32 and segment_kb(n, 14336) == 112
-    assert segment_kb(128 * ONE_SEGMENT_MIN_TILES - 128, 4096) < 32
+    for n, k in [(4096, 4096), (1024, 4096), (4096, 14336), (12288, 4096), (6144, 4096), (28672, 4096)]:
+        assert segment_kb(n, k) == -(-k // 128), (n, k)
+    assert segment_kb(4096, 200) == 2
+    assert chain_decodes(6144) and chain_decodes(128 * CHAIN_MAX_TILES - 128)
+    assert not chain_decodes(14336) and not chain_decodes(28672)
 
 
 def test_transpose_operand_equals_quantizing_the_transpose():
@@ -243,16 +243,17 @@ def test_emulated_gemm_is_the_reference_within_fp32_rounding(m, n, k):
 
 def test_gluon_decode_runs_where_its_units_fill_the_sms():
     """The decode dispatch rule (`triton_gemm._gluon_decode_fills`) on the H200's 132 SMs and the 8B decode
-    shapes it was measured on: o_proj (128 units), down_proj (256) and the fused gate/up (224 whole tiles) take
-    the Gluon launch; the fused q/k/v (192 units, 73% of two waves) keeps the Triton launch, which was faster."""
-    from precision_engine.numerics.triton_gemm import _gluon_decode_fills, segment_kb
+    shapes it was measured on, with K in the segments of the twelfth session (an explicit seg_kb): o_proj (128
+    units), down_proj (256) and the fused gate/up (224 whole tiles) take the Gluon launch; the fused q/k/v
+    (192 units, 73% of two waves) keeps the Triton launch, which was faster."""
+    from precision_engine.numerics.triton_gemm import _gluon_decode_fills
 
-    def fills(n, k, sms=132):
-        return _gluon_decode_fills(n, k, segment_kb(n, k), sms)
+    def fills(n, k, seg, sms=132):
+        return _gluon_decode_fills(n, k, seg, sms)
 
-    assert fills(4096, 4096) and fills(4096, 14336) and fills(28672, 4096)
-    assert not fills(6144, 4096)
-    assert not fills(4096, 4096, sms=100)  # 128 units over 100 SMs: two waves, 64% full
+    assert fills(4096, 4096, 8) and fills(4096, 14336, 16) and fills(28672, 4096, 32) and fills(14336, 4096, 32)
+    assert not fills(6144, 4096, 8)
+    assert not fills(4096, 4096, 8, sms=100)  # 128 units over 100 SMs: two waves, 64% full
 
 
 def test_gluon_training_split_rule():
@@ -267,4 +268,4 @@ def test_gluon_training_split_rule():
     assert split == {(6144, 4096): True, (28672, 4096): True, (4096, 14336): True, (14336, 4096): True,
                      (4096, 4096): False, (1024, 4096): False}
     assert all(G._even_segments(k, segment_kb(n, k)) for n, k in split)
-    assert not G._even_segments(320, segment_kb(1000, 320)) and not G._even_segments(1152, segment_kb(1000, 1152))
+    assert not G._even_segments(384, segment_kb(1000, 384)) and not G._even_segments(1152, 4)

@@ -19,10 +19,11 @@ pytestmark = pytest.mark.skipif(tuple(int(p) for p in triton.__version__.split("
                                 reason="the Gluon kernel is Triton 3.6's (no GPU needed)")
 
 
-def _ptxas_report(tmp_path, fn, rows_a: int, block_n: int, constexprs: dict, pointers: dict, c_cols=None) -> str:
-    """ptxas -v's report on Gluon kernel `fn` compiled for sm_90: FP8 descriptors of rows_a / block_n rows (and
-    a BF16 one for its output where it takes one), `pointers` the types of its pointer arguments, every other
-    argument an i32."""
+def _ptxas_report(tmp_path, fn, rows_a: int, block_n: int, constexprs: dict, pointers: dict, c_cols=None,
+                  fp8_descs: dict | None = None) -> str:
+    """ptxas -v's report on Gluon kernel `fn` compiled for sm_90: FP8 descriptors of rows_a / block_n rows (or
+    `fp8_descs`, rows by argument name) and a BF16 one for its output where it takes one, `pointers` the types
+    of its pointer arguments, every other argument an i32."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
@@ -32,6 +33,7 @@ def _ptxas_report(tmp_path, fn, rows_a: int, block_n: int, constexprs: dict, poi
     fp8 = torch.empty(512, 512, dtype=torch.float8_e4m3fn)
     descs = {"a_desc": G._descriptor(fp8, rows_a), "b_desc": G._descriptor(fp8, block_n),
              "c_desc": G._descriptor(torch.empty(512, 512, dtype=torch.bfloat16), 64, c_cols or block_n)}
+    descs.update({name: G._descriptor(fp8, rows) for name, rows in (fp8_descs or {}).items()})
     signature = {}
     for name in fn.arg_names:
         if name in descs:
@@ -96,3 +98,20 @@ def test_decode_config_keeps_wgmma_async(tmp_path, whole):
         {"out_ptr": "*bf16" if whole else "*fp32", "sa_ptr": "*fp32", "sb_ptr": "*fp32"})
     spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
     assert "C7514" not in report and spilled <= (8 if whole else 0), report
+
+
+@pytest.mark.parametrize("m", [1, 16, 32, 64])
+def test_chain_decode_keeps_wgmma_async(tmp_path, m):
+    """The one-chain decode (`gluon_chain`) as `chain_config` launches it for M tokens against a narrow weight:
+    no serialised wgmma; no spill for token tiles of up to 32, 40 bytes at 64 (2 wgmmas in flight over trips of
+    4 blocks; trips of 8 spilled 1.9 KB there, and a K loop unrolled whole spilled at every width)."""
+    from precision_engine.numerics import gluon_chain as C
+
+    cfg = C.chain_config(m, 4096, 132)
+    report = _ptxas_report(
+        tmp_path, C._gluon_chain_decode_kernel, 64, cfg.token_block,
+        {"SCALE_BN": 128, "STAGES": cfg.stages, "TRIP": cfg.trip, "AHEAD": cfg.ahead},
+        {"c_ptr": "*bf16", "sx_ptr": "*fp32", "sw_ptr": "*fp32"},
+        fp8_descs={"w_desc": 64, "x_desc": cfg.token_block})
+    spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
+    assert "C7514" not in report and spilled <= (40 if cfg.token_block == 64 else 0), report

@@ -1,7 +1,8 @@
 """A split-K FP8 GEMM's segment sums handed to the residual add + RMSNorm after it (`SplitSums`): the GEMM skips
 its second launch and the norm kernel adds the segments, bitwise as the GEMM's own sum would.
 
-In Triton's CPU interpreter at decode sizes (M 1..64, where the launch splits K): add_rms_norm over the sums
+In Triton's CPU interpreter at decode sizes (M 1..64) on launches that split K (`k_segments`: AUTO's own
+launches split no K since the sixteenth session): add_rms_norm over the sums
 equals add_rms_norm over the GEMM's output, with and without the 1x128 quantization; `Fp8Linear` hands over
 sums only without autograd and bias. (The interpreter's fp32 -> bf16 cast truncates, in the GEMM's store and
 in this kernel alike, so `SplitSums.total()`, which rounds to nearest, is compared on the GPU only:
@@ -26,6 +27,9 @@ from precision_engine.numerics.triton_gemm import block_scaled_gemm  # noqa: E40
 
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.usefixtures("k_segments")  # AUTO splits no K now: launches with segments
+
+
 def _same(a, b):
     assert torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
@@ -52,7 +56,7 @@ def test_add_rms_norm_over_split_sums_equals_it_over_the_gemm_output(m, fmt):
     xq, wq = _operands(m, n, k, seed=m)
     sums = _gemm(xq, wq, split_sums=True)
     if m > 16:  # M <= 16 sums in the GEMM (its last program per tile): no second launch to save
-        assert isinstance(sums, SplitSums) and sums.parts.shape == (k // 128 // 4, m, n)
+        assert isinstance(sums, SplitSums) and sums.parts.shape == (k // 128 // 4, m, n)  # `k_segments`
     y = _gemm(xq, wq)
     residual = torch.randn(m, n, generator=torch.Generator().manual_seed(7)).bfloat16().to(DEVICE) * 3
     weight = (torch.rand(n, generator=torch.Generator().manual_seed(8)) + 0.5).bfloat16().to(DEVICE)

@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from precision_engine.numerics.contract import Quantized
 from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
 from precision_engine.numerics.gemm import fp8_gemm, reference_gemm
 from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG, quantize_tokens_transposed
@@ -156,29 +157,63 @@ def test_transpose_operand_is_quantized_transpose():
 
 @pytest.mark.parametrize("n,k", [(4096, 4096), (4096, 14336), (28672, 4096), (6144, 4096), (1000, 320)])
 def test_gluon_decode_gives_the_triton_kernels_bytes(n, k):
-    """The Gluon decode launch (what AUTO runs from 17 to 64 rows where its units fill the SMs) against the
-    Triton decode launch: the same segment sums, or with whole tiles the same output, for every schedule
-    choice and over repeated launches; M below the 64-row tile (TMA zero-fills past it), ragged N and K."""
+    """The Gluon decode launch (what AUTO runs from 17 to 64 rows on wide weights, whose K is one segment, and
+    for K in segments of 8 blocks where a caller names them) against the Triton decode launch: the same segment
+    sums, or with whole tiles the same output, for every schedule choice and over repeated launches; M below
+    the 64-row tile (TMA zero-fills past it), ragged N and K."""
     from precision_engine.numerics import triton_gemm
     from precision_engine.numerics.gluon_gemm import DECODE, gluon_decode_gemm
 
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("Gluon's wgmma kernel is Hopper-only")
-    seg = triton_gemm.segment_kb(n, k)
+    seg = triton_gemm.segment_kb(n, k) if n >= 14336 else min(8, -(-k // 128))
     for m in (17, 40, 64):
         xq, wq = _operands(m, n, k, seed=m + n)
         args = (xq.data, xq.scale, wq.data, wq.scale)
-        c = triton_gemm.block_scaled_gemm(*args, b_scale_rows=128, config=triton_gemm.config_for(m, n, k))
+        c = triton_gemm.block_scaled_gemm(*args, b_scale_rows=128, config=triton_gemm.config_for(m, n, k), seg_kb=seg)
         sums = triton_gemm.block_scaled_gemm(*args, b_scale_rows=128, config=triton_gemm.GemmConfig(64, 128, 4, 3, 1),
-                                             split=True, split_sums=True)
+                                             split=True, split_sums=True, seg_kb=seg)
         for cfg in (DECODE, replace(DECODE, stages=6), replace(DECODE, block_n=64, stages=8, unroll=4),
                     replace(DECODE, per_sm=2, stages=3), replace(DECODE, whole=True)):
             for _ in range(2):
                 out = gluon_decode_gemm(*args, b_scale_rows=128, seg_kb=seg, config=cfg)
                 want = c if out.dim() == 2 else sums.parts  # whole tiles or one segment: c; else the sums
                 assert torch.equal(out.view(torch.uint8), want.view(torch.uint8)), (m, cfg)
-        auto = fp8_gemm(xq, wq, kernel=Kernel.TRITON)  # dispatches to it where it fills
-        assert torch.equal(auto.view(torch.uint16), c.view(torch.uint16))
+        if seg == triton_gemm.segment_kb(n, k):
+            auto = fp8_gemm(xq, wq, kernel=Kernel.TRITON)  # dispatches to it where it fills
+            assert torch.equal(auto.view(torch.uint16), c.view(torch.uint16))
+
+
+@pytest.mark.parametrize("n,k", [(4096, 4096), (6144, 4096), (4096, 14336), (1024, 4096), (1000, 320)])
+def test_chain_decode_gives_the_one_segment_bits(n, k):
+    """The one-chain decode (`gluon_chain`: AUTO's narrow weights at M <= 64) against the one-segment Triton
+    tiles, which give pinned cuBLAS's bits (test above): every launch choice (ring depth, trips, wgmmas in
+    flight, tokens split over programs), M = 1 .. 64, BF16 and FP32 out, -0 among the tokens, ragged N and K;
+    and AUTO's dispatch to it."""
+    from precision_engine.numerics import triton_gemm
+    from precision_engine.numerics.gluon_chain import ChainConfig, chain_config, gluon_chain_decode_gemm
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Gluon's wgmma kernel is Hopper-only")
+    xq, wq = _operands(64, n, k, seed=n + k)
+    xq.data.view(torch.uint8)[5, :9] = 0x80  # -0
+    one = dict(b_scale_rows=128, seg_kb=-(-k // 128), config=triton_gemm.PREFILL, split=False)
+    configs = (None, ChainConfig(stages=6, trip=4, ahead=1), ChainConfig(stages=12, trip=8, ahead=2, token_block=8),
+               ChainConfig(stages=8, trip=4, ahead=3, token_block=16), ChainConfig(stages=8, trip=4, ahead=2))
+    for out_dtype in (torch.bfloat16, torch.float32):
+        bits = torch.int16 if out_dtype == torch.bfloat16 else torch.int32
+        want = triton_gemm.block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, out_dtype=out_dtype, **one)
+        for m in (1, 3, 8, 16, 17, 33, 64):
+            args = (xq.data[:m], xq.scale[:m], wq.data, wq.scale)
+            for cfg in configs:
+                if cfg is None:
+                    cfg = chain_config(m, n, torch.cuda.get_device_properties(0).multi_processor_count)
+                elif not cfg.token_block and m > 32:
+                    continue  # all 64 tokens in one program: the 64-wide config (chain_config's) only
+                out = gluon_chain_decode_gemm(*args, b_scale_rows=128, out_dtype=out_dtype, config=cfg)
+                assert torch.equal(out.view(bits), want[:m].view(bits)), (m, cfg, out_dtype)
+            auto = fp8_gemm(Quantized(*args[:2], xq.fmt), wq, out_dtype=out_dtype)
+            assert torch.equal(auto.view(bits), want[:m].view(bits)), (m, "auto", out_dtype)
 
 
 @pytest.mark.parametrize("m,n,k", [(65, 4096, 4096), (200, 1000, 320), (4097, 6144, 4096), (2048, 4096, 14336),

@@ -14,7 +14,8 @@ from precision_engine.numerics.formats import PRESET_FORMATS
 from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
 from precision_engine.numerics.triton_gemm import block_scaled_gemm
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+              pytest.mark.usefixtures("k_segments")]
 
 ACT, WEIGHT = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
 

@@ -85,12 +85,12 @@ KERNELS: dict[Kernel, KernelRow] = {
                   f"(Hopper), torch >= {'.'.join(map(str, CUBLAS_MIN_TORCH))} and CUDA >= "
                   f"{'.'.join(map(str, CUBLAS_MIN_CUDA))} (blockwise torch._scaled_mm)"),
         # cuBLASLt with one no-split algorithm pinned per shape (numerics.cublas_pinned): a row has the same bits at
-        # any M (bitwise on an H200, M = 1 .. 16384); under 16 rows and for wide weights at decode sizes the
-        # Triton/Gluon kernel with one K segment gives the same bits, faster. Its bits are not AUTO Triton's
-        # (segmented split-K). By name only: its training GEMMs run at cuBLAS speed, but decode without split-K is
-        # slower, and one GRPO step of the 8B (rollout + training) took 3.25 s on it against 3.04 s on Triton
-        # (BENCHMARKS.md, fourteenth session). Where Triton's K is one segment, AUTO's Triton runs it above decode
-        # sizes (gemm.fp8_gemm): the same bits.
+        # any M (bitwise on an H200, M = 1 .. 16384); under 16 rows and at decode sizes where Gluon takes the shape
+        # the Triton/Gluon kernel with one K segment gives the same bits, faster. AUTO Triton's K is one segment
+        # for every weight (sixteenth session), so on Hopper with 128x128 weight blocks its bits are these, and it
+        # runs this kernel above decode sizes (gemm.fp8_gemm). By name only: AUTO is the same GEMM where it is
+        # faster, and the plan still reports the two kernels as different numerics (conservative: off Hopper
+        # AUTO resolves elsewhere).
         KernelRow(Kernel.CUBLAS_PINNED, frozenset({"cuda"}), frozenset({DType.FLOAT8_E4M3}), ALL_GEMMS,
                   batch_invariant=True, auto=False,
                   requires="what the cublas kernel needs, plus a host C++ compiler and cuBLASLt's headers (its "

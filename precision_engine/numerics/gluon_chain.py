@@ -7,7 +7,7 @@ its 64 weight rows two to three times faster than the earlier one-chain launches
 session: each K block waited for its wgmma and its promotion before the next block's wgmma went in). Here:
 
 - the weight sits on wgmma's 64-row side and the tokens on the narrow side (8..64 columns), so a ring slot is
-  a 64x128 weight tile and a token tile only as tall as the tokens need, and 8-12 slots fit;
+  a 64x128 weight tile and a token tile only as tall as the tokens need, and 8-16 slots fit;
 - the MMA warpgroup keeps AHEAD wgmmas in flight behind the block it promotes, over trips of TRIP unrolled
   blocks; each trip drains, because ptxas serialises wgmmas in flight across a loop's back edge, and a fully
   unrolled K loop kept every block's shared-memory descriptors live and spilled;
@@ -182,21 +182,23 @@ def token_tile(m: int) -> int:
 
 
 def chain_config(m: int, n: int, sms: int) -> ChainConfig:
-    """The launch for M tokens against an N-row weight on `sms` SMs, from the H200 sweep (graph replays, GEMM
-    alone, benchmarks/2026-12-03/s16_calls call 2):
+    """The launch for M tokens against an N-row weight on `sms` SMs, from the H200 sweeps (graph replays, GEMM
+    alone, benchmarks/2026-12-03/s16_calls calls 2 and 5; mean over 4096x4096, the fused qkv, down_proj and
+    4096x12288, x BF16):
 
-    - token tiles of 8 take 12 ring slots, wider ones 8 (12 slots: +1-12% at M = 1, 2-4% slower at M = 8..16);
+    - 8 tokens or fewer: 16 ring slots, trips of 16 blocks (1.58x at M = 1; 12 slots in trips of 8: 1.54x);
+    - wider token tiles: 8 slots, trips of 4 blocks (at M = 16 1.39x, trips of 8 1.31x); the 64-wide tile keeps
+      2 wgmmas in flight, every other 3 (more spill: ptxas, `test_gluon_compile`);
     - above 16 tokens the tokens split over programs of 16 or more while the programs still fit on the SMs in
-      one wave (4096 rows at M = 64: 1.09x BF16 in two programs of 32 per weight tile, 0.90x in one of 64; the
-      fused qkv's 96 tiles stay whole: 0.89x split, 1.06x whole); splits into tiles of 8 lost everywhere;
-    - tiles of 32 and 64 walk K in trips of 4 blocks, 64 with 2 wgmmas in flight: longer trips or more in flight
-      spill (ptxas, `test_gluon_compile`)."""
+      one wave (4096 rows at M = 32: 1.37x in two programs of 16 per weight tile, 1.31x in one of 32; at M = 64
+      the fused qkv's 96 tiles stay whole: 0.89x split, 1.06x whole); splits into programs of 8 lost everywhere."""
     tiles = triton.cdiv(n, WARPGROUP_ROWS.value)
     block = token_tile(m)
     while block > 16 and tiles * triton.cdiv(m, block // 2) <= sms:
         block //= 2
-    return ChainConfig(stages=12 if block == 8 else 8, trip=8 if block <= 16 else 4, ahead=2 if block == 64 else 3,
-                       token_block=block)
+    if block == 8:
+        return ChainConfig(stages=16, trip=16, ahead=3, token_block=block)
+    return ChainConfig(stages=8, trip=4, ahead=2 if block == 64 else 3, token_block=block)
 
 
 def gluon_chain_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,

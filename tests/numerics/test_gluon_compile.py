@@ -100,14 +100,15 @@ def test_decode_config_keeps_wgmma_async(tmp_path, whole):
     assert "C7514" not in report and spilled <= (8 if whole else 0), report
 
 
-@pytest.mark.parametrize("m", [1, 16, 32, 64])
-def test_chain_decode_keeps_wgmma_async(tmp_path, m):
-    """The one-chain decode (`gluon_chain`) as `chain_config` launches it for M tokens against a narrow weight:
-    no serialised wgmma; no spill for token tiles of up to 32, 40 bytes at 64 (2 wgmmas in flight over trips of
-    4 blocks; trips of 8 spilled 1.9 KB there, and a K loop unrolled whole spilled at every width)."""
+@pytest.mark.parametrize("m, n", [(1, 4096), (16, 4096), (64, 4096), (64, 6144)])
+def test_chain_decode_keeps_wgmma_async(tmp_path, m, n):
+    """The one-chain decode (`gluon_chain`) as `chain_config` launches it for M tokens against a narrow weight
+    (token tiles of 8, 16, 32 and 64): no serialised wgmma; no spill for tiles of up to 32, 40 bytes at 64 (2
+    wgmmas in flight over trips of 4 blocks; trips of 8 spilled 1.9 KB there, and a K loop unrolled whole
+    spilled at every width)."""
     from precision_engine.numerics import gluon_chain as C
 
-    cfg = C.chain_config(m, 4096, 132)
+    cfg = C.chain_config(m, n, 132)
     report = _ptxas_report(
         tmp_path, C._gluon_chain_decode_kernel, 64, cfg.token_block,
         {"SCALE_BN": 128, "STAGES": cfg.stages, "TRIP": cfg.trip, "AHEAD": cfg.ahead},

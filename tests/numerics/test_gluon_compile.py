@@ -116,3 +116,4 @@ def test_chain_decode_keeps_wgmma_async(tmp_path, m, n):
         fp8_descs={"w_desc": 64, "x_desc": cfg.token_block})
     spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
     assert "C7514" not in report and spilled <= (40 if cfg.token_block == 64 else 0), report
+

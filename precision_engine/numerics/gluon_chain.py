@@ -32,10 +32,10 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from precision_engine.numerics.gluon_gemm import (BLOCK_K, SHARED_BYTES, WARPGROUP_ROWS, _descriptor, _device,
-                                                  _ring, _wait_for_producer)
+                                                  _fill, _ring, _wait_for_producer)
 from precision_engine.numerics.pdl import launch_options
 
 
@@ -43,17 +43,11 @@ from precision_engine.numerics.pdl import launch_options
 def _chain_load_partition(w_desc, x_desc, w_bufs, x_bufs, ready, empty, num_kb, STAGES: gl.constexpr):
     """The TMA warp: this program's weight tile and token tile, K block by K block, into the ring. (Sending the
     first ring's weight tiles before the wait for the token quantizer gained nothing: call 1.)"""
-    BLOCK_K: gl.constexpr = w_desc.block_type.shape[1]
     off_w = gl.program_id(0) * w_desc.block_type.shape[0]
     off_t = gl.program_id(1) * x_desc.block_type.shape[0]
     _wait_for_producer()  # launched with PDL (`pdl`): the tokens and their scales are written
     for kb in range(num_kb):
-        slot = kb % STAGES
-        mbarrier.wait(empty.index(slot), ((kb // STAGES) & 1) ^ 1)  # the first round passes at once
-        bar = ready.index(slot)
-        mbarrier.expect(bar, w_desc.block_type.nbytes + x_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(w_desc, [off_w, kb * BLOCK_K], bar, w_bufs.index(slot))
-        tma.async_copy_global_to_shared(x_desc, [off_t, kb * BLOCK_K], bar, x_bufs.index(slot))
+        _fill(w_desc, x_desc, w_bufs, x_bufs, ready, empty, kb, off_w, off_t, kb, STAGES)
 
 
 @gluon.jit

@@ -146,23 +146,30 @@ def _tile(t, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.con
 
 
 @gluon.jit
+def _fill(a_desc, b_desc, a_bufs, b_bufs, ready, empty, it, off_a, off_b, kb, STAGES: gl.constexpr):
+    """Ring position `it`: wait until its slot is released (the first round passes at once), then TMA K block
+    kb of `a` (rows from off_a) and of `b` (rows from off_b) into it, both arriving on its `ready` barrier."""
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    slot = it % STAGES
+    mbarrier.wait(empty.index(slot), ((it // STAGES) & 1) ^ 1)
+    bar = ready.index(slot)
+    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(a_desc, [off_a, kb * BLOCK_K], bar, a_bufs.index(slot))
+    tma.async_copy_global_to_shared(b_desc, [off_b, kb * BLOCK_K], bar, b_bufs.index(slot))
+
+
+@gluon.jit
 def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, num_kb,
                     GROUP_M: gl.constexpr, STAGES: gl.constexpr):
     """The TMA warp: walks this program's tiles and fills each ring slot as soon as both MMA warpgroups have
     released it, running ahead into the next tile while they finish the last one."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     it = 0
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
         off_m, off_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         for kb in range(num_kb):
-            slot = it % STAGES
-            mbarrier.wait(empty.index(slot), ((it // STAGES) & 1) ^ 1)  # the first round passes at once
-            bar = ready.index(slot)
-            mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(a_desc, [off_m, kb * BLOCK_K], bar, a_bufs.index(slot))
-            tma.async_copy_global_to_shared(b_desc, [off_n, kb * BLOCK_K], bar, b_bufs.index(slot))
+            _fill(a_desc, b_desc, a_bufs, b_bufs, ready, empty, it, off_m, off_n, kb, STAGES)
             it += 1
 
 
@@ -469,19 +476,13 @@ def _decode_load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, units, 
                            STAGES: gl.constexpr, WHOLE: gl.constexpr):
     """The decode launch's TMA warp: this program's units in turn, K blocks in order, into the ring; the one row
     tile of tokens is re-read per block (it stays in L2), rows past M zero-filled by the copy engine."""
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     _wait_for_producer()  # launched with PDL (`pdl`): the tokens and their scales are written
     it = 0
     for u in range(gl.program_id(0), units, gl.num_programs(0)):
         off_n, kb_lo, count = _unit(u, num_kb, SEG_KB, BLOCK_N, WHOLE)
         for kb in range(kb_lo, kb_lo + count):
-            slot = it % STAGES
-            mbarrier.wait(empty.index(slot), ((it // STAGES) & 1) ^ 1)
-            bar = ready.index(slot)
-            mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(a_desc, [0, kb * BLOCK_K], bar, a_bufs.index(slot))
-            tma.async_copy_global_to_shared(b_desc, [off_n, kb * BLOCK_K], bar, b_bufs.index(slot))
+            _fill(a_desc, b_desc, a_bufs, b_bufs, ready, empty, it, 0, off_n, kb, STAGES)
             it += 1
 
 

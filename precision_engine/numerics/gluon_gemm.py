@@ -33,6 +33,8 @@ promotes kb-1 (`_tile_product`); its units are one K segment of a 128-row weight
 their reader (`SplitSums`), or a whole tile where the weight has enough tiles to fill the SMs alone (fused
 gate/up).
 At M = 64 on the H200 it took o_proj from 9.5 to 8.7 us, down_proj 22.9 -> 21.8, fused gate/up 39.9 -> 38.1.
+Since AUTO's K is one segment (`triton_gemm.segment_kb`), AUTO runs it on wide weights' whole tiles only; narrow
+weights decode in `gluon_chain`, and segments come only from a caller that names them.
 
 GPU only (Hopper, sm_90): Triton's interpreter does not run Gluon; on the CPU the reference kernel and the
 Triton kernel in the interpreter stand in for both launches.

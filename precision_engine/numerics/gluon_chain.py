@@ -169,6 +169,12 @@ class ChainConfig:
     ahead: int = 3
     token_block: int = 0
 
+    def __post_init__(self):
+        # A trip issues its own blocks only, and a block in flight holds its slot: with fewer slots than wgmmas
+        # in flight the TMA warp and the MMA warpgroup would wait for each other forever.
+        if not (1 <= self.ahead <= 3 and self.ahead < self.trip and self.ahead < self.stages):
+            raise ValueError(f"ChainConfig: need 1 <= ahead <= 3, ahead < trip and ahead < stages; got {self}")
+
 
 def token_tile(m: int) -> int:
     """The token tile: wgmma's narrow side, a power of two from 8 (its least width) to 64."""

@@ -236,3 +236,35 @@ def test_a_shape_without_a_no_split_algorithm_is_asked_once(fake):
         with pytest.raises(UnsupportedError, match="no algorithm without split-K"):
             _pin()
     assert len(ext.queries) == 1
+
+
+@pytest.mark.parametrize("m, n, seg_kb, expected", [
+    (1, 4096, None, True), (64, 6144, None, True), (16, 1024, None, True),  # narrow weights, one segment
+    (1, 14336, None, False), (64, 28672, None, False),  # wide: their whole-tile launches
+    (16, 4096, 2, False),  # K split into segments by the caller: the split launch
+    (65, 4096, None, False),  # above decode sizes
+])
+def test_which_decodes_run_the_chain_launch(hopper, monkeypatch, m, n, seg_kb, expected):
+    """`triton_gemm.block_scaled_gemm`'s dispatch on a stand-in H200: the Gluon chain launch takes one-segment
+    decode of weights under CHAIN_MAX_TILES 128-row tiles. Launches are stand-ins that say which ran."""
+    gluon_chain = pytest.importorskip("precision_engine.numerics.gluon_chain")
+    from precision_engine.numerics import gluon_gemm, triton_gemm
+
+    hopper()
+    monkeypatch.setattr(gluon_chain, "gluon_chain_decode_gemm", lambda *args, **kwargs: "chain")
+    monkeypatch.setattr(gluon_gemm, "gluon_block_scaled_gemm", lambda *args, **kwargs: "prefill")
+    monkeypatch.setattr(triton_gemm, "_gluon_decode", lambda *args, **kwargs: "whole tiles")
+    monkeypatch.setattr(triton_gemm, "_fp8_block_gemm_kernel", _NoLaunch())
+    monkeypatch.setattr(triton_gemm, "_fp8_persistent_kernel", _NoLaunch())
+    a = torch.empty(m, 512, dtype=torch.float8_e4m3fn)
+    b = torch.empty(n, 512, dtype=torch.float8_e4m3fn)
+    out = triton_gemm.block_scaled_gemm(a, torch.ones(m, 4), b, torch.ones(-(-n // 128), 4), b_scale_rows=128,
+                                        seg_kb=seg_kb)
+    assert (isinstance(out, str) and out == "chain") is expected
+
+
+class _NoLaunch:
+    """A Triton kernel stand-in: indexing gives a launcher that does nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None

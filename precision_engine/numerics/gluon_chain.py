@@ -61,20 +61,6 @@ def _issue(w_bufs, x_bufs, ready, it, zero, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _retire(d, in_flight: gl.constexpr):
-    """Wait until block d's wgmma is done, leaving the `in_flight` issued after it running."""
-    if in_flight >= 3:
-        d = warpgroup_mma_wait(num_outstanding=3, deps=(d,))
-    elif in_flight == 2:
-        d = warpgroup_mma_wait(num_outstanding=2, deps=(d,))
-    elif in_flight == 1:
-        d = warpgroup_mma_wait(num_outstanding=1, deps=(d,))
-    else:
-        d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-    return d
-
-
-@gluon.jit
 def _block_scales(sw_ptrs, sx_ptrs, kb, stride_swk, stride_sxk, mask_t):
     """Block kb's weight scales (per weight row) and token scales (per token); their product is formed where
     the block is promoted, which holds fewer registers than the [rows, tokens] product would."""
@@ -127,7 +113,8 @@ def _chain_mma_partition(w_bufs, x_bufs, ready, empty, c_ptr, sx_ptr, sw_ptr, M,
                     d3 = incoming
             sw2, sx2 = _block_scales(sw_ptrs, sx_ptrs, gl.minimum(kb0 + j + 2, last), stride_swk, stride_sxk,
                                      mask_t)
-            d0 = _retire(d0, AHEAD if AHEAD < TRIP - 1 - j else TRIP - 1 - j)
+            # block kb0 + j done; those issued after it inside this trip stay in flight
+            d0 = warpgroup_mma_wait(num_outstanding=min(AHEAD, TRIP - 1 - j), deps=(d0,))
             mbarrier.arrive(empty.index((it + j) % STAGES))
             chain = chain + d0 * (sx0[None, :] * sw0[:, None])
             d0, d1, d2 = d1, d2, d3

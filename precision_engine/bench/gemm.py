@@ -6,8 +6,9 @@ drawn input sets, together larger than the L2, so decode numbers measure HBM, no
 timed as CUDA-graph replays (see `time_graphed`), training sizes eagerly.
 
 Kernels: ours (cuBLAS; `cublas_pinned`, cuBLAS with one algorithm pinned per shape, batch-invariant, its rows
-under 16 on the one-segment Triton launch, a note where its extension does not build; `triton`, the Triton
-kernel by name, which above decode sizes on Hopper with Triton 3.6 is `gluon_gemm`; DeepGEMM where installed)
+under 16 and its decode sizes on Hopper on our one-segment launches (same bits), a note where its extension
+does not build; `triton`, the Triton kernel by name, which on Hopper with Triton 3.6 is `gluon_gemm` above
+decode sizes and `gluon_chain` or Gluon's whole tiles at them; DeepGEMM where installed)
 and, where it runs (`torchao_ref.unavailable`),
 torchao's Triton GEMM (`torchao_triton`) on operands its own quantizers made; its cuBLAS path is the cuBLAS row.
 """

@@ -5,10 +5,10 @@ Measured per shape and token count:
   fwd+bwd  a training step's share: the weight is marked changed first (so it is re-quantized, as after every
            optimizer step), forward, backward with a fresh random dy, bf16 grads for x and W
 Variants: `fp8_cublas` runs all three GEMMs through cuBLAS; `fp8_bi` is the batch-invariant default, its
-forward on the Triton kernel (same bits as decode; pinned cuBLAS above decode sizes for the weights whose K is
-one segment, same bits), dgrad and wgrad on cuBLAS; `fp8_bi_pinned` is a policy's `kernel: cublas_pinned`, all
-three GEMMs on cuBLAS with a pinned algorithm, its rows under 16 on the one-segment Triton launch (same bits; a
-note where its extension does not build); `torchao` and `torchao_triton` are
+forward on the Triton kernel (same bits as decode; pinned cuBLAS above decode sizes, same bits, every weight's
+K being one segment), dgrad and wgrad on cuBLAS; `fp8_bi_pinned` is a policy's `kernel: cublas_pinned`, all
+three GEMMs on cuBLAS with a pinned algorithm, its rows under 16 and its decode sizes on Hopper on our
+one-segment launches (same bits; a note where its extension does not build); `torchao` and `torchao_triton` are
 torchao's `Float8BlockwiseLinear` over the same weight (cuBLAS and Triton GEMMs; see `torchao_ref`: it re-quantizes
 W on every call, forward included), at training sizes only, where it runs; otherwise `torchao_note` says why.
   fwd/graph, fwd+bwd/graph   the same calls captured into a CUDA graph and timed as its replays (GPU only): the

@@ -13,8 +13,8 @@ offered gave the same bits, and the GEMM runs 1.58-1.72x BF16 at 8192 tokens whe
 the Triton and Gluon kernels with a single K segment give exactly its bits (fifteenth session), so
 `gemm.fp8_gemm` runs them instead where they are faster (`gemm._pinned_bits_from_triton`: under 16 rows, and
 at decode sizes where a Gluon launch takes the shape). Since the sixteenth session AUTO's Triton kernel has one
-K segment for every weight (`triton_gemm.segment_kb`), so AUTO's bits are this kernel's (measured for 128x128 weight blocks on Hopper), and
-AUTO's prefill and training forward run here (`gemm._triton_bits_from_pinned`).
+K segment for every weight (`triton_gemm.segment_kb`), so AUTO's bits are this kernel's (measured for 128x128
+weight blocks on Hopper), and AUTO's prefill and training forward run here (`gemm._triton_bits_from_pinned`).
 
 The extension (`csrc/cublaslt_gemm.cpp`) builds at first use with torch.utils.cpp_extension (about 25 s on
 the H200 image, then cached in TORCH_EXTENSIONS_DIR); it needs a host C++ compiler and cuBLASLt's headers

@@ -352,8 +352,9 @@ def chain_decodes(n: int) -> bool:
 
 
 def one_segment_decode_runs_gluon(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether a one-segment launch (seg_kb = every K block) of at most decode size takes a Gluon launch: the
-    chain launch for a narrow weight, whole 128-row tiles for a weight of >= ~0.8 x SMs x 128 rows."""
+    """Whether a one-segment launch (seg_kb = every K block) of at most decode size has a fast launch here, Gluon
+    running: the chain launch for a narrow weight, whole 128-row tiles for a weight of >= ~0.8 x SMs x 128 rows
+    (Gluon's above 16 rows, this file's persistent swapped launch at 16 and under)."""
     m, k = a.shape
     n = b.shape[0]
     return m <= SMALL_M_MAX and _gluon_runs(a, b) and (

@@ -198,13 +198,29 @@ def _is_group128(fmt) -> bool:
 
 def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype, *, pinned: bool
                  ) -> torch.Tensor:
-    """torch._scaled_mm (or, `pinned`, `cublas_pinned.gemm`) with the blockwise layouts recorded in DESIGN.md; no
-    copies for aligned shapes.
+    """torch._scaled_mm (or, `pinned`, `cublas_pinned.gemm`) on `_cublas_operands`' layouts."""
+    m, n = a.data.shape[0], b.data.shape[0]
+    a_data, a_scale, b_data, scale_b = _cublas_operands(a, b, b_scale_rows)
+    if pinned:
+        from precision_engine.numerics import cublas_pinned
 
-    mat2 is b^T viewed column-major ([K, N] with strides (1, K)); scale_a is M-major (strides (1, M));
-    scale_b is b.scale^T: [K/128, N/128] with strides (1, K/128) for blocks, [K/128, N] contiguous for groups.
-    cuBLAS also needs M a multiple of 16 and ceil(K/128) a multiple of 4 (seen on an H200 with cuBLAS 13.0:
-    M=1, 7, 17 are refused; K=320 gives wrong results); other shapes are zero-padded here, scales padded with 1.
+        out = cublas_pinned.gemm(a_data, a_scale, b_data, scale_b, w_blocks=b_scale_rows == SCALE_BLOCK,
+                                 out_dtype=out_dtype)
+    else:
+        out = torch._scaled_mm(a_data, b_data.t(), scale_a=a_scale, scale_b=scale_b, out_dtype=out_dtype)
+    return out[:m, :n] if out.shape != (m, n) else out
+
+
+def _cublas_operands(a: Quantized, b: Quantized, b_scale_rows: int
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(a, a's scales, b, b's scales) in the blockwise layouts cuBLASLt reads (recorded in DESIGN.md); no copies
+    for aligned shapes.
+
+    a is [M, K] row-major, b [N, K] row-major (torch._scaled_mm takes b^T viewed column-major); a's scales are
+    M-major (a [M, K/128] view with strides (1, M)); b's are b.scale^T: [K/128, N/128] with strides (1, K/128)
+    for blocks, [K/128, N] contiguous for groups. cuBLAS also needs M a multiple of 16 and ceil(K/128) a multiple
+    of 4 (seen on an H200 with cuBLAS 13.0: M=1, 7, 17 are refused; K=320 gives wrong results); other shapes are
+    zero-padded here, scales padded with 1, and the product's rows and columns past [M, N] are to be dropped.
     """
     m, k = a.data.shape
     n = b.data.shape[0]
@@ -230,14 +246,7 @@ def _cublas_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch
         if scale_b.shape != (kb_pad, n_pad) or not scale_b.is_contiguous():
             scale_b = _padded_ones(kb_pad, n_pad, b.scale)
             scale_b[:kblocks, :n] = b.scale.t()
-    if pinned:
-        from precision_engine.numerics import cublas_pinned
-
-        out = cublas_pinned.gemm(a_data, a_scale, b_data, scale_b, w_blocks=b_scale_rows == SCALE_BLOCK,
-                                 out_dtype=out_dtype)
-    else:
-        out = torch._scaled_mm(a_data, b_data.t(), scale_a=a_scale, scale_b=scale_b, out_dtype=out_dtype)
-    return out[:m, :n] if (m_pad, n_pad) != (m, n) else out
+    return a_data, a_scale, b_data, scale_b
 
 
 def _triton_bits_from_pinned(a: Quantized, b: Quantized, b_scale_rows: int) -> bool:

@@ -5,7 +5,11 @@ can get is bounded by the device's fastest GEMMs, not by ours. So for each (N, K
 the three GEMMs of a training step in the same run:
 - in BF16, with nn.Linear's own layouts;
 - in FP8 with one scale per tensor and fast accumulation (`torch._scaled_mm(use_fast_accum=True)`: cuBLAS's
-  fastest FP8 GEMM, with no block scales to apply and no promotion to FP32 along K).
+  fastest FP8 GEMM, with no block scales to apply and no promotion to FP32 along K);
+- in FP8 with the Jet-RL scales (`blocks`): 1x128 groups times 128x128 weight blocks for fprop and dgrad, 1x128
+  times 1x128 groups along tokens for wgrad, on cuBLAS's block-scaled GEMM (`gemm.fp8_gemm`, kernel cublas). No
+  faster GEMM with these numerics is known on Hopper: on the H200 every configuration cuBLASLt accepts for them
+  (all algorithms, tiles, stages and clusters, seventeenth session) ran at or behind the heuristic's pick.
 It also measures the device's copy bandwidth, and our FP8 linear's own ratios (`bench linear`'s fp8_cublas and
 fp8_bi) on the same shape, so each row reads: achieved, ceiling, target. It derives two ceilings per pass:
 
@@ -15,6 +19,9 @@ fp8_bi) on the same shape, so each row reads: achieved, ceiling, target. It deri
                     GEMM's TFLOP/s is kept too, to compare with the tensor cores' peak.
   with quantizers   BF16 ms / (FP8 GEMM ms + the fewest bytes the Jet-RL dataflow's quantizers must move, at
                     copy bandwidth). This assumes quantization does not overlap the GEMMs.
+Each is derived twice: from the per-tensor GEMMs (the card's FP8 ceiling) and from the block-scaled ones (`blocks_`
+keys: the ceiling of any linear built on cuBLAS's block-scaled GEMMs, ours and torchao's alike). A target above
+the second is out of reach for such a linear: only a block-scaled GEMM faster than cuBLAS's would reach it.
 
 GEMMs, for x [M, K], W [N, K] and dy [M, N]: fprop x W^T; dgrad dy W; wgrad dy^T x.
 The fewest bytes (`quantizer_bytes`):
@@ -35,8 +42,11 @@ import torch
 from precision_engine.bench.gemm import QUICK_SHAPES, SHAPES_8B, TRAIN_M, timed
 from precision_engine.bench.quant import activation_bytes, grad_output_bytes, requantize_bytes, weight_bytes
 from precision_engine.bench.timing import rotation
+from precision_engine.numerics.capabilities import Gemm
+from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
 
 GEMMS = ("fprop", "dgrad", "wgrad")
+FP8_KINDS = ("fp8", "blocks")  # per-tensor with fast accumulation; the Jet-RL block scales
 TARGETS = {"fwd": 1.45, "fwd+bwd": 1.45}  # issue 12; fwd+bwd on the MLP shapes: MLP_TARGET
 MLP_TARGET = 1.6
 MLP_FEATURES = (14336, 28672, 12288)  # the 8B MLPs' intermediate sizes (Llama up, fused gate+up; Qwen3 up)
@@ -70,43 +80,63 @@ def _bf16_shapes(gemm: str, n: int, k: int, m: int) -> tuple[tuple[int, int], tu
 
 
 def ceilings(row: dict) -> dict:
-    """The ceilings of `row` (its `bf16_<gemm>_ms`, `fp8_<gemm>_ms`, `copy_gbps`, `<pass>_bytes`) per pass,
-    each with the issue's target and whether the GEMMs-only ceiling leaves it within reach."""
+    """The ceilings of `row` (its `bf16_<gemm>_ms`, `<kind>_<gemm>_ms` per FP8_KINDS, `copy_gbps`,
+    `<pass>_bytes`) per pass, each with the issue's target and whether it is within reach: of the card's per-tensor
+    FP8 GEMMs (`reachable`: their GEMMs-only ratio), of cuBLAS's block-scaled ones (`blocks_reachable`: with the
+    quantizers' bytes too, what a linear on those GEMMs can reach at best)."""
     out = {}
     for pass_, gemms in (("fwd", GEMMS[:1]), ("fwd+bwd", GEMMS)):
         bf16 = sum(row[f"bf16_{g}_ms"] for g in gemms)
-        fp8 = sum(row[f"fp8_{g}_ms"] for g in gemms)
         quant_ms = row[f"{pass_}_bytes"] / (row["copy_gbps"] * 1e6)  # GB/s = 1e6 bytes per ms
         target = MLP_TARGET if pass_ == "fwd+bwd" and (row["n"] in MLP_FEATURES or row["k"] in MLP_FEATURES) \
             else TARGETS[pass_]
-        out[pass_] = {"gemm_x": bf16 / fp8, "with_quant_x": bf16 / (fp8 + quant_ms), "target": target,
-                      "reachable": bf16 / fp8 >= target}
+        cell = {"target": target}
+        for kind in FP8_KINDS:
+            if not all(f"{kind}_{g}_ms" in row for g in gemms):
+                continue
+            fp8 = sum(row[f"{kind}_{g}_ms"] for g in gemms)
+            prefix = "" if kind == "fp8" else f"{kind}_"
+            cell[f"{prefix}gemm_x"] = bf16 / fp8
+            cell[f"{prefix}with_quant_x"] = bf16 / (fp8 + quant_ms)
+        cell["reachable"] = cell["gemm_x"] >= target
+        if "blocks_with_quant_x" in cell:
+            cell["blocks_reachable"] = cell["blocks_with_quant_x"] >= target
+        out[pass_] = cell
     return out
 
 
-def _gemm_timers(gemm: str, n: int, k: int, m: int, device: str) -> tuple[Callable, Callable, Callable, int]:
-    """(make one input set, BF16 on a set, FP8 on a set, bytes of a set) for one GEMM of the step: BF16 on
-    nn.Linear's operands, FP8 on K-major operands (what `torch._scaled_mm` takes) of the same problem."""
+def _gemm_timers(gemm: str, n: int, k: int, m: int, device: str) -> tuple[Callable, dict[str, Callable], int]:
+    """(make one input set, {kind: its GEMM on a set} for bf16 and FP8_KINDS, bytes of a set) for one GEMM of the
+    step: BF16 on nn.Linear's operands, FP8 on K-major operands of the same problem (what cuBLAS takes), the
+    block-scaled ones quantized from random values in the Jet-RL layouts. Off CUDA the block-scaled GEMM runs
+    emulated (the wiring's test)."""
+    from precision_engine.numerics.gemm import fp8_gemm
+    from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
+
     rows, cols, red = problems(n, k, m)[gemm]
     p_shape, q_shape = _bf16_shapes(gemm, n, k, m)
     bf16_product = _BF16_PRODUCTS[gemm]
     one = torch.ones((), device=device)
+    groups, blocks = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
+    kernel = Kernel.CUBLAS if torch.device(device).type == "cuda" else Kernel.EMULATED
 
     def make():
         p = torch.randn(p_shape, device=device, dtype=torch.bfloat16)
         q = torch.randn(q_shape, device=device, dtype=torch.bfloat16)
         a8 = torch.randn(rows, red, device=device).to(torch.float8_e4m3fn)
         b8 = torch.randn(cols, red, device=device).to(torch.float8_e4m3fn)
-        return p, q, a8, b8
+        a_blocks = quantize_rows_1xG(torch.randn(rows, red, device=device), groups)
+        b_values = torch.randn(cols, red, device=device)
+        b_blocks = quantize_rows_1xG(b_values, groups) if gemm == "wgrad" else quantize_blocks(b_values, blocks)
+        return p, q, a8, b8, a_blocks, b_blocks
 
-    def bf16(p, q, a8, b8):
-        return bf16_product(p, q)
-
-    def fp8(p, q, a8, b8):
-        return torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
-                                use_fast_accum=True)
-
-    return make, bf16, fp8, 3 * (rows + cols) * red
+    timers = {
+        "bf16": lambda p, q, *_: bf16_product(p, q),
+        "fp8": lambda p, q, a8, b8, *_: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one,
+                                                         out_dtype=torch.bfloat16, use_fast_accum=True),
+        "blocks": lambda *s: fp8_gemm(s[4], s[5], kernel=kernel, gemm=Gemm(gemm), batch_invariant=False),
+    }
+    return make, timers, 4 * (rows + cols) * red
 
 
 def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
@@ -124,13 +154,12 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
         for m in ms or (TRAIN_M[:1] if quick else TRAIN_M):
             row = {"n": n, "k": k, "m": m, "copy_gbps": bandwidth}
             for gemm in GEMMS:
-                make, bf16, fp8, nbytes = _gemm_timers(gemm, n, k, m, device)
+                make, timers, nbytes = _gemm_timers(gemm, n, k, m, device)
                 sets = rotation(make, nbytes)
-                row[f"bf16_{gemm}_ms"] = timed(bf16, sets, graphed=False, warmup=warmup, reps=reps)
-                row[f"fp8_{gemm}_ms"] = timed(fp8, sets, graphed=False, warmup=warmup, reps=reps)
                 flop = 2 * math.prod(problems(n, k, m)[gemm])
-                row[f"bf16_{gemm}_tflops"] = flop / row[f"bf16_{gemm}_ms"] / 1e9
-                row[f"fp8_{gemm}_tflops"] = flop / row[f"fp8_{gemm}_ms"] / 1e9
+                for kind, fn in timers.items():
+                    row[f"{kind}_{gemm}_ms"] = timed(fn, sets, graphed=False, warmup=warmup, reps=reps)
+                    row[f"{kind}_{gemm}_tflops"] = flop / row[f"{kind}_{gemm}_ms"] / 1e9
                 del sets
             row.update({f"{p}_bytes": b for p, b in quantizer_bytes(n, k, m).items()})
             row["ceilings"] = ceilings(row)
@@ -146,19 +175,23 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
 
 
 def format_row(r: dict) -> str:
-    """Per pass: our variants' ratios, the ceilings (GEMMs only / with quantizers) and the target."""
+    """Per pass: our variants' ratios, the ceilings (GEMMs only / with quantizers; per-tensor, then block-scaled)
+    and the target."""
     cells = []
     for pass_, c in r["ceilings"].items():
         ours = ", ".join(f"{v} {x:.2f}x" for v, x in r.get("achieved", {}).get(pass_, {}).items())
-        verdict = "within reach" if c["reachable"] else "beyond cuBLAS's own FP8"
-        cells.append(f"{pass_}: {ours or 'ours -'}; ceiling {c['gemm_x']:.2f}x / {c['with_quant_x']:.2f}x; "
+        verdict = "within reach" if c.get("blocks_reachable", c["reachable"]) else (
+            "beyond cuBLAS's block-scaled GEMMs" if c["reachable"] else "beyond cuBLAS's own FP8")
+        blocks = (f"; block-scaled {c['blocks_gemm_x']:.2f}x / {c['blocks_with_quant_x']:.2f}x"
+                  if "blocks_gemm_x" in c else "")
+        cells.append(f"{pass_}: {ours or 'ours -'}; ceiling {c['gemm_x']:.2f}x / {c['with_quant_x']:.2f}x{blocks}; "
                      f"target {c['target']:.2f}x {verdict}")
     return f"{r['n']:>6}x{r['k']:<6} {r['m']:>6}  " + " | ".join(cells)
 
 
 def format_table(rows: list[dict]) -> str:
-    """A line per row: each pass's achieved ratios, its ceiling with GEMMs only / with quantizer bytes, and
-    the issue's target."""
+    """A line per row: each pass's achieved ratios, its ceilings with GEMMs only / with quantizer bytes (per-tensor
+    FP8, then block-scaled), and the issue's target."""
     head = (f"{'N x K':>13} {'M':>6}  x BF16, same run; ceilings: GEMMs only / with quantizers at "
             f"{rows[0]['copy_gbps']:.0f} GB/s copy bandwidth" if rows else "no rows")
     return "\n".join([head, *map(format_row, rows)])

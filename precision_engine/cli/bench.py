@@ -133,11 +133,12 @@ def register(app: typer.Typer) -> None:
         """How far an FP8 linear could get ahead of BF16 on this GPU, against issue 12's targets, same run.
 
         For each 8B projection shape at 8192/16384 tokens (--quick: two shapes at 8192), the training step's
-        three GEMMs are timed in BF16 and in FP8 with one scale per tensor and fast accumulation (cuBLAS's
-        fastest FP8 GEMM), and the copy bandwidth is measured. The ceiling per pass is printed twice: with the
-        GEMMs alone, and with the fewest bytes the FP8 dataflow's quantizers must move added at copy bandwidth.
-        Beside it are our FP8 linear's own ratios (fp8_cublas, fp8_bi) on the same shape. A target above the
-        GEMMs-only ceiling asks our GEMMs to beat cuBLAS's per-tensor FP8 GEMM.
+        three GEMMs are timed in BF16, in FP8 with one scale per tensor and fast accumulation (cuBLAS's fastest
+        FP8 GEMM), and in FP8 with the Jet-RL block scales (cuBLAS's block-scaled GEMM), and the copy bandwidth
+        is measured. Each ceiling per pass is printed twice: with the GEMMs alone, and with the fewest bytes the
+        FP8 dataflow's quantizers must move added at copy bandwidth. Beside them are our FP8 linear's own ratios
+        (fp8_cublas, fp8_bi) on the same shape. A target above the block-scaled ceiling is out of reach for any
+        linear on cuBLAS's block-scaled GEMMs; above the per-tensor GEMMs-only one, for any FP8 GEMM cuBLAS has.
 
         Examples:
           precision bench ceiling --out bench_ceiling.json

@@ -25,11 +25,13 @@ def test_problems_are_the_steps_three_gemms():
                                             "wgrad": (14336, 4096, 8192)}
 
 
-def _row(n, k, bf16, fp8, gbps=4000.0):
+def _row(n, k, bf16, fp8, gbps=4000.0, blocks=None):
     row = {"n": n, "k": k, "m": 8192, "copy_gbps": gbps}
     row.update({f"{p}_bytes": b for p, b in C.quantizer_bytes(n, k, 8192).items()})
     for g, b, f in zip(C.GEMMS, bf16, fp8):
         row[f"bf16_{g}_ms"], row[f"fp8_{g}_ms"] = b, f
+    for g, ms in zip(C.GEMMS, blocks or ()):
+        row[f"blocks_{g}_ms"] = ms
     return row
 
 
@@ -44,6 +46,19 @@ def test_ceilings_add_quantizer_time_and_judge_the_gemm_only_ratio():
     assert mlp["fwd+bwd"]["target"] == 1.6 and not mlp["fwd+bwd"]["reachable"]  # 1.5x GEMMs-only < 1.6
 
 
+def test_the_block_scaled_ceiling_judges_with_the_quantizers_bytes():
+    """Per-tensor FP8 leaves 1.6x within reach (1.67x GEMMs only), cuBLAS's block-scaled GEMMs do not (1.5x
+    GEMMs only, less with the quantizers): the verdict names the block-scaled GEMMs."""
+    row = _row(14336, 4096, (1.0, 1.0, 1.0), (0.6, 0.6, 0.6), blocks=(0.65, 0.65, 0.7))
+    got = C.ceilings(row)["fwd+bwd"]
+    step_ms = C.quantizer_bytes(14336, 4096, 8192)["fwd+bwd"] / 4000e6
+    assert got["reachable"] and got["blocks_gemm_x"] == pytest.approx(1.5)
+    assert got["blocks_with_quant_x"] == pytest.approx(3.0 / (2.0 + step_ms)) and not got["blocks_reachable"]
+    assert "beyond cuBLAS's block-scaled GEMMs" in C.format_row({**row, "ceilings": C.ceilings(row)})
+    fast = C.ceilings(_row(14336, 4096, (1.0, 1.0, 1.0), (0.5, 0.5, 0.5), blocks=(0.55, 0.55, 0.55)))
+    assert fast["fwd+bwd"]["blocks_reachable"]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 def test_ceiling_without_gpu_is_one_clear_error():
     result = CliRunner().invoke(app, ["bench", "ceiling", "--quick"])
@@ -54,7 +69,8 @@ def test_the_loop_runs_end_to_end_at_toy_size_on_the_cpu():
     """The wiring (timers, layouts, bytes, ceilings, table) at a toy size on the CPU: not a measurement."""
     rows = C.bench_ceiling(shapes=[(256, 128)], ms=[256], reps=2, warmup=1, device="cpu")
     (row,) = rows
-    assert all(row[f"{kind}_{g}_ms"] > 0 for kind in ("bf16", "fp8") for g in C.GEMMS) and row["copy_gbps"] > 0
+    assert all(row[f"{kind}_{g}_ms"] > 0 for kind in ("bf16", *C.FP8_KINDS) for g in C.GEMMS) and row["copy_gbps"] > 0
+    assert row["ceilings"]["fwd+bwd"]["blocks_with_quant_x"] > 0
     assert set(row["ceilings"]) == {"fwd", "fwd+bwd"} and row["fwd_bytes"] == C.quantizer_bytes(256, 128, 256)["fwd"]
     assert row["achieved"]["fwd"]["fp8_bi"] > 0 and row["achieved"]["fwd+bwd"]["fp8_bi"] > 0  # no cuBLAS on a CPU
     table = C.format_table(rows)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Call 3 (seventeenth session): host microseconds of each piece of an eager FP8 linear step; the wgrad
+# Call 3 (seventeenth session, after the descriptor cache): host microseconds of each piece of an eager FP8
+# linear step, the extension before the cache beside it; the wgrad
 # algorithms round-robin; the block-scaled ceiling, quick.
 set -u
 cd "$(dirname "$0")/../../.."

@@ -64,6 +64,15 @@ def main():
     fp8 = Fp8Linear.from_linear(lin, spec, numerics=numerics)
     xg = x.clone().requires_grad_()
     info = device_info(x.device)
+    from pathlib import Path
+
+    from torch.utils.cpp_extension import load
+    include, library = cublas_pinned._cublaslt_files()
+    before = load(name="precision_engine_cublaslt_before", extra_include_paths=include, extra_ldflags=[library],
+                  sources=[str(Path(__file__).with_name("cublaslt_gemm_before.cpp"))], with_cuda=True,
+                  extra_cflags=["-O2"])
+    row = next(r for r in before.algorithms(ops[1], ops[3], m, n, k, xq.data.dtype, wq.data.dtype, torch.bfloat16,
+                                            True, 4, cublas_pinned.WORKSPACE_BYTES).tolist() if r[3] <= 1)
 
     def step(layer):
         torch.autograd.graph.increment_version(layer.weight)
@@ -87,6 +96,8 @@ def main():
         "pinned_algorithm lookup": lambda: cublas_pinned.pinned_algorithm(ops[1], ops[3], n, k, xq.data.dtype,
                                                                           wq.data.dtype, torch.bfloat16, True),
         "ext.matmul (C++ alone)": lambda: ext.matmul(algo.index, ops[0], ops[1], ops[2], ops[3], True, out, ws),
+        "ext.matmul before (descs per call)": lambda: before.matmul(row[0], ops[0], ops[1], ops[2], ops[3], True, out,
+                                                                    ws),
         "cublas_pinned.gemm": lambda: cublas_pinned.gemm(*ops, w_blocks=True, out_dtype=torch.bfloat16),
         "torch._scaled_mm": lambda: torch._scaled_mm(ops[0], ops[2].t(), scale_a=ops[1], scale_b=ops[3],
                                                      out_dtype=torch.bfloat16),

@@ -16,9 +16,7 @@
 
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <mutex>
-#include <tuple>
 #include <vector>
 
 namespace {
@@ -76,10 +74,11 @@ struct Problem {
     const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a_mode);
     set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b_mode);
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scale);
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, x_scale);
     LT_CHECK(cublasLtMatrixLayoutCreate(&a, cuda_type(w_type), k, n, k));
     LT_CHECK(cublasLtMatrixLayoutCreate(&b, cuda_type(x_type), k, m, k));
     LT_CHECK(cublasLtMatrixLayoutCreate(&d, cuda_type(out_type), n, m, n));
-    bind(m, x_scale, w_scale);
   }
 
   Problem(const Problem&) = delete;
@@ -92,39 +91,11 @@ struct Problem {
     if (op) cublasLtMatmulDescDestroy(op);
   }
 
-  // This call's M (the columns of x and out, column-major) and scale pointers: all a call changes.
-  void bind(int64_t m, const void* x_scale, const void* w_scale) {
-    const uint64_t columns = static_cast<uint64_t>(m);
-    LT_CHECK(cublasLtMatrixLayoutSetAttribute(b, CUBLASLT_MATRIX_LAYOUT_COLS, &columns, sizeof(columns)));
-    LT_CHECK(cublasLtMatrixLayoutSetAttribute(d, CUBLASLT_MATRIX_LAYOUT_COLS, &columns, sizeof(columns)));
-    set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scale);
-    set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, x_scale);
-  }
-
   template <typename T>
   void set(cublasLtMatmulDescAttributes_t attribute, const T& value) {
     LT_CHECK(cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof(value)));
   }
 };
-
-// The problems `matmul` has run, per thread (a call rebinds one before it enqueues; no other thread sees it),
-// keyed by everything but M and the pointers: building descriptors on every call cost host time that the small
-// shapes' GEMMs (tens of microseconds) could not hide.
-using ProblemKey = std::tuple<int64_t, int64_t, int, int, int, bool>;  // N, K, x, w, out dtypes, w_blocks
-thread_local std::map<ProblemKey, std::unique_ptr<Problem>> problems;
-
-Problem& bound_problem(int64_t m, int64_t n, int64_t k, at::ScalarType x_type, at::ScalarType w_type,
-                       at::ScalarType out_type, bool w_blocks, const void* x_scale, const void* w_scale) {
-  const ProblemKey key{n, k, static_cast<int>(x_type), static_cast<int>(w_type), static_cast<int>(out_type),
-                       w_blocks};
-  auto found = problems.find(key);
-  if (found == problems.end()) {
-    auto made = std::make_unique<Problem>(m, n, k, x_type, w_type, out_type, w_blocks, x_scale, w_scale);
-    return *problems.emplace(key, std::move(made)).first->second;
-  }
-  found->second->bind(m, x_scale, w_scale);
-  return *found->second;
-}
 
 uint64_t config_value(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
   size_t size = 0;
@@ -202,8 +173,8 @@ void matmul(int64_t index, const torch::Tensor& x, const torch::Tensor& x_scale,
   TORCH_CHECK(x_scale.scalar_type() == at::kFloat && w_scale.scalar_type() == at::kFloat,
               "cublaslt_gemm: float32 scales");
   const c10::cuda::CUDAGuard guard(out.device());
-  Problem& problem = bound_problem(x.size(0), w.size(0), x.size(1), x.scalar_type(), w.scalar_type(),
-                                   out.scalar_type(), w_blocks, x_scale.data_ptr(), w_scale.data_ptr());
+  Problem problem(x.size(0), w.size(0), x.size(1), x.scalar_type(), w.scalar_type(), out.scalar_type(), w_blocks,
+                  x_scale.data_ptr(), w_scale.data_ptr());
   const cublasLtMatmulAlgo_t algo = entry(index);
   const float one = 1.0f, zero = 0.0f;
   LT_CHECK(cublasLtMatmul(handle(out.device().index()), problem.op, &one, w.data_ptr(), problem.a, x.data_ptr(),

@@ -8,8 +8,9 @@ the three GEMMs of a training step in the same run:
   fastest FP8 GEMM, with no block scales to apply and no promotion to FP32 along K);
 - in FP8 with the Jet-RL scales (`blocks`): 1x128 groups times 128x128 weight blocks for fprop and dgrad, 1x128
   times 1x128 groups along tokens for wgrad, on cuBLAS's block-scaled GEMM (`gemm.fp8_gemm`, kernel cublas). No
-  faster GEMM with these numerics is known on Hopper: on the H200 every configuration cuBLASLt accepts for them
-  (all algorithms, tiles, stages and clusters, seventeenth session) ran at or behind the heuristic's pick.
+  faster GEMM with these numerics is known here: on the H200 (seventeenth session) none of the other cuBLASLt
+  configurations tried (every algorithm the heuristic offers; every tile, stage count and cluster shape
+  cublasLtMatmulAlgoCheck accepts at custom option 0) beat the heuristic's first pick, nor did our Gluon GEMM.
 It also measures the device's copy bandwidth, and our FP8 linear's own ratios (`bench linear`'s fp8_cublas and
 fp8_bi) on the same shape, so each row reads: achieved, ceiling, target. It derives two ceilings per pass:
 

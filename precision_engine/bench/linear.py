@@ -11,6 +11,8 @@ three GEMMs on cuBLAS with a pinned algorithm, its rows under 16 and its decode 
 one-segment launches (same bits; a note where its extension does not build); `torchao` and `torchao_triton` are
 torchao's `Float8BlockwiseLinear` over the same weight (cuBLAS and Triton GEMMs; see `torchao_ref`: it re-quantizes
 W on every call, forward included), at training sizes only, where it runs; otherwise `torchao_note` says why.
+  host     for the eager passes at training sizes, each variant's host time to issue a call with the GPU kept
+           busy (`timing.host_issue_ms`): where it exceeds the variant's ms, that eager row waits on the host
   fwd/graph, fwd+bwd/graph   the same calls captured into a CUDA graph and timed as its replays (GPU only): the
            host's launches and Python drop out, as in a graphed training step (`torch.cuda.graph`,
            `make_graphed_callables`), where the FP8 linear quantizes its weight inside the graph on every call
@@ -44,7 +46,7 @@ from precision_engine.bench.gemm import (
     timed,
     variant_cells,
 )
-from precision_engine.bench.timing import rotation
+from precision_engine.bench.timing import host_issue_ms, rotation
 from precision_engine.errors import UsageError
 
 OURS = ("bf16", "fp8_cublas", "fp8_bi", "fp8_bi_pinned")  # bf16, the baseline of every ratio, always runs
@@ -142,6 +144,8 @@ def _measure(row: dict, name: str, sets: list[tuple], *, device: str, warmup: in
             torch.cuda.synchronize()
         row[f"{name}_warmup_s"] = time.perf_counter() - start
         row[f"{name}_ms"] = timed(fn, sets, graphed=graphed, warmup=warmup, reps=reps)
+        if not graphed and row["m"] > DECODE_M[-1]:
+            row[f"{name}_host_ms"] = host_issue_ms(fn, sets)
     except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
         if name == "bf16":
             raise
@@ -206,8 +210,13 @@ def format_header() -> str:
 
 
 def format_row(r: dict) -> str:
-    """The table's line for row `r`: shape, M, pass, BF16 ms, then ms and speed-up per variant ("-": not run)."""
-    return f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>13} {r['bf16_ms']:>9.4f}" + variant_cells(r, KINDS, 17)
+    """The table's line for row `r`: shape, M, pass, BF16 ms, then ms and speed-up per variant ("-": not run),
+    then, for an eager row, each variant's host issue ms ("host ms"), marked "(host-bound)" where it exceeds the
+    variant's measured ms: the GPU then waited for the host, and the eager time is the host's, not the kernels'."""
+    line = f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>13} {r['bf16_ms']:>9.4f}" + variant_cells(r, KINDS, 17)
+    host = [f"{v} {r[f'{v}_host_ms']:.3f}" + (" (host-bound)" if r[f"{v}_host_ms"] > r[f"{v}_ms"] else "")
+            for v in VARIANTS if f"{v}_host_ms" in r]
+    return line + (f"  host ms: {', '.join(host)}" if host else "")
 
 
 def progress(r: dict) -> str:

@@ -85,14 +85,18 @@ def test_linear_rows_at_toy_size():
     assert all(r["fp8_cublas_warmup_s"] > 0 for r in train)
     assert all(r["torchao_note"].startswith("torchao") and "torchao_ms" not in r for r in train)
     assert "torchao_note" not in rows[2] and "fp8_cublas_warmup_s" not in rows[2]  # decode: the rollout path only
+    assert all(r["fp8_bi_host_ms"] > 0 for r in train) and "fp8_bi_host_ms" not in rows[2]  # decode rows: graphed
     table = linear_table(rows)
+    assert table.count("host ms: bf16 ") == 2
     assert "note (torchao): torchao" in table and " - " in table
     assert "first calls s (all rows): bf16 " in table and "fp8_bi " in table
 
 
 def test_linear_variants_pick_the_columns_and_bf16_always_runs():
     rows = bench_linear(shapes=((256, 128),), ms=(128,), reps=1, warmup=0, variants=("fp8_bi",), device="cpu")
-    assert [sorted(k for k in r if k.endswith(("_ms", "_note"))) for r in rows] == [["bf16_ms", "fp8_bi_ms"]] * 2
+    columns = [sorted(k for k in r if k.endswith(("_ms", "_note")) and not k.endswith("_host_ms")) for r in rows]
+    assert columns == [["bf16_ms", "fp8_bi_ms"]] * 2
+    assert all(r["bf16_host_ms"] > 0 and r["fp8_bi_host_ms"] > 0 for r in rows)  # eager training rows
     assert choose_variants(["torchao", "fp8_bi"]) == ("bf16", "fp8_bi", "torchao")
     with pytest.raises(UsageError, match="unknown variant 'fp8': choose from bf16, fp8_cublas, fp8_bi, fp8_bi_pinned, torchao"):
         choose_variants(["fp8", "fp8_bi"])

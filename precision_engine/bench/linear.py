@@ -12,7 +12,8 @@ one-segment launches (same bits; a note where its extension does not build); `to
 torchao's `Float8BlockwiseLinear` over the same weight (cuBLAS and Triton GEMMs; see `torchao_ref`: it re-quantizes
 W on every call, forward included), at training sizes only, where it runs; otherwise `torchao_note` says why.
   host     for the eager passes at training sizes, each variant's host time to issue a call with the GPU kept
-           busy (`timing.host_issue_ms`): where it exceeds the variant's ms, that eager row waits on the host
+           busy (`timing.host_issue_ms`) beside its GPU time (the call timed with a lead long enough for the host
+           to issue all of it first): where the host's exceeds the GPU's, that eager row waits on the host
   fwd/graph, fwd+bwd/graph   the same calls captured into a CUDA graph and timed as its replays (GPU only): the
            host's launches and Python drop out, as in a graphed training step (`torch.cuda.graph`,
            `make_graphed_callables`), where the FP8 linear quantizes its weight inside the graph on every call
@@ -46,7 +47,7 @@ from precision_engine.bench.gemm import (
     timed,
     variant_cells,
 )
-from precision_engine.bench.timing import host_issue_ms, rotation
+from precision_engine.bench.timing import host_issue_ms, median, rotation, time_cuda
 from precision_engine.errors import UsageError
 
 OURS = ("bf16", "fp8_cublas", "fp8_bi", "fp8_bi_pinned")  # bf16, the baseline of every ratio, always runs
@@ -146,6 +147,9 @@ def _measure(row: dict, name: str, sets: list[tuple], *, device: str, warmup: in
         row[f"{name}_ms"] = timed(fn, sets, graphed=graphed, warmup=warmup, reps=reps)
         if not graphed and row["m"] > DECODE_M[-1]:
             row[f"{name}_host_ms"] = host_issue_ms(fn, sets)
+            lead_us = max(5000.0, 2e3 * row[f"{name}_host_ms"])  # the whole call is queued before it starts
+            row[f"{name}_gpu_ms"] = median(time_cuda(fn, warmup=warmup, reps=reps, inputs_rotation=sets,
+                                                     host_lead_us=lead_us))
     except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
         if name == "bf16":
             raise
@@ -211,12 +215,13 @@ def format_header() -> str:
 
 def format_row(r: dict) -> str:
     """The table's line for row `r`: shape, M, pass, BF16 ms, then ms and speed-up per variant ("-": not run),
-    then, for an eager row, each variant's host issue ms ("host ms"), marked "(host-bound)" where it exceeds the
-    variant's measured ms: the GPU then waited for the host, and the eager time is the host's, not the kernels'."""
+    then, for an eager row, each variant's host issue ms and GPU ms ("host / GPU ms"), marked "(host-bound)" where
+    the host's exceed the GPU's: the GPU then waits for the host, and the eager time is the host's."""
     line = f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>13} {r['bf16_ms']:>9.4f}" + variant_cells(r, KINDS, 17)
-    host = [f"{v} {r[f'{v}_host_ms']:.3f}" + (" (host-bound)" if r[f"{v}_host_ms"] > r[f"{v}_ms"] else "")
+    host = [f"{v} {r[f'{v}_host_ms']:.3f} / {r[f'{v}_gpu_ms']:.3f}"
+            + (" (host-bound)" if r[f"{v}_host_ms"] > r[f"{v}_gpu_ms"] else "")
             for v in VARIANTS if f"{v}_host_ms" in r]
-    return line + (f"  host ms: {', '.join(host)}" if host else "")
+    return line + (f"  host / GPU ms: {', '.join(host)}" if host else "")
 
 
 def progress(r: dict) -> str:

@@ -87,16 +87,28 @@ def test_linear_rows_at_toy_size():
     assert "torchao_note" not in rows[2] and "fp8_cublas_warmup_s" not in rows[2]  # decode: the rollout path only
     assert all(r["fp8_bi_host_ms"] > 0 for r in train) and "fp8_bi_host_ms" not in rows[2]  # decode rows: graphed
     table = linear_table(rows)
-    assert table.count("host ms: bf16 ") == 2
+    assert table.count("host / GPU ms: bf16 ") == 2
     assert "note (torchao): torchao" in table and " - " in table
     assert "first calls s (all rows): bf16 " in table and "fp8_bi " in table
 
 
+def test_linear_row_marks_a_variant_host_bound_where_issuing_outlasts_its_gpu_time():
+    from precision_engine.bench.linear import format_row
+
+    row = {"n": 4096, "k": 4096, "m": 8192, "pass": "fwd+bwd", "bf16_ms": 1.03, "bf16_x": 1.0,
+           "bf16_host_ms": 0.24, "bf16_gpu_ms": 1.03, "fp8_bi_ms": 1.62, "fp8_bi_x": 0.64, "fp8_bi_host_ms": 1.75,
+           "fp8_bi_gpu_ms": 0.82}
+    line = format_row(row)
+    assert line.endswith("host / GPU ms: bf16 0.240 / 1.030, fp8_bi 1.750 / 0.820 (host-bound)")
+    assert "host" not in format_row({k: v for k, v in row.items() if "host" not in k and "gpu" not in k})
+
+
 def test_linear_variants_pick_the_columns_and_bf16_always_runs():
     rows = bench_linear(shapes=((256, 128),), ms=(128,), reps=1, warmup=0, variants=("fp8_bi",), device="cpu")
-    columns = [sorted(k for k in r if k.endswith(("_ms", "_note")) and not k.endswith("_host_ms")) for r in rows]
+    columns = [sorted(k for k in r if k.endswith(("_ms", "_note")) and not k.endswith(("_host_ms", "_gpu_ms")))
+               for r in rows]
     assert columns == [["bf16_ms", "fp8_bi_ms"]] * 2
-    assert all(r["bf16_host_ms"] > 0 and r["fp8_bi_host_ms"] > 0 for r in rows)  # eager training rows
+    assert all(r[f"{v}_{t}_ms"] > 0 for r in rows for v in ("bf16", "fp8_bi") for t in ("host", "gpu"))
     assert choose_variants(["torchao", "fp8_bi"]) == ("bf16", "fp8_bi", "torchao")
     with pytest.raises(UsageError, match="unknown variant 'fp8': choose from bf16, fp8_cublas, fp8_bi, fp8_bi_pinned, torchao"):
         choose_variants(["fp8", "fp8_bi"])

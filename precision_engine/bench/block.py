@@ -19,7 +19,8 @@ embedding, the final norm and lm_head are not timed. Before every call the weigh
 Every policy gets BF16 weights (bf16_baseline's FP32 masters would add a cast per linear; the optimizer is not
 part of this timing). Median of `reps` CUDA-event timings after `warmup` calls (bench.timing), two or more input
 sets rotated. vs_bf16 = bf16_baseline's ms in the same mode and pass / this row's; vs_bf16_fast = against
-bf16_baseline in fast mode.
+bf16_baseline in fast mode. Eager rows also get the host's time to issue one call and the call's GPU time
+(`timing.host_and_gpu_ms`): where the first exceeds the second, the eager row measured the host.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from pathlib import Path
 import torch
 
 from precision_engine.bench.rollout import MODES, random_decoder
-from precision_engine.bench.gemm import GRAPHED, timed
+from precision_engine.bench.gemm import GRAPHED, host_cell, timed
+from precision_engine.bench.timing import host_and_gpu_ms
 from precision_engine.bench.timing import rotation
 from precision_engine.errors import UsageError
 from precision_engine.models.decoder import Decoder
@@ -96,9 +98,12 @@ def bench_block(model_spec: str = "llama-3.1-8b", *, policies: Sequence[str] = P
                     continue
                 row = {**base, "pass": pass_}
                 if "error" not in row:
+                    call = lambda x, dy, step=step: step(model, x, dy)  # noqa: E731
                     try:
-                        row["ms"] = timed(lambda x, dy, step=step: step(model, x, dy), sets, graphed=graphed,
-                                          warmup=warmup, reps=reps)
+                        row["ms"] = timed(call, sets, graphed=graphed, warmup=warmup, reps=reps)
+                        if not graphed:  # a layer step queues hundreds of launches: two calls fit CUDA's queue
+                            row["host_ms"], row["gpu_ms"] = host_and_gpu_ms(call, sets, warmup=warmup, reps=reps,
+                                                                            calls=2)
                     except Exception as err:  # noqa: BLE001
                         row["error"] = f"{type(err).__name__}: {err}"
                 rows.append(row)
@@ -140,8 +145,9 @@ def _add_ratios(rows: list[dict]) -> None:
 
 
 def format_table(rows: list[dict]) -> str:
-    """policy, mode, pass, ms and both ratios (or the error)."""
-    lines = [f"{'policy':20} {'mode':16} {'pass':13} {'fp8 lin':>7} {'ms':>9} {'vs bf16':>8} {'vs bf16 fast':>12}"]
+    """policy, mode, pass, ms and both ratios (or the error), then an eager row's host / GPU ms."""
+    lines = [f"{'policy':20} {'mode':16} {'pass':13} {'fp8 lin':>7} {'ms':>9} {'vs bf16':>8} {'vs bf16 fast':>12}"
+             f"  host / GPU ms"]
     for r in rows:
         lead = f"{r['policy']:20} {r['mode']:16} {r['pass']:13} {r.get('fp8_linears', '-'):>7}"
         if "error" in r:
@@ -149,5 +155,6 @@ def format_table(rows: list[dict]) -> str:
             continue
         ratios = "".join(f" {r[key]:>{width - 1}.2f}x" if key in r else f" {'-':>{width}}"
                          for key, width in (("vs_bf16", 8), ("vs_bf16_fast", 12)))
-        lines.append(f"{lead} {r['ms']:9.3f}{ratios}")
+        host = f"  {host_cell(r['host_ms'], r['gpu_ms'])}" if "host_ms" in r else ""
+        lines.append(f"{lead} {r['ms']:9.3f}{ratios}{host}")
     return "\n".join(lines)

@@ -150,6 +150,12 @@ def variant_cells(row: dict, kinds, width: int) -> str:
                    else f" {'-':>{width}} {'-':>6}" for k in kinds)
 
 
+def host_cell(host_ms: float, gpu_ms: float) -> str:
+    """An eager call's host ms and GPU ms as "host / GPU", marked "(host-bound)" where issuing it took longer than
+    running it."""
+    return f"{host_ms:.3f} / {gpu_ms:.3f}" + (" (host-bound)" if host_ms > gpu_ms else "")
+
+
 def notes(rows: list[dict]) -> list[str]:
     """Each distinct `<kind>_note` of the rows, once, as "note (kind): text"."""
     seen = dict.fromkeys((key[: -len("_note")], r[key]) for r in rows for key in r if key.endswith("_note"))

@@ -43,11 +43,12 @@ from precision_engine.bench.gemm import (
     QUICK_SHAPES,
     SHAPES_8B,
     TRAIN_M,
+    host_cell,
     notes,
     timed,
     variant_cells,
 )
-from precision_engine.bench.timing import host_issue_ms, median, rotation, time_cuda
+from precision_engine.bench.timing import host_and_gpu_ms, rotation
 from precision_engine.errors import UsageError
 
 OURS = ("bf16", "fp8_cublas", "fp8_bi", "fp8_bi_pinned")  # bf16, the baseline of every ratio, always runs
@@ -146,10 +147,7 @@ def _measure(row: dict, name: str, sets: list[tuple], *, device: str, warmup: in
         row[f"{name}_warmup_s"] = time.perf_counter() - start
         row[f"{name}_ms"] = timed(fn, sets, graphed=graphed, warmup=warmup, reps=reps)
         if not graphed and row["m"] > DECODE_M[-1]:
-            row[f"{name}_host_ms"] = host_issue_ms(fn, sets)
-            lead_us = max(5000.0, 2e3 * row[f"{name}_host_ms"])  # the whole call is queued before it starts
-            row[f"{name}_gpu_ms"] = median(time_cuda(fn, warmup=warmup, reps=reps, inputs_rotation=sets,
-                                                     host_lead_us=lead_us))
+            row[f"{name}_host_ms"], row[f"{name}_gpu_ms"] = host_and_gpu_ms(fn, sets, warmup=warmup, reps=reps)
     except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
         if name == "bf16":
             raise
@@ -218,9 +216,7 @@ def format_row(r: dict) -> str:
     then, for an eager row, each variant's host issue ms and GPU ms ("host / GPU ms"), marked "(host-bound)" where
     the host's exceed the GPU's: the GPU then waits for the host, and the eager time is the host's."""
     line = f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>13} {r['bf16_ms']:>9.4f}" + variant_cells(r, KINDS, 17)
-    host = [f"{v} {r[f'{v}_host_ms']:.3f} / {r[f'{v}_gpu_ms']:.3f}"
-            + (" (host-bound)" if r[f"{v}_host_ms"] > r[f"{v}_gpu_ms"] else "")
-            for v in VARIANTS if f"{v}_host_ms" in r]
+    host = [f"{v} {host_cell(r[f'{v}_host_ms'], r[f'{v}_gpu_ms'])}" for v in VARIANTS if f"{v}_host_ms" in r]
     return line + (f"  host / GPU ms: {', '.join(host)}" if host else "")
 
 

@@ -75,6 +75,17 @@ def host_issue_ms(fn: Callable[..., object], inputs_rotation: Sequence[tuple], *
     return issued
 
 
+def host_and_gpu_ms(fn: Callable[..., object], inputs_rotation: Sequence[tuple], *, warmup: int, reps: int,
+                    calls: int = 10) -> tuple[float, float]:
+    """(host ms to issue one call, `host_issue_ms`; GPU ms of one call, timed with a lead the whole call is queued
+    within, so no kernel waits for its launch). An eager call whose host time exceeds its GPU time is
+    host-bound: its eager time is the host's. Without CUDA both are host clock times."""
+    host = host_issue_ms(fn, inputs_rotation, calls=calls)
+    lead_us = max(5000.0, 2e3 * host)
+    return host, median(time_cuda(fn, warmup=warmup, reps=reps, inputs_rotation=inputs_rotation,
+                                  host_lead_us=lead_us))
+
+
 def median(times_ms: Sequence[float]) -> float:
     return statistics.median(times_ms)
 

@@ -60,8 +60,9 @@ def test_block_rows_at_toy_size():
     assert all(r["ms"] > 0 and r["tokens"] == 64 and "vs_bf16" in r and "vs_bf16_fast" in r for r in good), good
     assert [r["fp8_linears"] for r in good] == [0, 0, 7, 7]  # q, k, v, o, gate, up, down of the one layer
     assert rows[0]["vs_bf16"] == 1.0 and all("error" in r and "ms" not in r for r in bad)
+    assert all(r["host_ms"] > 0 and r["gpu_ms"] > 0 for r in good)  # eager rows (no graphed ones on a CPU)
     table = format_table(rows)
-    assert "1.00x" in table and "failed" in table
+    assert "1.00x" in table and "failed" in table and "host / GPU ms" in table
 
 
 def test_block_rejects_an_unknown_mode():

@@ -8,6 +8,8 @@ what a bandwidth or GEMM comparison measures, and a pipeline that runs ahead of 
 H200 run of bench/quant.py, without the spin: the 8192x4096 1x128 quantization, 100 MB or ~25 us at copy
 speed, timed at 64 us). Pass 0 to include it.
 Without CUDA the same loop runs with a host clock, so the utility is testable on a laptop.
+What the lead hides is measured apart: `host_issue_ms` times the host's side of a call alone, and
+`host_and_gpu_ms` sets it beside the call's GPU time, so an eager row can say whether it measured the host.
 """
 
 from __future__ import annotations

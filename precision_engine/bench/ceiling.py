@@ -43,6 +43,7 @@ import torch
 from precision_engine.bench.gemm import QUICK_SHAPES, SHAPES_8B, TRAIN_M, timed
 from precision_engine.bench.quant import activation_bytes, grad_output_bytes, requantize_bytes, weight_bytes
 from precision_engine.bench.timing import rotation
+from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.capabilities import Gemm
 from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
 
@@ -99,7 +100,8 @@ def ceilings(row: dict) -> dict:
             prefix = "" if kind == "fp8" else f"{kind}_"
             cell[f"{prefix}gemm_x"] = bf16 / fp8
             cell[f"{prefix}with_quant_x"] = bf16 / (fp8 + quant_ms)
-        cell["reachable"] = cell["gemm_x"] >= target
+        if "gemm_x" in cell:
+            cell["reachable"] = cell["gemm_x"] >= target
         if "blocks_with_quant_x" in cell:
             cell["blocks_reachable"] = cell["blocks_with_quant_x"] >= target
         out[pass_] = cell
@@ -159,7 +161,13 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
                 sets = rotation(make, nbytes)
                 flop = 2 * math.prod(problems(n, k, m)[gemm])
                 for kind, fn in timers.items():
-                    row[f"{kind}_{gemm}_ms"] = timed(fn, sets, graphed=False, warmup=warmup, reps=reps)
+                    try:
+                        row[f"{kind}_{gemm}_ms"] = timed(fn, sets, graphed=False, warmup=warmup, reps=reps)
+                    except (UnsupportedError, RuntimeError) as err:  # an FP8 GEMM this GPU lacks; BF16 must run
+                        if kind == "bf16":
+                            raise
+                        row.setdefault(f"{kind}_note", f"{type(err).__name__}: {str(err)[:200]}")
+                        continue
                     row[f"{kind}_{gemm}_tflops"] = flop / row[f"{kind}_{gemm}_ms"] / 1e9
                 del sets
             row.update({f"{p}_bytes": b for p, b in quantizer_bytes(n, k, m).items()})
@@ -177,17 +185,28 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
 
 def format_row(r: dict) -> str:
     """Per pass: our variants' ratios, the ceilings (GEMMs only / with quantizers; per-tensor, then block-scaled)
-    and the target."""
+    and the target with its verdict; then why an FP8 family did not run, where one did not."""
     cells = []
     for pass_, c in r["ceilings"].items():
         ours = ", ".join(f"{v} {x:.2f}x" for v, x in r.get("achieved", {}).get(pass_, {}).items())
-        verdict = "within reach" if c.get("blocks_reachable", c["reachable"]) else (
-            "beyond cuBLAS's block-scaled GEMMs" if c["reachable"] else "beyond cuBLAS's own FP8")
-        blocks = (f"; block-scaled {c['blocks_gemm_x']:.2f}x / {c['blocks_with_quant_x']:.2f}x"
-                  if "blocks_gemm_x" in c else "")
-        cells.append(f"{pass_}: {ours or 'ours -'}; ceiling {c['gemm_x']:.2f}x / {c['with_quant_x']:.2f}x{blocks}; "
-                     f"target {c['target']:.2f}x {verdict}")
-    return f"{r['n']:>6}x{r['k']:<6} {r['m']:>6}  " + " | ".join(cells)
+        found = [f"{label}{c[f'{key}gemm_x']:.2f}x / {c[f'{key}with_quant_x']:.2f}x"
+                 for key, label in (("", "ceiling "), ("blocks_", "block-scaled ")) if f"{key}gemm_x" in c]
+        cells.append(f"{pass_}: {ours or 'ours -'}; {'; '.join(found) or 'no FP8 GEMM ran'}; "
+                     f"target {c['target']:.2f}x {_verdict(c)}")
+    notes = "".join(f" | {kind}: {r[f'{kind}_note']}" for kind in FP8_KINDS if f"{kind}_note" in r)
+    return f"{r['n']:>6}x{r['k']:<6} {r['m']:>6}  " + " | ".join(cells) + notes
+
+
+def _verdict(cell: dict) -> str:
+    """Whether a pass's target is within reach: of the block-scaled GEMMs where they ran, else of the per-tensor."""
+    reachable = cell.get("blocks_reachable", cell.get("reachable"))
+    if reachable is None:
+        return "not judged"
+    if reachable:
+        return "within reach"
+    if "blocks_reachable" in cell and cell.get("reachable", True):
+        return "beyond cuBLAS's block-scaled GEMMs"
+    return "beyond cuBLAS's own FP8"
 
 
 def format_table(rows: list[dict]) -> str:

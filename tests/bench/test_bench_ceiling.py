@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 
 from precision_engine.bench import ceiling as C
 from precision_engine.cli.app import app
+from precision_engine.errors import UnsupportedError
 
 
 def test_quantizer_bytes_count_each_tensor_the_dataflow_moves():
@@ -57,6 +58,36 @@ def test_the_block_scaled_ceiling_judges_with_the_quantizers_bytes():
     assert "beyond cuBLAS's block-scaled GEMMs" in C.format_row({**row, "ceilings": C.ceilings(row)})
     fast = C.ceilings(_row(14336, 4096, (1.0, 1.0, 1.0), (0.5, 0.5, 0.5), blocks=(0.55, 0.55, 0.55)))
     assert fast["fwd+bwd"]["blocks_reachable"]
+
+
+def test_a_gpu_without_block_scaled_gemms_keeps_the_per_tensor_ceiling(monkeypatch):
+    """Where the block-scaled GEMM cannot run (cuBLAS's blockwise scaling needs Hopper), the row keeps the other
+    families, says why in a note, and judges the target against the per-tensor ceiling."""
+    real = C._gemm_timers
+
+    def no_blocks(gemm, n, k, m, device):
+        make, timers, nbytes = real(gemm, n, k, m, device)
+
+        def refuse(*_):
+            raise UnsupportedError("kernel cublas needs a CUDA GPU of compute capability 9.0+ (Hopper)")
+
+        return make, {**timers, "blocks": refuse}, nbytes
+
+    monkeypatch.setattr(C, "_gemm_timers", no_blocks)
+    (row,) = C.bench_ceiling(shapes=[(256, 128)], ms=[256], reps=1, warmup=0, device="cpu")
+    assert "blocks_fprop_ms" not in row and "Hopper" in row["blocks_note"]
+    assert "blocks_gemm_x" not in row["ceilings"]["fwd"] and row["ceilings"]["fwd"]["gemm_x"] > 0
+    line = C.format_row(row)
+    assert "block-scaled" not in line and "blocks: UnsupportedError" in line and "ceiling " in line
+
+
+def test_the_verdict_names_the_ceiling_a_target_is_beyond():
+    assert C._verdict({"reachable": True, "blocks_reachable": True}) == "within reach"
+    assert C._verdict({"reachable": True, "blocks_reachable": False}) == "beyond cuBLAS's block-scaled GEMMs"
+    assert C._verdict({"reachable": False, "blocks_reachable": False}) == "beyond cuBLAS's own FP8"
+    assert C._verdict({"reachable": False}) == "beyond cuBLAS's own FP8"
+    assert C._verdict({"blocks_reachable": False}) == "beyond cuBLAS's block-scaled GEMMs"
+    assert C._verdict({"target": 1.45}) == "not judged"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")

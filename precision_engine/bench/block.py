@@ -34,8 +34,7 @@ import torch
 
 from precision_engine.bench.rollout import MODES, random_decoder
 from precision_engine.bench.gemm import GRAPHED, host_cell, timed
-from precision_engine.bench.timing import host_and_gpu_ms
-from precision_engine.bench.timing import rotation
+from precision_engine.bench.timing import host_and_gpu_ms, rotation
 from precision_engine.errors import UsageError
 from precision_engine.models.decoder import Decoder
 from precision_engine.models.loader import resolve_config

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from algo_probe import SETS, events_ms, operands  # noqa: E402
 
 M = 8192
+ALL_OPTIONS = "--all-options" in sys.argv  # also every CTA swizzle and custom option (call 2 ran without)
 PROBLEMS = [((4096, 4096), "fprop"), ((4096, 4096), "wgrad"), ((14336, 4096), "fprop"), ((14336, 4096), "dgrad"),
             ((14336, 4096), "wgrad"), ((4096, 12288), "dgrad"), ((4096, 12288), "wgrad"), ((28672, 4096), "fprop")]
 
@@ -58,9 +59,11 @@ def main():
         pinned(0)
         reference = outs[0].clone()
 
-        found = ext.explore(sa0, sb0, rows, *problem, cublas_pinned.WORKSPACE_BYTES, False).tolist()
+        found = ext.explore(sa0, sb0, rows, *problem, cublas_pinned.WORKSPACE_BYTES, ALL_OPTIONS).tolist()
         if len(found) > 500:
             found = [r for r in found if r[3] >= 32]  # stages xAUTO only
+        if len(found) > 1500:
+            found = [r for r in found if r[2] in (20, 23, 24)]  # tiles 128x128, 128x256, 256x128
         quick = []
         for row in found:
             run = lambda i, idx=row[0]: ext.run(idx, sets[i][0], sets[i][1], sets[i][2], sets[i][3], blocks,  # noqa
@@ -94,7 +97,7 @@ def main():
                                                                        if gluon else ""))
         for ms, row, eq in final[:5]:
             print(f"    {ms:.4f} ms x{bf16 / ms:.2f} ==pinned {eq} id {row[1]} tile {row[2]} stages {row[3]} "
-                  f"cluster {row[4]} ws {row[7]}")
+                  f"cluster {row[4]} swizzle {row[5]} custom {row[6]} ws {row[7]}")
         best = final[0] if final else (float("nan"), None, None)
         summary.append((f"{n}x{k}", gemm, bf16, statistics.median(s for s, _ in ab),
                         statistics.median(p for _, p in ab), best[0], best[2], gluon))

@@ -43,15 +43,3 @@ def tmp_policy(tmp_path):
         return path
 
     return write
-
-
-
-
-@pytest.fixture
-def k_segments(monkeypatch):
-    """AUTO's Triton GEMM splits no K since the sixteenth session (one segment, `triton_gemm.segment_kb`), so
-    no launch of it hands `SplitSums` to their readers; their tests run on launches whose K is split into
-    segments of 4 blocks, as before (the readers' bits follow from the launch's, whatever the segments)."""
-    from precision_engine.numerics import triton_gemm
-
-    monkeypatch.setattr(triton_gemm, "segment_kb", lambda n, k: min(4, -(-k // triton_gemm.BLOCK_K)))

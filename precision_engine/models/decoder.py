@@ -11,9 +11,8 @@ whose readers are FP8 linears of one input format also makes their 1xG quantizat
 `numerics.invariant`'s RMSNorm and SiLU and the separate quantizer (which fast rollout's RMSNorm runs anyway).
 On the GPU without autograd (rollout, both modes) launches are what a CUDA-graph decode step costs, so: each
 residual add runs in the kernel of the RMSNorm after it (`fused_quant.add_rms_norm`, torch's add bits); the
-attention kernel also quantizes o_proj's input; q and k are rotated in one launch; and an FP8 GEMM that splits K
-hands its segment sums (`SplitSums`) to that RMSNorm or RoPE kernel, which adds them as the GEMM's own second
-launch would. Every such fusion gives the bits of the separate ops, which the trainer's forward runs. Fast mode
+attention kernel also quantizes o_proj's input; and q and k are rotated in one launch. Every such fusion gives
+the bits of the separate ops, which the trainer's forward runs. Fast mode
 decodes attention with its own launch (16-row tiles, an FP8 cache read as is: not batch-invariant).
 Submodule names equal HF's (`model.layers.{i}.self_attn.q_proj`, ..., `lm_head`), so compiled plans and
 `rewrite.apply` work unchanged and HF safetensors load as they are.
@@ -41,9 +40,9 @@ from torch import nn
 
 from precision_engine.errors import ModelError, UnsupportedError, UsageError
 from precision_engine.numerics import invariant
-from precision_engine.numerics.contract import Quantized, SplitSums
+from precision_engine.numerics.contract import Quantized
 from precision_engine.numerics.formats import QuantFormat
-from precision_engine.numerics.fused_linear import fp8_linear_group, hooked, shares_one_gemm
+from precision_engine.numerics.fused_linear import fp8_linear_group, shares_one_gemm
 from precision_engine.numerics.fused_quant import (add_rms_norm, rms_norm_quantize, silu_mul, silu_mul_packed_fast,
                                                    silu_mul_quantize, silu_mul_quantize_packed)
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
@@ -361,7 +360,7 @@ class Decoder(nn.Module):
         ops = _Ops(self.batch_invariant)
         attend = self._teacher_forcing_attend(q_pos, lengths, ops)
         x, y = self._layers(hidden.to(self._dtype()), q_pos, attend, ops, positions_below=t)
-        return x if y is None else x + (y.total().reshape(x.shape) if isinstance(y, SplitSums) else y)
+        return x if y is None else x + y
 
     def _teacher_forcing_attend(self, q_pos, lengths, ops: _Ops, valid=None, record=None) -> Attend:
         """Attention of a full-sequence forward: k/v rounded as the rollout cache stores them when the policy
@@ -390,24 +389,19 @@ class Decoder(nn.Module):
             attn, mlp = layer.self_attn, layer.mlp
             qkv, gate_up = (attn.q_proj, attn.k_proj, attn.v_proj), (mlp.gate_proj, mlp.up_proj)
             x, h, hq = ops.add_norm_into(layer.input_layernorm, x, y, qkv)
-            qkv_out = ops.linears(qkv, h, fuse=self.fuse_linears, x_quantized=hq,
-                                  split_sums=ops.fused_add(x) and not c.qk_norm)
-            if isinstance(qkv_out, SplitSums):  # the GEMM's segment sums: added in the RoPE launch
-                q, k, v = invariant.rope_qkv_sums(qkv_out, b, (c.num_heads, c.num_kv_heads), cos, sin)
-            else:
-                q, k, v = qkv_out
-                q = q.view(b, t, c.num_heads, c.head_dim)
-                k, v = k.view(b, t, c.num_kv_heads, c.head_dim), v.view(b, t, c.num_kv_heads, c.head_dim)
-                if c.qk_norm:
-                    q, k = ops.norm(attn.q_norm, q), ops.norm(attn.k_norm, k)
-                q, k = invariant.rope_qk(q, k, cos, sin)  # [B, H, T, D], exact: both modes; one launch on the GPU
+            q, k, v = ops.linears(qkv, h, fuse=self.fuse_linears, x_quantized=hq)
+            q = q.view(b, t, c.num_heads, c.head_dim)
+            k, v = k.view(b, t, c.num_kv_heads, c.head_dim), v.view(b, t, c.num_kv_heads, c.head_dim)
+            if c.qk_norm:
+                q, k = ops.norm(attn.q_norm, q), ops.norm(attn.k_norm, k)
+            q, k = invariant.rope_qk(q, k, cos, sin)  # [B, H, T, D], exact: both modes; one launch on the GPU
             out, oq = attend(i, q, k, v.transpose(1, 2), attn.o_proj)
             out = out.transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim)
-            y = ops.linear(attn.o_proj, out, x_quantized=oq, split_sums=ops.fused_add(x))
+            y = ops.linear(attn.o_proj, out, x_quantized=oq)
             x, h, hq = ops.add_norm_into(layer.post_attention_layernorm, x, y, gate_up)
             h, hq = ops.swiglu_into(ops.linears(gate_up, h, fuse=self.fuse_linears, x_quantized=hq, stacked=True),
                                     mlp.down_proj)
-            y = ops.linear(mlp.down_proj, h, x_quantized=hq, split_sums=ops.fused_add(x))
+            y = ops.linear(mlp.down_proj, h, x_quantized=hq)
         return x, y
 
     def _logits(self, x: torch.Tensor, ops: _Ops, y: torch.Tensor | None = None) -> torch.Tensor:
@@ -441,12 +435,7 @@ class _Ops:
     def __init__(self, batch_invariant: bool) -> None:
         self.invariant = batch_invariant
 
-    def linear(self, module: nn.Module, x: torch.Tensor, *, x_quantized: Quantized | None = None,
-               split_sums: bool = False) -> torch.Tensor | SplitSums:
-        """`split_sums`: an FP8 linear without hooks may return its GEMM's split-K segment sums (`SplitSums`,
-        for `add_norm_into`, whose kernel adds them: one launch fewer at decode sizes)."""
-        if split_sums and isinstance(module, Fp8Linear) and not hooked(module):
-            return module(x, x_quantized=x_quantized, split_sums=True)
+    def linear(self, module: nn.Module, x: torch.Tensor, *, x_quantized: Quantized | None = None) -> torch.Tensor:
         if x_quantized is not None:  # module is an Fp8Linear of x_quantized's format (`fused_input`)
             return module(x, x_quantized=x_quantized)
         if isinstance(module, Fp8Linear) or not isinstance(module, nn.Linear):
@@ -457,18 +446,16 @@ class _Ops:
 
     def linears(
         self, modules: tuple[nn.Module, ...], x: torch.Tensor, *, fuse: bool, x_quantized: Quantized | None = None,
-        split_sums: bool = False, stacked: bool = False,
-    ) -> tuple[torch.Tensor, ...] | torch.Tensor | SplitSums:
+        stacked: bool = False,
+    ) -> tuple[torch.Tensor, ...] | torch.Tensor:
         """Linears reading the same x (q/k/v, gate/up). With `fuse`, FP8 parts of one numerics run as one GEMM
         per pass (`fused_linear`: x quantized once, no narrow host-bound k/v GEMMs); both phases take this
         path, so their bits agree. BF16 parts run one by one: stacking their weights would copy them every
         forward (they change every step), for one launch saved; the Triton BF16 kernel's split-K depends on N
         too (`triton_invariant.segment_kb`), so a stack would not even keep the separate calls' bits.
-        `x_quantized`: Q(x) from the op that made x (`norm_into`), then every part reads it. `split_sums`: the
-        one GEMM's split-K segment sums where it has them (`SplitSums`, for `invariant.rope_qkv_sums`).
-        `stacked`: the one GEMM's output itself, the parts side by side (`fp8_linear_group`)."""
+        `x_quantized`: Q(x) from the op that made x (`norm_into`), then every part reads it. `stacked`: the one GEMM's output itself, the parts side by side (`fp8_linear_group`)."""
         if fuse and shares_one_gemm(modules):
-            return fp8_linear_group(modules, x, x_quantized=x_quantized, split_sums=split_sums, stacked=stacked)
+            return fp8_linear_group(modules, x, x_quantized=x_quantized, stacked=stacked)
         return tuple(self.linear(m, x, x_quantized=x_quantized) for m in modules)
 
     def triton_norm(self, x: torch.Tensor) -> bool:

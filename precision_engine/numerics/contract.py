@@ -38,28 +38,6 @@ class Quantized:
         return self.data.shape
 
 
-@dataclass(frozen=True)
-class SplitSums:
-    """A split-K GEMM's output before its last step: fp32 segment sums ``parts`` [S, M, N] whose in-order sum
-    ((0 + parts[0]) + parts[1]) + ..., rounded once to ``dtype``, is the output (`triton_gemm`'s additions). The
-    op that reads the output next adds them up itself, so the GEMM needs no second launch for it."""
-
-    parts: torch.Tensor
-    dtype: torch.dtype
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.parts.shape[1:]
-
-    def total(self) -> torch.Tensor:
-        """The output itself: the same fp32 additions, one rounding to nearest even (the GPU kernels' cvt.rn;
-        Triton's CPU interpreter truncates instead)."""
-        total = torch.zeros_like(self.parts[0])
-        for part in self.parts:
-            total = total + part
-        return total.to(self.dtype)
-
-
 def as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """t in dtype; t itself where it already is. For a custom autograd Function's output: torch 2.11's
     torch.compile returns a no-op `.to()` output twice from the traced forward and hands the gradient to the

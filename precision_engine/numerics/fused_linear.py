@@ -11,9 +11,8 @@ once, against the parts' weights stacked by rows, W = [Wq; Wk; Wv]:
 
 Numerics: when every part's rows are a multiple of 128, the 128x128 blocks of Q(W) are the parts' own blocks
 (the same bytes and scales), and dy's 1x128 groups along N never straddle two parts, so every GEMM multiplies
-the operands the separate calls would. The sums can round differently: the Triton kernel's split-K depends on
-N (`triton_gemm.segment_kb`), and dgrad sums in FP32 in one GEMM where the separate backward adds three BF16
-dx. A part's row still has the same bits at any M, and the engine's decode and the trainer's forward both run
+the operands the separate calls would. The sums can round differently: dgrad sums in FP32 in one GEMM where
+the separate backward adds three BF16 dx. A part's row still has the same bits at any M, and the engine's decode and the trainer's forward both run
 this path, so on-policy logprobs stay bitwise equal; on the CPU the forward's reference kernel is exact, and
 grouped equals separate bitwise. Parts whose rows would straddle a block, and parts with hooks (FSDP2's
 unshard and verify's layer recorder act in a module's own call only), run their own forwards instead.
@@ -38,9 +37,9 @@ from torch import nn
 from torch.nn.modules import module as _module_hooks
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.contract import Quantized, SplitSums, capturing_cuda_graph
+from precision_engine.numerics.contract import Quantized, capturing_cuda_graph
 from precision_engine.numerics.gemm import transpose_operand
-from precision_engine.numerics.linear import Fp8Linear, fp8_linear, fprop_split_sums
+from precision_engine.numerics.linear import Fp8Linear, fp8_linear
 from precision_engine.numerics.quantize import block_buffers, quantize_blocks
 
 
@@ -63,31 +62,23 @@ def shares_one_gemm(parts: Sequence[nn.Module]) -> bool:
 
 
 def fp8_linear_group(
-    parts: Sequence[Fp8Linear], x: torch.Tensor, *, x_quantized: Quantized | None = None, split_sums: bool = False,
-    stacked: bool = False,
-) -> tuple[torch.Tensor, ...] | torch.Tensor | SplitSums:
+    parts: Sequence[Fp8Linear], x: torch.Tensor, *, x_quantized: Quantized | None = None, stacked: bool = False,
+) -> tuple[torch.Tensor, ...] | torch.Tensor:
     """(part(x) for each part), one GEMM each for forward, dgrad and wgrad when `shares_one_gemm(parts)`,
     else each part's own forward. `x_quantized`: Q(x) in the parts' input format, made by the caller (a fused
     norm -> quant kernel), so x is not quantized again. The outputs are column views of one [..., sum N];
     `stacked` returns that tensor itself where there is one GEMM (for a reader that takes the parts side by
-    side and hands back one gradient: `fused_quant.silu_mul_quantize_packed`). `split_sums`: without autograd
-    and biases, the one GEMM's split-K segment sums where it has them (`SplitSums` of the stacked output, for
-    `invariant.rope_qkv_sums`)."""
+    side and hands back one gradient: `fused_quant.silu_mul_quantize_packed`)."""
     if not all(isinstance(p, Fp8Linear) for p in parts):
         raise OperandError(f"fp8_linear_group takes Fp8Linear parts, got {[type(p).__name__ for p in parts]}")
     if not shares_one_gemm(parts):
         return tuple(p(x, x_quantized=x_quantized) for p in parts)
     first = parts[0]
     recording = torch.is_grad_enabled() and (x.requires_grad or any(p.weight.requires_grad for p in parts))
-    if split_sums and first.bias is None and not recording and not torch.compiler.is_compiling():
-        y = fprop_split_sums(x, _stacked_weights(parts, dgrad=False)[0], (first.spec, first.numerics), x_quantized)
-        if isinstance(y, SplitSums):
-            return y
-    else:
-        fresh = recording and capturing_cuda_graph()  # a training capture quantizes inside the graph (linear's doc)
-        wq, wt = _stacked_weights(parts, dgrad=first._dgrad_in_fp8(), fresh=fresh)
-        y = fp8_linear(x, wq, wt, (first.spec, first.numerics), tuple(p.weight for p in parts),
-                       tuple(p.bias for p in parts), x_quantized=x_quantized)
+    fresh = recording and capturing_cuda_graph()  # a training capture quantizes inside the graph (linear's doc)
+    wq, wt = _stacked_weights(parts, dgrad=first._dgrad_in_fp8(), fresh=fresh)
+    y = fp8_linear(x, wq, wt, (first.spec, first.numerics), tuple(p.weight for p in parts),
+                   tuple(p.bias for p in parts), x_quantized=x_quantized)
     return y if stacked else tuple(y.split([p.out_features for p in parts], dim=-1))
 
 

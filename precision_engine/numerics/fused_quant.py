@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from precision_engine.errors import OperandError
 from precision_engine.numerics import invariant
-from precision_engine.numerics.contract import Quantized, SplitSums
+from precision_engine.numerics.contract import Quantized
 from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
 from precision_engine.numerics.quantize import BACKENDS, quantize_rows_1xG
 
@@ -90,33 +90,29 @@ def silu_mul_quantize_packed(gate_up: torch.Tensor, fmt: QuantFormat, *,
     return _apply(_SILU_MUL_PACKED, gate_up, None, None, fmt, backend)
 
 
-def add_rms_norm(x: torch.Tensor, y: torch.Tensor | SplitSums, weight: torch.Tensor, eps: float,
+def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
                  fmt: QuantFormat | None = None, *, backend: str = "auto",
                  ) -> tuple[torch.Tensor, torch.Tensor, Quantized | None]:
     """(x + y, invariant.rms_norm(x + y, weight, eps), with `fmt` quantize_rows_1xG of that norm, else None): a
     residual add and the RMSNorm after it. One kernel where `backend` fuses and no autograd is recorded;
-    otherwise the separate ops (differentiable), which give the same bits. y may be a GEMM's `SplitSums` over
-    x's rows: the kernel adds its segment sums first, as the GEMM's own second launch would."""
+    otherwise the separate ops (differentiable), which give the same bits."""
     if backend not in BACKENDS:
         raise OperandError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    rows = (x.numel() // x.shape[-1], x.shape[-1])
-    if tuple(y.shape) != (tuple(x.shape) if isinstance(y, torch.Tensor) else rows) or x.dtype != y.dtype:
+    if y.shape != x.shape or x.dtype != y.dtype:
         raise OperandError(f"add_rms_norm: x {tuple(x.shape)} {x.dtype} and y {tuple(y.shape)} {y.dtype} differ")
     if weight.shape != (x.shape[-1],):
         raise OperandError(f"add_rms_norm: weight {tuple(weight.shape)} does not fit x {tuple(x.shape)}")
     if fmt is not None:
         _check_fmt(fmt)
     fused = backend == "triton" or (backend == "auto" and x.is_cuda)
-    y_grad = isinstance(y, torch.Tensor) and y.requires_grad
-    recording = torch.is_grad_enabled() and (x.requires_grad or y_grad or weight.requires_grad)
+    recording = torch.is_grad_enabled() and (x.requires_grad or y.requires_grad or weight.requires_grad)
     if fused and not recording:
         from precision_engine.numerics import triton_fused_quant
 
         if fmt is None or triton_fused_quant.rms_norm_fits(x.shape[-1], fmt):
-            s, h, q = triton_fused_quant.add_rms_norm(_rows(x), y if isinstance(y, SplitSums) else _rows(y), weight,
-                                                      eps, fmt)
+            s, h, q = triton_fused_quant.add_rms_norm(_rows(x), _rows(y), weight, eps, fmt)
             return s.reshape(x.shape), h.reshape(x.shape), q
-    s = x + (y.total().reshape(x.shape) if isinstance(y, SplitSums) else y)
+    s = x + y
     if fmt is None:
         return s, invariant.rms_norm(s, weight, eps), None
     return (s, *rms_norm_quantize(s, weight, eps, fmt, backend=backend))

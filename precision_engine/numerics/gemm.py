@@ -39,7 +39,7 @@ import torch
 from precision_engine.errors import OperandError, UnsupportedError
 from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, SMALL_M_MAX,
                                                     WEIGHT_BLOCK, DeviceInfo, Gemm, resolve_kernel)
-from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, SplitSums
+from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized
 from precision_engine.numerics.formats import Granularity, Kernel
 # cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
 # 4, 8, 16, 24, 32, 64 accepted) and returned wrong results at K=320, where the scales' leading dimension
@@ -56,12 +56,10 @@ def fp8_gemm(
     kernel: Kernel = Kernel.AUTO,
     gemm: Gemm = Gemm.FPROP,
     batch_invariant: bool = True,
-    split_sums: bool = False,
-) -> torch.Tensor | SplitSums:
+) -> torch.Tensor:
     """dequant(a) @ dequant(b)^T -> [M, N] in out_dtype, on the kernel `capabilities.resolve_kernel` picks for
     this device, GEMM and M. Raises OperandError for operands it cannot take, UnsupportedError for a kernel the
-    device cannot run. `split_sums`: the Triton kernel's split-K segment sums where it has them (`SplitSums`),
-    for a reader that adds them itself."""
+    device cannot run."""
     b_scale_rows = _check_operands(a, b)
     requested = kernel
     kernel = resolve_kernel(kernel, device=device_info(a.data.device), m=a.data.shape[0], gemm=gemm,
@@ -78,9 +76,7 @@ def fp8_gemm(
                 return _cublas_gemm(a, b, b_scale_rows, out_dtype, pinned=True)
             except UnsupportedError:  # no extension here, or no algorithm without split-K: Triton, same bits
                 pass
-        return block_scaled_gemm(
-            a.data, a.scale, b.data, b.scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype, split_sums=split_sums
-        )
+        return block_scaled_gemm(a.data, a.scale, b.data, b.scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype)
     if kernel is Kernel.CUBLAS_PINNED and _pinned_bits_from_triton(a, b, b_scale_rows):
         from precision_engine.numerics.triton_gemm import block_scaled_gemm
 

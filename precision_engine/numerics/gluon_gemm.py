@@ -29,8 +29,8 @@ sizes (bitwise across M in tests/numerics/gpu/test_gemm_gpu.py).
 
 The decode launch (`gluon_decode_gemm`, M <= 64) makes the same additions with one TMA warp and one MMA
 warpgroup for the 64 token rows, which is alone on the tensor cores, so it issues block kb's wgmma before it
-promotes kb-1 (`_tile_product`); its units are one K segment of a 128-row weight tile whose FP32 sums go to
-their reader (`SplitSums`), or a whole tile where the weight has enough tiles to fill the SMs alone (fused
+promotes kb-1 (`_tile_product`); its units are one K segment of a 128-row weight tile whose FP32 sums
+`triton_gemm` adds in order, or a whole tile where the weight has enough tiles to fill the SMs alone (fused
 gate/up).
 At M = 64 on the H200 it took o_proj from 9.5 to 8.7 us, down_proj 22.9 -> 21.8, fused gate/up 39.9 -> 38.1.
 Since AUTO's K is one segment (`triton_gemm.segment_kb`), AUTO runs it on wide weights' whole tiles only; narrow

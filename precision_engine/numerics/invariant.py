@@ -171,23 +171,6 @@ def rope_qk(
     return rope(q, cos, sin), rope(k, cos, sin)
 
 
-def rope_qkv_sums(sums, batch: int, heads: tuple[int, int], cos: torch.Tensor, sin: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The fused q/k/v GEMM's split-K segment sums (`contract.SplitSums`, rows B*T) -> (rope(q), rope(k), v) as
-    `rope_qk` and the views of the summed output give them: one launch for the sum and both rotations where the
-    kernel takes them (`triton_invariant.rope_qkv_sums`), else the sum, then `rope_qk`."""
-    hq, hk = heads
-    rows, n = sums.shape
-    d = n // (hq + 2 * hk)
-    if sums.parts.is_cuda and sums.dtype in (torch.bfloat16, torch.float16) and d >= 2 and not d & (d - 1):
-        triton = _triton()
-        if triton is not None:
-            return triton.rope_qkv_sums(sums, batch, heads, cos, sin)
-    y = sums.total().view(batch, rows // batch, hq + 2 * hk, d)
-    q, k = rope_qk(y[:, :, :hq], y[:, :, hq:hq + hk], cos, sin)
-    return q, k, y[:, :, hq + hk:]
-
-
 def _rope_kernel_fits(x: torch.Tensor) -> bool:
     d = x.shape[-1]
     return x.dtype in (torch.bfloat16, torch.float16) and d >= 2 and not d & (d - 1)
@@ -267,5 +250,5 @@ def _triton():
     return triton_invariant
 
 
-__all__ = ["KV_BLOCK", "TILE_M", "VOCAB_CHUNK", "attention", "linear", "log_softmax", "rms_norm", "rope", "rope_qk", "rope_qkv_sums",
+__all__ = ["KV_BLOCK", "TILE_M", "VOCAB_CHUNK", "attention", "linear", "log_softmax", "rms_norm", "rope", "rope_qk",
            "silu"]

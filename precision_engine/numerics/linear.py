@@ -42,7 +42,6 @@ from precision_engine.numerics.capabilities import Gemm, linear_problems
 from precision_engine.numerics.contract import (
     COMPUTE_TORCH_DTYPE,
     Quantized,
-    SplitSums,
     as_dtype,
     capturing_cuda_graph,
     fp8_dtype,
@@ -218,15 +217,10 @@ class Fp8Linear(nn.Linear):
         cache = self._w_cache
         return cache is not None and cache[1] is wq and cache[0] == weight_cache_key(self.weight)
 
-    def forward(self, x: torch.Tensor, *, x_quantized: Quantized | None = None,
-                split_sums: bool = False) -> torch.Tensor | SplitSums:
+    def forward(self, x: torch.Tensor, *, x_quantized: Quantized | None = None) -> torch.Tensor:
         """y = x @ W^T + b in FP8. `x_quantized`: Q(x) in the spec's input format, computed by the caller
-        (bitwise what this forward would compute), so the forward does not quantize x again. `split_sums`:
-        without autograd and bias, y as the GEMM's split-K segment sums where it has them (`SplitSums`, rows of
-        x by N), for a reader that adds them up itself (`fused_quant.add_rms_norm`)."""
+        (bitwise what this forward would compute), so the forward does not quantize x again."""
         recording = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-        if split_sums and self.bias is None and not recording and not torch.compiler.is_compiling():
-            return fprop_split_sums(x, self.quantized_weight(), (self.spec, self.numerics), x_quantized)
         if torch.compiler.is_compiling():
             wq = quantize_blocks(self.weight.detach(), self.spec.weight)
             wt = transpose_operand(wq) if self._dgrad_in_fp8() else None
@@ -274,28 +268,15 @@ def fp8_linear(
     return _Fp8LinearFn.apply(x, xq_data, xq_scale, wq.data, wq.scale, wt_data, wt_scale, config, *weights, *biases)
 
 
-def _fprop(x2: torch.Tensor, xq: Quantized | None, wq: Quantized, config: tuple[LinearSpec, NumericsSpec], *,
-           split_sums: bool = False) -> tuple[Quantized, torch.Tensor | SplitSums]:
+def _fprop(x2: torch.Tensor, xq: Quantized | None, wq: Quantized, config: tuple[LinearSpec, NumericsSpec]
+           ) -> tuple[Quantized, torch.Tensor]:
     """(Q(x), the fprop GEMM's output in the compute dtype) for rows x2, quantized here unless `xq` is given."""
     spec, numerics = config
     xq = quantize_rows_1xG(x2, spec.input) if xq is None else xq
     check_finite(xq, numerics.nonfinite, "input")
     y = fp8_gemm(xq, wq, out_dtype=COMPUTE_TORCH_DTYPE[spec.compute], kernel=spec.kernel,
-                 batch_invariant=numerics.batch_invariant, split_sums=split_sums)
+                 batch_invariant=numerics.batch_invariant)
     return xq, y
-
-
-def fprop_split_sums(x: torch.Tensor, wq: Quantized, config: tuple[LinearSpec, NumericsSpec],
-                      x_quantized: Quantized | None) -> torch.Tensor | SplitSums:
-    """`Fp8Linear.forward` without autograd or bias: the GEMM's segment sums where the launch has them and the
-    compute dtype is x's (the output needs no cast), else the output as the autograd path returns it."""
-    if x_quantized is not None:
-        _check_x_quantized(x, x_quantized, config[0].input)
-    same_dtype = COMPUTE_TORCH_DTYPE[config[0].compute] == x.dtype
-    _, y = _fprop(x.reshape(-1, x.shape[-1]), x_quantized, wq, config, split_sums=same_dtype)
-    if isinstance(y, SplitSums):
-        return y
-    return y.reshape(*x.shape[:-1], y.shape[-1]).to(x.dtype)
 
 
 def _check_x_quantized(x: torch.Tensor, xq: Quantized, fmt: QuantFormat) -> None:

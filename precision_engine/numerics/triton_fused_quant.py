@@ -36,9 +36,9 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
-from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, SplitSums, fp8_dtype
+from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, fp8_dtype
 from precision_engine.numerics.formats import QuantFormat
-from precision_engine.numerics.triton_invariant import _round, _round_opaque, _sum_parts, norm_warps
+from precision_engine.numerics.triton_invariant import _round, _round_opaque, norm_warps
 from precision_engine.numerics.triton_quant import (
     _INTERPRET,
     _amax,
@@ -95,20 +95,15 @@ def _rms_norm_quant_kernel(x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, q_pt
 
 @triton.jit
 def _add_rms_norm_kernel(x_ptr, y_ptr, r_ptr, w_ptr, o_ptr, H, stride_x, stride_y, stride_r, stride_o, eps, q_ptr,
-                         s_ptr, M, stride_part, PARTS: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr,
+                         s_ptr, M, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr,
                          QUANT: tl.constexpr, G: tl.constexpr, FMAX: tl.constexpr, RFMAX: tl.constexpr,
                          MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
-    """r = x + y for one row (torch's add), then `_rms_norm_quant_row` on r as read back from memory. PARTS > 0:
-    y is a split-K GEMM's fp32 segment sums (`SplitSums`, PARTS of them stride_part apart), added in order from
-    zero and rounded once to x's dtype, as `triton_gemm._sum_segments_kernel` makes the GEMM's output."""
+    """r = x + y for one row (torch's add), then `_rms_norm_quant_row` on r as read back from memory."""
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_H)
     mask = offs < H
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
-    if PARTS > 0:
-        y = _sum_parts(y_ptr + row * stride_y + offs, stride_part, mask, PARTS, x_ptr.dtype.element_ty, INTERPRET)
-    else:
-        y = tl.load(y_ptr + row * stride_y + offs, mask=mask, other=0.0)
+    y = tl.load(y_ptr + row * stride_y + offs, mask=mask, other=0.0)
     tl.store(r_ptr + row * stride_r + offs, _add(x, y, r_ptr.dtype.element_ty, INTERPRET), mask=mask)
     # As in `_rms_norm_quant_row`'s quantization: the norm reads r back after the barrier, so it compiles as
     # `_rms_norm_kernel` does on a loaded row, whatever the add left in registers.
@@ -256,14 +251,13 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, fmt: Qu
 _NO_QUANT = {"G": 1, "FMAX": 1.0, "RFMAX": 1.0, "MBITS": 3, "EMIN": -6, "POW2": False, "EXACT_ROUND": False}
 
 
-def add_rms_norm(x: torch.Tensor, y: torch.Tensor | SplitSums, weight: torch.Tensor, eps: float,
+def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
                  fmt: QuantFormat | None = None, *, exact_round: bool | None = None,
                  ) -> tuple[torch.Tensor, torch.Tensor, Quantized | None]:
-    """x, y [M, H] (row-major rows, one dtype; y may be a GEMM's `SplitSums` [S, M, H]) -> (x + y as torch adds
+    """x, y [M, H] (row-major rows, one dtype) -> (x + y as torch adds
     them, rms_norm of that sum as `triton_invariant.rms_norm`, with `fmt` its 1xG quantization as
     `rms_norm_quantize`), in one launch."""
     m, h = x.shape
-    parts, y = (y.parts.shape[0], y.parts) if isinstance(y, SplitSums) else (0, y)
     r = torch.empty((m, h), dtype=x.dtype, device=x.device)
     out = torch.empty((m, h), dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
     q, scale = _rows_buffers(m, h, fmt, x.device) if fmt is not None else (out, out)
@@ -271,8 +265,8 @@ def add_rms_norm(x: torch.Tensor, y: torch.Tensor | SplitSums, weight: torch.Ten
         block = triton.next_power_of_2(h)
         quant = _NO_QUANT if fmt is None else {"G": fmt.group, **_fmt_args(fmt, exact_round)}
         _add_rms_norm_kernel[(m,)](
-            x, y, r, weight.contiguous(), out, h, x.stride(0), y.stride(-2), r.stride(0), out.stride(0), eps, q,
-            scale, m, y.stride(0) if parts else 0, PARTS=parts, BLOCK_H=block, INTERPRET=TRITON_INTERPRET,
+            x, y, r, weight.contiguous(), out, h, x.stride(0), y.stride(0), r.stride(0), out.stride(0), eps, q,
+            scale, m, BLOCK_H=block, INTERPRET=TRITON_INTERPRET,
             QUANT=fmt is not None, **quant,
             num_warps=norm_warps(block),
         )

@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from precision_engine.numerics.capabilities import SCALE_BLOCK, SMALL_M_MAX  # M <= SMALL_M_MAX: decode tiles
-from precision_engine.numerics.contract import TRITON_INTERPRET, SplitSums
+from precision_engine.numerics.contract import TRITON_INTERPRET
 from precision_engine.numerics.pdl import launch_options, wait_for_producer
 
 BLOCK_K = SCALE_BLOCK  # one scale block per K step: the scale granularity of every operand we multiply
@@ -377,16 +377,14 @@ def block_scaled_gemm(
     config: GemmConfig | None = None,
     seg_kb: int | None = None,
     split: bool | None = None,
-    split_sums: bool = False,
-) -> torch.Tensor | SplitSums:
+) -> torch.Tensor:
     """c = dequant(a) @ dequant(b)^T for a [M, K] and b [N, K] FP8 (K-major; other strides work, slower).
 
     `b_scale_rows` is how many rows of b share one scale row: 128 (128x128 blocks) or 1 (1x128 groups).
     `config` defaults to `config_for(M, N, K)`, `seg_kb` to `segment_kb(N, K)` (changing it changes the bits);
     `split` (one program per segment, then an in-order sum of the segments) defaults to on when the tiles
     alone would leave SMs idle, and off for a persistent config. Neither config nor split changes a bit of the
-    result. `split_sums`: where the launch splits K and sums the segments in a second kernel, return the
-    segment sums instead (`SplitSums`: the reader of c adds them, one launch fewer).
+    result.
 
     On Hopper with Triton 3.6, with neither config nor split given and block-scaled b, Gluon runs instead, with
     the same additions, so the same bits (GPU-tested): `gluon_gemm` above decode sizes (1.2-1.4x the speed of
@@ -407,7 +405,7 @@ def block_scaled_gemm(
 
         return gluon_chain_decode_gemm(a, a_scale, b, b_scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype)
     if gluon and m > _SWAP_M_MAX and _gluon_decode_fills(n, k, seg, _sm_count(a.device.index or 0)):
-        return _gluon_decode(a, a_scale, b, b_scale, b_scale_rows, seg, out_dtype, split_sums)
+        return _gluon_decode(a, a_scale, b, b_scale, b_scale_rows, seg, out_dtype)
     cfg = config or config_for(m, n, k)
     segments = triton.cdiv(triton.cdiv(k, BLOCK_K), seg)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
@@ -451,14 +449,11 @@ def block_scaled_gemm(
             FLATTEN=cfg.flatten, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=BLOCK_K, GROUP_M=cfg.group_m,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch_options(m, a.device),
         )
-    return _from_segments(ws, c, split_sums) if split and not fused else c
+    return _from_segments(ws, c) if split and not fused else c
 
 
-def _from_segments(ws: torch.Tensor, c: torch.Tensor, split_sums: bool) -> torch.Tensor | SplitSums:
-    """Segment sums ws [S, M, N] as `block_scaled_gemm` returns them: `SplitSums` for their reader
-    (split_sums), else added in order into c by `_sum_segments_kernel`."""
-    if split_sums:
-        return SplitSums(ws, c.dtype)
+def _from_segments(ws: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Segment sums ws [S, M, N] added in order into c by `_sum_segments_kernel`: `block_scaled_gemm`'s output."""
     if c.numel():
         block = 1024
         _sum_segments_kernel[(triton.cdiv(c.numel(), block),)](ws, c, c.numel(), ws.shape[0], BLOCK=block,
@@ -466,16 +461,16 @@ def _from_segments(ws: torch.Tensor, c: torch.Tensor, split_sums: bool) -> torch
     return c
 
 
-def _gluon_decode(a, a_scale, b, b_scale, b_scale_rows, seg, out_dtype, split_sums) -> torch.Tensor | SplitSums:
-    """`gluon_gemm.gluon_decode_gemm`'s output as `block_scaled_gemm` returns it: c, or the segment sums as
-    `SplitSums` (split_sums) or added in order by `_sum_segments_kernel`."""
+def _gluon_decode(a, a_scale, b, b_scale, b_scale_rows, seg, out_dtype) -> torch.Tensor:
+    """`gluon_gemm.gluon_decode_gemm`'s output as `block_scaled_gemm` returns it: c, its segment sums added in
+    order by `_sum_segments_kernel` where it has segments."""
     from precision_engine.numerics.gluon_gemm import DECODE, gluon_decode_gemm
 
     out = gluon_decode_gemm(a, a_scale, b, b_scale, b_scale_rows=b_scale_rows, seg_kb=seg, out_dtype=out_dtype,
                             config=replace(DECODE, whole=walks_whole_tiles(b.shape[0])))
     if out.dim() == 2:
         return out
-    return _from_segments(out, torch.empty(out.shape[1:], dtype=out_dtype, device=a.device), split_sums)
+    return _from_segments(out, torch.empty(out.shape[1:], dtype=out_dtype, device=a.device))
 
 
 @triton.jit

@@ -21,8 +21,7 @@ of rows, their order or padding:
   byte per cached element instead of a BF16 copy made per step), and may quantize its output for o_proj in its
   epilogue. `attention(..., fast=True)` is fast mode's launch of the same kernel and NOT batch-invariant:
   16-row decode tiles, an FP8 cache widened exactly with its scales on the scores and the output.
-- `rope_qk`, `rope_qkv_sums`: RoPE of q and k in one launch, optionally adding the fused q/k/v GEMM's split-K
-  segment sums first (`SplitSums`), the bits of the sum and of `rope`.
+- `rope_qk`: RoPE of q and k in one launch, the bits of `rope`.
 - `rms_norm`: one program per row, a fixed block size and warp count per row length.
 - `log_softmax`: re-exported from `numerics.triton_sampling` (a fixed split of each row into vocabulary
   chunks, shared with the fused sampler).
@@ -39,7 +38,6 @@ transposed rotation of the output gradient in fp32.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -47,7 +45,7 @@ import triton
 import triton.language as tl
 
 from precision_engine.errors import UnsupportedError
-from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, SplitSums, fp8_dtype
+from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, fp8_dtype
 from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
 from precision_engine.numerics.triton_gemm import WHOLE_TILES_MIN, _sm_count, _tile_counters
 from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
@@ -472,21 +470,6 @@ def _round_opaque(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _sum_parts(ptrs, stride_part, mask, PARTS: tl.constexpr, dtype: tl.constexpr, INTERPRET: tl.constexpr):
-    """The in-order sum from zero of PARTS fp32 split-K segment sums (`SplitSums`) at ptrs + p * stride_part,
-    rounded once to dtype: the GEMM output `triton_gemm._sum_segments_kernel` would store (in the interpreter
-    its cast, which truncates; on the GPU an opaque cvt.rn the compiler cannot fold into the reader's math)."""
-    total = tl.zeros(ptrs.shape, dtype=tl.float32)
-    for part in tl.static_range(PARTS):
-        total += tl.load(ptrs + part * stride_part, mask=mask, other=0.0)
-    if INTERPRET:
-        y = total.to(dtype)
-    else:
-        y = _round_opaque(total, dtype, INTERPRET)
-    return y
-
-
-@triton.jit
 def _rope_kernel(x_ptr, cos_ptr, sin_ptr, o_ptr, T, H, stride_xb, stride_xt, stride_xh, stride_cb, stride_ct,
                  D: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
     """One token (b, t), all H heads: o = r(r(x * cos) + r(rotate_half(x) * sin)), r = rounding to x's dtype.
@@ -613,68 +596,6 @@ def rope_qk(
             k.stride(2), cos.stride(0), cos.stride(1), D=d, BLOCK_HQ=triton.next_power_of_2(hq),
             BLOCK_HK=triton.next_power_of_2(hk), INTERPRET=TRITON_INTERPRET, num_warps=4)
     return q_out.transpose(1, 2), k_out.transpose(1, 2)
-
-
-@triton.jit
-def _rope_qkv_sums_kernel(ws_ptr, y_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, T, HQ, HK, N, stride_part, stride_cb,
-                          stride_ct, PARTS: tl.constexpr, D: tl.constexpr, HB: tl.constexpr,
-                          BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
-    """Program (token bt, j): the fused q/k/v GEMM's split-K segment sums of heads j * HB .. j * HB + HB - 1 of
-    token bt's row (q heads first, then k, then v; HB divides HQ and HK), added in order from zero and rounded
-    once (`triton_gemm._sum_segments_kernel`'s bits) into row bt of y [B*T, N]; then, read back after a barrier,
-    q and k heads rotated by `_rope_token` (rope_qk's code)."""
-    bt = tl.program_id(0).to(tl.int64)
-    h0 = tl.program_id(1) * HB
-    _sum_heads(ws_ptr, y_ptr, bt, h0 * D, HB, N, stride_part, PARTS, D, BLOCK_H, INTERPRET)
-    tl.debug_barrier()
-    if h0 < HQ:
-        _rope_token(y_ptr + h0 * D, cos_ptr, sin_ptr, qo_ptr + h0 * D, bt, T, HB, T * N, N, D, stride_cb,
-                    stride_ct, HQ * D, D, BLOCK_H, INTERPRET)
-    elif h0 < HQ + HK:
-        _rope_token(y_ptr + h0 * D, cos_ptr, sin_ptr, ko_ptr + (h0 - HQ) * D, bt, T, HB, T * N, N, D, stride_cb,
-                    stride_ct, HK * D, D, BLOCK_H, INTERPRET)
-
-
-@triton.jit
-def _sum_heads(ws_ptr, y_ptr, row, col0, H, N, stride_part, PARTS: tl.constexpr, D: tl.constexpr,
-               BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
-    """y[row, col0 : col0 + H * D] = the in-order sum of the PARTS segment sums there, rounded once."""
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, D)
-    cols = col0 + offs_h[:, None] * D + offs_d[None, :]
-    mask = offs_h[:, None] < H
-    y = _sum_parts(ws_ptr + row * N + cols, stride_part, mask, PARTS, y_ptr.dtype.element_ty, INTERPRET)
-    tl.store(y_ptr + row * N + cols, y, mask=mask)
-
-
-# Elementwise (neither warps nor heads per program change a bit). At decode, 64 rows of 4 parts of 6144 (H200,
-# 2026-12-01, sixth session, benchmarks/2026-12-01/s6_sweeps): 4 heads a program and 8 warps 3.9 us, where one
-# program for the 32 q heads and one each for k and v (16 warps) took 4.6; 8 heads 4.0, 2 heads 4.1.
-ROPE_SUMS_WARPS = 8
-ROPE_SUMS_HEADS = 4  # heads per program, capped at gcd(HQ, HK)
-
-
-def rope_qkv_sums(sums: SplitSums, batch: int, heads: tuple[int, int], cos: torch.Tensor, sin: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The fused q/k/v GEMM's `SplitSums` [S, B*T, (Hq + 2 Hk) D] -> (rope(q), rope(k), v) in one launch: q, k as
-    `rope_qk` returns them ([B, H, T, D] views), v [B, T, Hk, D] a view of the summed output; the bits of the
-    GEMM's own sum followed by `rope_qk`. No autograd (a decode step's hand-over)."""
-    hq, hk = heads
-    parts, rows, n = sums.parts.shape
-    d = n // (hq + 2 * hk)
-    t = rows // batch
-    y = torch.empty((rows, n), dtype=sums.dtype, device=sums.parts.device)
-    _check_rope(y[:, : hq * d].view(batch, t, hq, d), cos, sin)
-    cos, sin = cos.contiguous(), sin.contiguous()
-    q_out = torch.empty((batch, t, hq, d), dtype=y.dtype, device=y.device)
-    k_out = torch.empty((batch, t, hk, d), dtype=y.dtype, device=y.device)
-    if rows:
-        heads = math.gcd(hq, hk, ROPE_SUMS_HEADS)
-        _rope_qkv_sums_kernel[(rows, (hq + 2 * hk) // heads)](
-            sums.parts, y, cos, sin, q_out, k_out, t, hq, hk, n, sums.parts.stride(0), cos.stride(0), cos.stride(1),
-            PARTS=parts, D=d, HB=heads, BLOCK_H=triton.next_power_of_2(heads), INTERPRET=TRITON_INTERPRET,
-            num_warps=ROPE_SUMS_WARPS)
-    return q_out.transpose(1, 2), k_out.transpose(1, 2), y[:, (hq + hk) * d:].view(batch, t, hk, d)
 
 
 # -------------------------------------------------------------------------------------------------- kv write
@@ -1092,4 +1013,4 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Te
 
 __all__ = ["KV_BLOCK", "LINEAR", "LinearConfig", "attention", "attention_quantize_fits", "attention_reference",
            "attention_twin", "linear", "linear_forward", "linear_twin", "log_softmax", "log_softmax_twin", "rms_norm",
-           "rms_norm_backward", "rms_norm_twin", "kv_write", "rope", "rope_qk", "rope_qkv_sums", "segment_kb"]
+           "rms_norm_backward", "rms_norm_twin", "kv_write", "rope", "rope_qk", "segment_kb"]

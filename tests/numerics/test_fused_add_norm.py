@@ -209,15 +209,13 @@ def after_first_barrier(ops):
 
 fmt = dict(G=128, FMAX=448.0, RFMAX=1 / 448.0, MBITS=3, EMIN=-6, POW2=False, EXACT_ROUND=False)
 norm = ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"]
-add = ["*bf16"] * 5 + ["i32"] * 5 + ["fp32", "*fp8e4nv", "*fp32", "i32", "i32"]
-add_sums = add[:1] + ["*fp32"] + add[2:]  # y: a split-K GEMM's fp32 segment sums (SplitSums)
+add = ["*bf16"] * 5 + ["i32"] * 5 + ["fp32", "*fp8e4nv", "*fp32", "i32"]
 warps = TI.norm_warps(4096)  # as every launch at an 8B model's 4096 columns
 plain = float_ops(TI._rms_norm_kernel, norm, dict(BLOCK_H=4096, INTERPRET=False), warps)
 quant = float_ops(TF._rms_norm_quant_kernel, norm + ["*fp8e4nv", "*fp32", "i32"],
                   dict(BLOCK_H=4096, INTERPRET=False, **fmt), warps)
-for q, alone, parts in ((False, plain, 0), (True, quant, 0), (True, quant, 4)):
-    fused = float_ops(TF._add_rms_norm_kernel, add_sums if parts else add,
-                      dict(PARTS=parts, BLOCK_H=4096, INTERPRET=False, QUANT=q, **fmt), warps)
+for q, alone in ((False, plain), (True, quant)):
+    fused = float_ops(TF._add_rms_norm_kernel, add, dict(BLOCK_H=4096, INTERPRET=False, QUANT=q, **fmt), warps)
     body = after_first_barrier(fused)
     prologue = fused[: len(fused) - len(body)]
     # The opcodes in order (what FMA contraction changes) and what each instruction computes from what: at 32

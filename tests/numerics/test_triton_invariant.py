@@ -427,8 +427,6 @@ compile_(TF._silu_mul_backward_kernel, ["*bf16"] * 5 + ["i32"] * 7,
          dict(WANT_G=True, WANT_U=True, BLOCK_M=1, BLOCK_K=1024, INTERPRET=False), num_warps=4,
          **TF._exact_options())
 compile_(TI._rope_kernel, ["*bf16"] * 4 + ["i32"] * 7, dict(D=128, BLOCK_H=32, INTERPRET=False), num_warps=4)
-compile_(TI._rope_qkv_sums_kernel, ["*fp32"] + ["*bf16"] * 5 + ["i32"] * 7,
-         dict(PARTS=4, D=128, HB=4, BLOCK_H=4, INTERPRET=False), num_warps=8)
 compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*fp8e4nv", "*fp8e4nv", "*fp32", "*fp32"] + ["i32"] * 13,
          dict(D=128, HB=2, BLOCK_H=2, FP8_KV=True, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
 compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*bf16", "*bf16", "*i64", "*i64"] + ["i32"] * 13,

@@ -134,8 +134,8 @@ def test_on_policy_bitwise_over_4096_tokens_and_graph_equals_eager(model, spec, 
 
 @pytest.mark.parametrize("policy_name", ["jetrl_unified", "jetrl_unified_kv"])
 def test_on_policy_bitwise_at_64_decode_rows(model, spec, prompts, policy_name):
-    """64 rows decode through the FP8 GEMMs' split-K launches with 64-row token tiles (16 rows take the
-    swapped launch), whose segment sums the residual add + RMSNorm kernel adds (`SplitSums`): 4,096 tokens."""
+    """64 rows decode through the FP8 GEMMs' decode launches at their widest token tiles, every residual add in
+    the RMSNorm after it: 4,096 tokens."""
     plan, scales = _rollout_setup(model, spec, policy_name, prompts)
     rollout = _generate(model, prompts, scales, n=16, max_new=64)
     generated = rollout.generated_mask

@@ -609,7 +609,7 @@ def gluon_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b
                       b_scale_rows: int, seg_kb: int, out_dtype: torch.dtype = torch.bfloat16,
                       config: DecodeConfig = DECODE) -> torch.Tensor:
     """`triton_gemm.block_scaled_gemm`'s bits at M <= 64: c [M, N] in out_dtype with `config.whole` or a single
-    segment of `seg_kb` blocks, else the FP32 segment sums [segments, M, N] that their reader adds in order."""
+    segment of `seg_kb` blocks, else the FP32 segment sums [segments, M, N] that `triton_gemm` adds in order."""
     m, k = a.shape
     n = b.shape[0]
     segments = triton.cdiv(triton.cdiv(k, BLOCK_K), seg_kb)

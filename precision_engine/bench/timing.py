@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+SPIN_CYCLES_PER_US = 2000  # spins are sized for a ~2 GHz SM clock: a slower one lengthens them, a faster shortens
+
 
 def time_cuda(
     fn: Callable[..., object],
@@ -42,7 +44,7 @@ def time_cuda(
         return times
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    spin_cycles = int(host_lead_us * 2000)  # ~2 GHz SM clock; a slower clock only lengthens the lead
+    spin_cycles = int(host_lead_us * SPIN_CYCLES_PER_US)
     torch.cuda.synchronize()
     for i in range(reps):
         if spin_cycles:
@@ -67,7 +69,7 @@ def host_issue_ms(fn: Callable[..., object], inputs_rotation: Sequence[tuple], *
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.synchronize()
-        torch.cuda._sleep(int(spin_ms * 1e3 * 2000))  # ~2 GHz SM clock: a faster one shortens the spin a little
+        torch.cuda._sleep(int(spin_ms * 1e3 * SPIN_CYCLES_PER_US))
     start = time.perf_counter()
     for i in range(calls):
         fn(*sets[i % len(sets)])

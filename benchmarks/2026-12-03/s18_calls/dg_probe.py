@@ -32,6 +32,7 @@ M = 8192
 SETS = 3
 ROUNDS = 4
 WARM = "--warm" in sys.argv
+PART = next((tuple(map(int, a.split("=")[1].split("/"))) for a in sys.argv if a.startswith("--part=")), (0, 1))
 
 
 def events_ms(fn, reps=15):
@@ -156,21 +157,20 @@ def invariance(n, k):
 def main():
     torch.manual_seed(0)
     rows = []
-    for gemm in ("fprop", "dgrad", "wgrad"):
-        for n, k in SHAPES:
-            try:
-                row = probe(n, k, gemm)
-            except Exception as err:  # noqa: BLE001
-                print(f"{n}x{k} {gemm}: {type(err).__name__}: {str(err)[:300]}", flush=True)
-                continue
-            if row:
-                rows.append(row)
-                r = row
-                print(f"{r['shape']:>11} {gemm}: " + " ".join(f"{name} {t:.4f}" for name, t in r["ms"].items())
-                      + f" | bits==scaled_mm {r['same_scaled']} (differ {r['differ']:.2e}) ==pinned {r['same_pinned']}"
-                      f" fp32== {r['fp32_same']} | rel err dg {r['rel']:.2e} cublas {r['rel_cublas']:.2e}",
-                      flush=True)
-    for n, k in INVARIANCE_SHAPES:
+    problems = [(gemm, n, k) for gemm in ("fprop", "dgrad", "wgrad") for n, k in SHAPES]
+    for gemm, n, k in problems[PART[0]::PART[1]]:
+        try:
+            row = probe(n, k, gemm)
+        except Exception as err:  # noqa: BLE001
+            print(f"{n}x{k} {gemm}: {type(err).__name__}: {str(err)[:300]}", flush=True)
+            continue
+        if row:
+            rows.append(row)
+            print(f"{row['shape']:>11} {gemm}: " + " ".join(f"{name} {t:.4f}" for name, t in row["ms"].items())
+                  + f" | bits==scaled_mm {row['same_scaled']} (differ {row['differ']:.2e}) ==pinned "
+                  f"{row['same_pinned']} fp32== {row['fp32_same']} | rel err dg {row['rel']:.2e} cublas "
+                  f"{row['rel_cublas']:.2e}", flush=True)
+    for n, k in INVARIANCE_SHAPES[PART[0]::PART[1]]:
         try:
             print(f"invariance {n}x{k} rows of M={M} vs M=m launches:", invariance(n, k), flush=True)
         except Exception as err:  # noqa: BLE001

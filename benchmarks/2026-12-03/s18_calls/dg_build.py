@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 SRC = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".dg/deepgemm_src.tar.gz")
-ROOT = Path("/tmp/dg")
+ROOT = Path(os.environ.get("DG_ROOT", "/tmp/dg"))  # another root builds a variant (DG_CFLAGS) beside
 
 
 def find(name: str, kind: str) -> Path:
@@ -37,7 +37,8 @@ def main():
     start = time.time()
     if ROOT.exists():
         shutil.rmtree(ROOT)
-    subprocess.run(["tar", "xzf", str(SRC), "-C", "/tmp"], check=True)
+    ROOT.mkdir(parents=True)
+    subprocess.run(["tar", "xzf", str(SRC), "-C", str(ROOT), "--strip-components=1"], check=True)
     inc = ROOT / "deep_gemm" / "include"
     for sub in ("cute", "cutlass"):
         (inc / sub).symlink_to(ROOT / "third-party" / "cutlass" / "include" / sub)
@@ -46,12 +47,12 @@ def main():
     nvrtc_h, cublaslt_h = find("nvrtc.h", "header"), find("cublasLt.h", "header")
     libs = [find("libnvrtc.so*", "lib"), find("libcublasLt.so*", "lib")]
     print("CUDA_HOME", CUDA_HOME, "nvrtc.h", nvrtc_h, "libs", libs, flush=True)
-    build = Path("/tmp/dg_build")
+    build = Path(f"{ROOT}_build")
     build.mkdir(exist_ok=True)
     load(name="_C", sources=[str(ROOT / "csrc" / "python_api.cpp")],
          extra_include_paths=[str(inc), str(ROOT / "third-party" / "fmt" / "include"), str(nvrtc_h.parent),
                               str(cublaslt_h.parent), f"{CUDA_HOME}/include/cccl"],
-         extra_cflags=["-O3", "-std=c++17", "-Wno-psabi", "-Wno-deprecated-declarations"],
+         extra_cflags=["-O3", "-std=c++17", "-Wno-psabi", "-Wno-deprecated-declarations", *os.environ.get("DG_CFLAGS", "").split()],
          extra_ldflags=[str(p) for p in libs], build_directory=str(build), with_cuda=True,
          is_python_module=False, verbose=False)
     shutil.copy(build / "_C.so", ROOT / "deep_gemm" / "_C.so")

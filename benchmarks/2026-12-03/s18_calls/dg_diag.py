@@ -1,8 +1,6 @@
 """Where `import deep_gemm` crashed in call 1 (a segfault before any output): each stage prints before the next,
 with faulthandler's Python trace on a crash. argv[1]: the DeepGEMM root holding deep_gemm/_C.so."""
 import faulthandler
-import importlib.machinery
-import importlib.util
 import sys
 
 faulthandler.enable()
@@ -11,13 +9,6 @@ import torch  # noqa: E402
 
 torch.cuda.init()
 print("torch", torch.__version__, torch.cuda.get_device_name(), flush=True)
-path = f"{root}/deep_gemm/_C.so"
-loader = importlib.machinery.ExtensionFileLoader("deep_gemm._C", path)
-spec = importlib.util.spec_from_file_location("deep_gemm._C", path, loader=loader)
-mod = importlib.util.module_from_spec(spec)
-print("_C loaded", len(dir(mod)), flush=True)
-mod.init(f"{root}/deep_gemm", "/usr/local/cuda")
-print("_C.init ok", flush=True)
 sys.path.insert(0, root)
 import deep_gemm  # noqa: E402
 

@@ -95,7 +95,10 @@ KERNELS: dict[Kernel, KernelRow] = {
                   batch_invariant=True, auto=False,
                   requires="what the cublas kernel needs, plus a host C++ compiler and cuBLASLt's headers (its "
                   "extension builds at first use)"),
-        # Written against DeepGEMM's documented fp8_gemm_nt but not yet run on hardware here: opt-in only.
+        # DeepGEMM's fp8_gemm_nt (1x128 x 128x128). On an H200 its SM90 kernel gave cuBLAS's bits (pinned and
+        # _scaled_mm) and a row the same bits at every M measured, so AUTO launches it in their place where it is
+        # installed (gemm._deep_gemm_gives_cublas_bits). By name its row claims no invariance: its SM100 kernels
+        # take UE8M0 scales, and its tile heuristics are its own to change between releases.
         KernelRow(Kernel.DEEP_GEMM, frozenset({"cuda"}), frozenset({DType.FLOAT8_E4M3}),
                   frozenset({Gemm.FPROP, Gemm.DGRAD}), batch_invariant=False, auto=False,
                   requires="the deep_gemm package and a CUDA device", bf16_out_only=True),

@@ -23,8 +23,9 @@ Kernels (`Kernel`):
              rows and at decode sizes where Gluon takes the shape, the Triton/Gluon kernel with one K segment,
              which makes the same additions (same bits, faster there). With one segment for every weight
              (`triton_gemm.segment_kb`) its bits are AUTO Triton's. On request only.
-  deep_gemm  DeepGEMM's fp8_gemm_nt (block weights only), on request only: written against its documented
-             API but not yet run on hardware here, so AUTO never picks it.
+  deep_gemm  DeepGEMM's fp8_gemm_nt (block weights only). On Hopper its bits are cuBLAS's (measured), so where
+             it is installed AUTO launches it in place of pinned cuBLAS and cuBLAS above decode sizes
+             (`_deep_gemm_gives_cublas_bits`); by name it is never AUTO's numerics.
 Which kernel's numerics run is decided by `capabilities.resolve_kernel` (the kernel table), never here. Here only
 the launch that makes them: where two launches give the same bits (GPU-tested), the faster one
 (`_triton_bits_from_pinned`, `_pinned_bits_from_triton`), as `triton_gemm` hands its rows to Gluon.
@@ -68,6 +69,9 @@ def fp8_gemm(
         return reference_gemm(a, b, out_dtype=out_dtype)
     if kernel is Kernel.EMULATED:
         return emulated_gemm(a, b, out_dtype=out_dtype)
+    if requested is Kernel.AUTO and kernel in (Kernel.TRITON, Kernel.CUBLAS) \
+            and _deep_gemm_gives_cublas_bits(a, b, b_scale_rows, out_dtype, one_segment=kernel is Kernel.TRITON):
+        return _deep_gemm(a, b, b_scale_rows, out_dtype)
     if kernel is Kernel.TRITON:
         from precision_engine.numerics.triton_gemm import block_scaled_gemm
 
@@ -256,11 +260,38 @@ def _triton_bits_from_pinned(a: Quantized, b: Quantized, b_scale_rows: int) -> b
     if {a.data.dtype, b.data.dtype} != {torch.float8_e4m3fn} or not device_info(a.data.device).cublas_blockwise:
         return False
     from precision_engine.numerics import cublas_pinned
-    from precision_engine.numerics.triton_gemm import segment_kb
 
     n, k = b.data.shape
     unpadded = n % SCALE_BLOCK == 0 and k % (SCALE_BLOCK * CUBLAS_KBLOCK_ALIGN) == 0
-    return unpadded and segment_kb(n, k) >= _cdiv(k, SCALE_BLOCK) and cublas_pinned.builds()
+    return unpadded and _one_segment(n, k) and cublas_pinned.builds()
+
+
+def _one_segment(n: int, k: int) -> bool:
+    """Whether AUTO Triton sums this weight's K in one segment (`triton_gemm.segment_kb`: every weight since the
+    sixteenth session), the form whose bits pinned cuBLAS and DeepGEMM give."""
+    from precision_engine.numerics.triton_gemm import segment_kb
+
+    return segment_kb(n, k) >= _cdiv(k, SCALE_BLOCK)
+
+
+def _deep_gemm_gives_cublas_bits(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype, *,
+                                 one_segment: bool) -> bool:
+    """Where DeepGEMM, when installed, makes AUTO's bits faster above decode sizes: its SM90 1x128 x 128x128
+    kernel gave torch._scaled_mm's and the pinned algorithm's bits on every 8B shape at 8192 rows, fprop and
+    dgrad, and a row the same bits at M = 1 .. 8192 (two shapes), 8-20% faster than cuBLAS (1.73-1.92x BF16
+    for the GEMM, cuBLAS 1.55-1.72x; H200, eighteenth session, BENCHMARKS.md). So it stands in for pinned
+    cuBLAS under a batch-invariant forward (`one_segment`: where Triton's bits are pinned cuBLAS's) and for
+    cuBLAS elsewhere. Hopper only (its SM100 kernels take UE8M0 scales: other numerics), E4M3 with 128x128
+    weight blocks, BF16 out, K-major operands, N and K multiples of 128. Decode sizes keep their kernels
+    (DeepGEMM's speed there is unmeasured)."""
+    info = device_info(a.data.device)
+    if not info.deep_gemm or info.capability != (9, 0) or b_scale_rows != SCALE_BLOCK or out_dtype != torch.bfloat16:
+        return False
+    n, k = b.data.shape
+    operands = (a.data, b.data)
+    return (a.data.shape[0] > SMALL_M_MAX and n % SCALE_BLOCK == 0 and k % SCALE_BLOCK == 0
+            and all(t.dtype == torch.float8_e4m3fn and t.stride(1) == 1 and t.stride(0) % 16 == 0 for t in operands)
+            and (not one_segment or _one_segment(n, k)))
 
 
 def _measured_identity(a: Quantized, b_scale_rows: int) -> bool:
@@ -292,13 +323,14 @@ def _padded_ones(rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
 
 
 def _deep_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype) -> torch.Tensor:
-    """DeepGEMM's NT kernel (1x128 activations x 128x128 weights, BF16 out)."""
+    """DeepGEMM's NT kernel (1x128 activations x 128x128 weights, BF16 out). It reads a's scales M-major, as
+    ours are (it copies them only where M is not a multiple of 4), b's [N/128, K/128] row-major."""
     import deep_gemm
 
     if b_scale_rows != SCALE_BLOCK or out_dtype != torch.bfloat16 or a.data.shape[1] % SCALE_BLOCK:
         raise OperandError("kernel deep_gemm takes 128x128 block weights, K a multiple of 128 and bf16 out")
     out = torch.empty((a.data.shape[0], b.data.shape[0]), dtype=out_dtype, device=a.data.device)
-    deep_gemm.fp8_gemm_nt((a.data, a.scale.float()), (b.data, b.scale.float()), out)
+    deep_gemm.fp8_gemm_nt((a.data, a.scale), (b.data, b.scale.contiguous()), out)
     return out
 
 

@@ -46,11 +46,23 @@ def environment() -> dict:
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
         "torchao": torchao_ref.version(),
+        # AUTO launches DeepGEMM in place of cuBLAS where it is installed (numerics.gemm): fp8_bi's GEMMs differ
+        "deep_gemm": _deep_gemm_version(),
     }
     if torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name()
         env["sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
     return env
+
+
+def _deep_gemm_version() -> str | None:
+    from precision_engine.numerics.gemm import deep_gemm_available
+
+    if not deep_gemm_available():
+        return None
+    import deep_gemm
+
+    return getattr(deep_gemm, "__version__", "unknown")
 
 
 def time_graphed(fn, sets: list[tuple], *, warmup: int, reps: int) -> float:

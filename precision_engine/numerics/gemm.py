@@ -136,11 +136,12 @@ def transpose_operand(q: Quantized) -> Quantized:
 
 @functools.cache
 def deep_gemm_available() -> bool:
+    """Whether a DeepGEMM with the pair API (`fp8_gemm_nt((a, sfa), (b, sfb), d)`, 2.x) imports here."""
     try:
-        import deep_gemm  # noqa: F401
+        import deep_gemm
     except ImportError:
         return False
-    return True
+    return hasattr(deep_gemm, "fp8_gemm_nt")
 
 
 @functools.cache

@@ -1,10 +1,13 @@
-"""Build DeepGEMM (deepseek-ai/DeepGEMM at 54e2261, CUTLASS f3fde58, fmt 553ec11: the submodule pins) on the device
-from the carried source tarball `.dg/deepgemm_src.tar.gz`, into /tmp/dg, importable as `deep_gemm` with
-PYTHONPATH=/tmp/dg. The image has no DeepGEMM wheel and SGLang's `sgl-deep-gemm` does not load on torch 2.11.
+"""Build DeepGEMM (deepseek-ai/DeepGEMM at 54e2261, CUTLASS f3fde58, fmt 553ec11: the submodule pins) from a source
+tarball (argv[1], default `.dg/deepgemm_src.tar.gz`; one top-level folder holding the checkout and its
+third-party/ submodules) into DG_ROOT (default /tmp/dg, REPLACED if it exists), importable as `deep_gemm` with
+PYTHONPATH=$DG_ROOT. The device image has no DeepGEMM wheel and SGLang's `sgl-deep-gemm` does not load on torch 2.11.
 
 Only the host module (`deep_gemm._C`, csrc/python_api.cpp) is built here; DeepGEMM compiles each kernel with NVCC
 at its first call (JIT, cached under DG_JIT_CACHE_DIR). Headers and libraries: the CUDA toolkit's, else the
-nvidia wheels' (nvrtc, cuBLASLt), found as `cublas_pinned` finds cuBLASLt.
+nvidia wheels' (nvrtc, cuBLASLt), found as `cublas_pinned` finds cuBLASLt. Build with CXX set to a g++ that links
+libstdc++ dynamically (/usr/bin/g++ on the H200 image): the image's default links it statically, and that copy's
+std::regex crashed DeepGEMM's first GEMM (eighteenth session, calls 1-3). DG_CFLAGS: extra compiler flags.
 """
 
 import os

@@ -34,6 +34,7 @@ the launch that makes them: where two launches give the same bits (GPU-tested), 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 
@@ -71,7 +72,9 @@ def fp8_gemm(
         return emulated_gemm(a, b, out_dtype=out_dtype)
     if requested is Kernel.AUTO and kernel in (Kernel.TRITON, Kernel.CUBLAS) \
             and _deep_gemm_gives_cublas_bits(a, b, b_scale_rows, out_dtype, one_segment=kernel is Kernel.TRITON):
-        return _deep_gemm(a, b, b_scale_rows, out_dtype)
+        out = _auto_deep_gemm(a, b, b_scale_rows, out_dtype)
+        if out is not None:
+            return out
     if kernel is Kernel.TRITON:
         from precision_engine.numerics.triton_gemm import block_scaled_gemm
 
@@ -284,9 +287,9 @@ def _deep_gemm_gives_cublas_bits(a: Quantized, b: Quantized, b_scale_rows: int, 
     cuBLAS under a batch-invariant forward (`one_segment`: where Triton's bits are pinned cuBLAS's) and for
     cuBLAS elsewhere. Hopper only (its SM100 kernels take UE8M0 scales: other numerics), E4M3 with 128x128
     weight blocks, BF16 out, K-major operands, N and K multiples of 128. Decode sizes keep their kernels
-    (DeepGEMM's speed there is unmeasured)."""
+    (DeepGEMM's speed there is unmeasured). Never again after a DeepGEMM failure (`_auto_deep_gemm`)."""
     info = device_info(a.data.device)
-    if not info.deep_gemm or info.capability != (9, 0) or b_scale_rows != SCALE_BLOCK or out_dtype != torch.bfloat16:
+    if _deep_gemm_failure or not info.deep_gemm or info.capability != (9, 0) or b_scale_rows != SCALE_BLOCK or out_dtype != torch.bfloat16:
         return False
     n, k = b.data.shape
     operands = (a.data, b.data)
@@ -321,6 +324,23 @@ def _pinned_bits_from_triton(a: Quantized, b: Quantized, b_scale_rows: int) -> b
 
 def _padded_ones(rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
     return torch.ones((rows, cols), dtype=torch.float32, device=like.device)
+
+
+_deep_gemm_failure: list[str] = []  # AUTO's first DeepGEMM failure in this process: it launches DeepGEMM no more
+
+
+def _auto_deep_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype) -> torch.Tensor | None:
+    """DeepGEMM for AUTO, or None (with one warning) where it fails: the caller's own launch gives the same bits.
+    DeepGEMM compiles each kernel at its first call and needs nvcc (or NVRTC) for it; an install without one
+    refuses at run time, which must not stop a training run that cuBLAS can finish bit for bit."""
+    try:
+        return _deep_gemm(a, b, b_scale_rows, out_dtype)
+    except RuntimeError as err:
+        _deep_gemm_failure.append(f"{type(err).__name__}: {str(err)[:300]}")
+        warnings.warn(f"DeepGEMM failed ({_deep_gemm_failure[0]}); AUTO runs cuBLAS's launch of the same bits from "
+                      "now on (`python -m pytest -m gpu tests/numerics/gpu/test_deep_gemm_gpu.py` checks an install)",
+                      RuntimeWarning, stacklevel=3)
+        return None
 
 
 def _deep_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype) -> torch.Tensor:

@@ -26,20 +26,24 @@ def launches(monkeypatch):
 
     seen = []
     fake = types.ModuleType("deep_gemm")
+    monkeypatch.setattr(gemm, "_deep_gemm_failure", [])
 
     def fp8_gemm_nt(a, b, out):
         seen.append("deep_gemm")
+        if fake.refuse:
+            raise RuntimeError("NVCC compilation failed")
         assert a[0].shape[1] == b[0].shape[1] and out.shape == (a[0].shape[0], b[0].shape[0])
         assert a[1].shape == (a[0].shape[0], a[0].shape[1] // 128) and b[1].is_contiguous()
         out.fill_(1.0)
 
-    fake.fp8_gemm_nt = fp8_gemm_nt
+    fake.fp8_gemm_nt, fake.refuse = fp8_gemm_nt, False
     monkeypatch.setitem(sys.modules, "deep_gemm", fake)
     monkeypatch.setattr(cublas_pinned, "builds", lambda: True)
     monkeypatch.setattr(gemm, "_cublas_gemm", lambda *args, **kwargs: seen.append("cublas") or "cublas")
     monkeypatch.setattr(triton_gemm, "block_scaled_gemm", lambda *args, **kwargs: seen.append("triton") or "triton")
 
-    def install(deep_gemm=True, capability=(9, 0)):
+    def install(deep_gemm=True, capability=(9, 0), refuse=False):
+        fake.refuse = refuse
         info = DeviceInfo("cuda", capability=capability, cublas_blockwise=True, deep_gemm=deep_gemm)
         monkeypatch.setattr(gemm, "device_info", lambda device: info)
         return seen
@@ -91,3 +95,15 @@ def test_deep_gemm_by_name_runs_it_at_any_size(launches):
     seen = launches()
     fp8_gemm(*_forward(3), kernel=Kernel.DEEP_GEMM)
     assert seen == ["deep_gemm"]
+
+
+def test_a_failing_deep_gemm_warns_once_and_auto_keeps_its_own_launch(launches):
+    """An install that cannot compile its kernels (no nvcc at run time) must not stop a run cuBLAS can finish
+    with the same bits: one warning, then DeepGEMM is not tried again in this process."""
+    from precision_engine.numerics.gemm import fp8_gemm
+
+    seen = launches(refuse=True)
+    with pytest.warns(RuntimeWarning, match="DeepGEMM failed .*NVCC compilation failed.*same bits"):
+        assert fp8_gemm(*_forward(1024), batch_invariant=False) == "cublas"
+    assert fp8_gemm(*_forward(1024), batch_invariant=False) == "cublas"
+    assert seen == ["deep_gemm", "cublas", "cublas"]

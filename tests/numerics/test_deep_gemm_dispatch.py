@@ -15,7 +15,8 @@ from precision_engine.numerics.capabilities import DeviceInfo, Gemm
 from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
 from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG, quantize_tokens_transposed
 
-ACT, WEIGHT, TOKENS = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"], PRESET_FORMATS["fp8_group_tokens"]
+ACT, WEIGHT = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
+TOKENS = PRESET_FORMATS["fp8_group_tokens"]
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def environment() -> dict:
         "python": platform.python_version(),
         "torchao": torchao_ref.version(),
         # AUTO launches DeepGEMM in place of cuBLAS where it is installed (numerics.gemm): fp8_bi's GEMMs differ
-        "deep_gemm": _deep_gemm_version(),
+        "deep_gemm": deep_gemm_version(),
     }
     if torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name()
@@ -55,7 +55,8 @@ def environment() -> dict:
     return env
 
 
-def _deep_gemm_version() -> str | None:
+def deep_gemm_version() -> str | None:
+    """The installed DeepGEMM's version (None: none with the API AUTO uses)."""
     from precision_engine.numerics.gemm import deep_gemm_available
 
     if not deep_gemm_available():
@@ -63,6 +64,16 @@ def _deep_gemm_version() -> str | None:
     import deep_gemm
 
     return getattr(deep_gemm, "__version__", "unknown")
+
+
+def deep_gemm_note() -> str | None:
+    """The line a bench table ends with where AUTO's GEMMs ran on DeepGEMM (a Hopper GPU with DeepGEMM), since the
+    fp8_bi and policy rows then time its launches, not cuBLAS's."""
+    version = deep_gemm_version()
+    if version is None or not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        return None
+    return (f"DeepGEMM {version} is installed: kernel auto (fp8_bi, the policies' default) ran the forward above "
+            f"64 rows and dgrad on it, with cuBLAS's bits (README, DeepGEMM)")
 
 
 def time_graphed(fn, sets: list[tuple], *, warmup: int, reps: int) -> float:

@@ -184,8 +184,14 @@ def _bench_kernels(out: Path | None, quick: bool) -> None:
 
 
 def _report(table: str, rows: list[dict], out: Path | None) -> None:
-    """Print the table; with --out, write the command, the environment and every row as JSON."""
+    """Print the table (and whether AUTO's GEMMs ran on DeepGEMM); with --out, write the command, the environment
+    and every row as JSON."""
+    from precision_engine.bench import gemm
+
     typer.echo(table)
+    note = gemm.deep_gemm_note()
+    if note:
+        typer.echo(note)
     if out is not None:
         write_json(rows, out)
         typer.echo(f"wrote {out}")

@@ -213,6 +213,28 @@ def test_cli_linear_prints_and_writes_each_row_as_it_is_measured(tmp_path, monke
     assert "first calls s (all rows)" in result.output and result.output.rstrip().endswith(f"wrote {out}")
 
 
+def test_cli_block_says_where_autos_gemms_ran_on_deep_gemm(monkeypatch):
+    """With DeepGEMM on a Hopper GPU, the table ends saying AUTO's rows timed its launches (and the JSON's env
+    names its version); elsewhere (this CPU run, no DeepGEMM) nothing is said."""
+    import types
+
+    from precision_engine.bench import gemm as bench_gemm
+    from precision_engine.numerics import gemm
+
+    args = ["bench", "block", "--quick", "--device", "cpu", "--policy", "bf16_baseline", "--mode", "fast",
+            "--reps", "1"]
+    assert "DeepGEMM" not in runner.invoke(app, args).output
+    fake = types.SimpleNamespace(fp8_gemm_nt=None, __version__="2.6.1")
+    monkeypatch.setitem(sys.modules, "deep_gemm", fake)
+    monkeypatch.setattr(gemm, "deep_gemm_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert bench_gemm.deep_gemm_version() == "2.6.1"
+    assert bench_gemm.deep_gemm_note().startswith("DeepGEMM 2.6.1 is installed: kernel auto")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (10, 0))
+    assert bench_gemm.deep_gemm_note() is None
+
+
 def test_cli_linear_tokens_pick_the_rows(monkeypatch):
     import precision_engine.bench.linear as linear
     import precision_engine.cli.bench as cli_bench

@@ -4,7 +4,7 @@ diagnostics (or a policy), never an exception."""
 from __future__ import annotations
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from precision_engine.policy import check_policy, load_policy
@@ -36,6 +36,7 @@ def _replace(node, path, value):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edits=st.lists(st.tuples(st.sampled_from(PATHS), JUNK), min_size=1, max_size=3))
+@example(edits=[(("kv_cache", "dtype"), 0), (("kv_cache", "calibrate"), None)])  # found by CI: a non-str dtype
 def test_corrupted_policy_gives_diagnostics_not_exceptions(edits, tmp_path):
     data = yaml.safe_load(yaml.safe_dump(BASE))
     for path, value in edits:

@@ -282,8 +282,8 @@ def _deep_gemm_gives_cublas_bits(a: Quantized, b: Quantized, b_scale_rows: int, 
                                  one_segment: bool) -> bool:
     """Where DeepGEMM, when installed, makes AUTO's bits faster above decode sizes: its SM90 1x128 x 128x128
     kernel gave torch._scaled_mm's and the pinned algorithm's bits on every 8B shape at 8192 rows, fprop and
-    dgrad, and a row the same bits at M = 1 .. 8192 (two shapes), 8-20% faster than cuBLAS (1.73-1.92x BF16
-    for the GEMM, cuBLAS 1.55-1.72x; H200, eighteenth session, BENCHMARKS.md). So it stands in for pinned
+    dgrad, and a row the same bits at M = 1 .. 8192 (two shapes), 6-20% faster than cuBLAS (1.66-1.92x BF16
+    for the GEMM, cuBLAS 1.38-1.72x; H200, eighteenth session, BENCHMARKS.md). So it stands in for pinned
     cuBLAS under a batch-invariant forward (`one_segment`: where Triton's bits are pinned cuBLAS's) and for
     cuBLAS elsewhere. Hopper only (its SM100 kernels take UE8M0 scales: other numerics), E4M3 with 128x128
     weight blocks, BF16 out, K-major operands, N and K multiples of 128. Decode sizes keep their kernels

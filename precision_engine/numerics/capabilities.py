@@ -101,7 +101,8 @@ KERNELS: dict[Kernel, KernelRow] = {
         # take UE8M0 scales, and its tile heuristics are its own to change between releases.
         KernelRow(Kernel.DEEP_GEMM, frozenset({"cuda"}), frozenset({DType.FLOAT8_E4M3}),
                   frozenset({Gemm.FPROP, Gemm.DGRAD}), batch_invariant=False, auto=False,
-                  requires="the deep_gemm package and a CUDA device", bf16_out_only=True),
+                  requires="the deep_gemm package (DeepGEMM 2.x, built from source: README) and a Hopper GPU "
+                  "(compute capability 9.0; its newer GPUs' kernels take UE8M0 scales)", bf16_out_only=True),
     )
 }
 
@@ -123,8 +124,8 @@ class DeviceInfo:
             return False
         if kernel in (Kernel.CUBLAS, Kernel.CUBLAS_PINNED):  # the pinned kernel's build is checked at first use
             return self.cublas_blockwise and (self.capability or (0, 0)) >= CUBLAS_MIN_CAPABILITY
-        if kernel is Kernel.DEEP_GEMM:
-            return self.deep_gemm
+        if kernel is Kernel.DEEP_GEMM:  # SM90's kernel takes our FP32 scales; SM100's would round them to UE8M0
+            return self.deep_gemm and self.capability == (9, 0)
         return True
 
 

@@ -74,6 +74,9 @@ def test_explicit_kernels_are_honoured_or_refused_with_the_requirement():
     deep = replace(HOPPER, deep_gemm=True)
     with pytest.raises(UnsupportedError, match="does not run the wgrad GEMM"):
         resolve_kernel(Kernel.DEEP_GEMM, device=deep, m=1, gemm=Gemm.WGRAD)
+    assert resolve_kernel(Kernel.DEEP_GEMM, device=deep, m=1) is Kernel.DEEP_GEMM
+    with pytest.raises(UnsupportedError, match="Hopper GPU .*UE8M0"):  # DeepGEMM's SM100 kernels: other numerics
+        resolve_kernel(Kernel.DEEP_GEMM, device=replace(deep, capability=(10, 0)), m=1)
 
 
 def test_batch_invariance_per_kernel():

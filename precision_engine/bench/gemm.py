@@ -69,8 +69,11 @@ def deep_gemm_version() -> str | None:
 def deep_gemm_note() -> str | None:
     """The line a bench table ends with where AUTO's GEMMs ran on DeepGEMM (a Hopper GPU with DeepGEMM), since the
     fp8_bi and policy rows then time its launches, not cuBLAS's."""
+    from precision_engine.numerics.formats import Kernel
+    from precision_engine.numerics.gemm import device_info
+
     version = deep_gemm_version()
-    if version is None or not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+    if version is None or not torch.cuda.is_available() or not device_info(torch.device("cuda")).runs(Kernel.DEEP_GEMM):
         return None
     return (f"DeepGEMM {version} is installed: kernel auto (fp8_bi, the policies' default) ran the forward above "
             f"64 rows and dgrad on it, with cuBLAS's bits (README, DeepGEMM)")

@@ -288,8 +288,7 @@ def _deep_gemm_gives_cublas_bits(a: Quantized, b: Quantized, b_scale_rows: int, 
     cuBLAS elsewhere. Hopper only (its SM100 kernels take UE8M0 scales: other numerics), E4M3 with 128x128
     weight blocks, BF16 out, K-major operands, N and K multiples of 128. Decode sizes keep their kernels
     (DeepGEMM's speed there is unmeasured). Never again after a DeepGEMM failure (`_auto_deep_gemm`)."""
-    info = device_info(a.data.device)
-    if _deep_gemm_failure or not info.deep_gemm or info.capability != (9, 0):
+    if _deep_gemm_failure or not device_info(a.data.device).runs(Kernel.DEEP_GEMM):
         return False
     if b_scale_rows != SCALE_BLOCK or out_dtype != torch.bfloat16:
         return False

@@ -224,15 +224,21 @@ def test_cli_block_says_where_autos_gemms_ran_on_deep_gemm(monkeypatch):
     args = ["bench", "block", "--quick", "--device", "cpu", "--policy", "bf16_baseline", "--mode", "fast",
             "--reps", "1"]
     assert "DeepGEMM" not in runner.invoke(app, args).output
+    from precision_engine.numerics.capabilities import DeviceInfo
+
     fake = types.SimpleNamespace(fp8_gemm_nt=None, __version__="2.6.1")
     monkeypatch.setitem(sys.modules, "deep_gemm", fake)
     monkeypatch.setattr(gemm, "deep_gemm_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    assert bench_gemm.deep_gemm_version() == "2.6.1"
-    assert bench_gemm.deep_gemm_note().startswith("DeepGEMM 2.6.1 is installed: kernel auto")
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (10, 0))
-    assert bench_gemm.deep_gemm_note() is None
+    for capability in ((9, 0), (10, 0)):
+        info = DeviceInfo("cuda", capability=capability, cublas_blockwise=True, deep_gemm=True)
+        monkeypatch.setattr(gemm, "device_info", lambda device, info=info: info)
+        note = bench_gemm.deep_gemm_note()
+        if capability == (9, 0):
+            assert bench_gemm.deep_gemm_version() == "2.6.1"
+            assert note.startswith("DeepGEMM 2.6.1 is installed: kernel auto")
+        else:
+            assert note is None
 
 
 def test_cli_linear_tokens_pick_the_rows(monkeypatch):

@@ -9,9 +9,10 @@ forward on the Triton kernel (same bits as decode; pinned cuBLAS above decode si
 K being one segment), dgrad and wgrad on cuBLAS, and where DeepGEMM is installed (the JSON's env says which) its
 forward above decode sizes and dgrad on DeepGEMM (cuBLAS's bits, faster: `gemm._deep_gemm_gives_cublas_bits`);
 `fp8_bi_pinned` is a policy's `kernel: cublas_pinned`, all three GEMMs on cuBLAS with a pinned algorithm, its
-rows under 16 and its decode sizes on Hopper on our one-segment launches (same bits; a note where its extension does not build); `torchao` and `torchao_triton` are
-torchao's `Float8BlockwiseLinear` over the same weight (cuBLAS and Triton GEMMs; see `torchao_ref`: it re-quantizes
-W on every call, forward included), at training sizes only, where it runs; otherwise `torchao_note` says why.
+rows under 16 and its decode sizes on Hopper on our one-segment launches (same bits; a note where its extension
+does not build); `torchao` and `torchao_triton` are torchao's `Float8BlockwiseLinear` over the same weight
+(cuBLAS and Triton GEMMs; see `torchao_ref`: it re-quantizes W on every call, forward included), at training
+sizes only, where it runs; otherwise `torchao_note` says why.
   host     for the eager passes at training sizes, each variant's host time to issue a call with the GPU kept
            busy (`timing.host_issue_ms`) beside its GPU time (the call timed with a lead long enough for the host
            to issue all of it first): where the host's exceeds the GPU's, that eager row waits on the host

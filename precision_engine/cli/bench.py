@@ -51,10 +51,10 @@ def register(app: typer.Typer) -> None:
 
         Training sizes are also timed as CUDA-graph replays (fwd/graph, fwd+bwd/graph), where the host's launches
         drop out; decode sizes always are. Eager rows end with each variant's host time to issue one call and its
-        GPU time ("host / GPU ms"), marked host-bound where the host's is longer. Beside ours, torchao's Float8BlockwiseLinear (cuBLAS and Triton GEMMs)
-        at training sizes, where torchao is importable and runs ("-" and a note otherwise); its first calls
-        autotune for minutes, so ours run at every shape first. Each row is printed as it is measured and, with
-        --out, written at once.
+        GPU time ("host / GPU ms"), marked host-bound where the host's is longer. Beside ours, torchao's
+        Float8BlockwiseLinear (cuBLAS and Triton GEMMs) at training sizes, where torchao is importable and runs
+        ("-" and a note otherwise); its first calls autotune for minutes, so ours run at every shape first. Each
+        row is printed as it is measured and, with --out, written at once.
 
         Examples:
           precision bench linear --out bench_linear.json

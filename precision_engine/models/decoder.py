@@ -453,7 +453,8 @@ class _Ops:
         path, so their bits agree. BF16 parts run one by one: stacking their weights would copy them every
         forward (they change every step), for one launch saved; the Triton BF16 kernel's split-K depends on N
         too (`triton_invariant.segment_kb`), so a stack would not even keep the separate calls' bits.
-        `x_quantized`: Q(x) from the op that made x (`norm_into`), then every part reads it. `stacked`: the one GEMM's output itself, the parts side by side (`fp8_linear_group`)."""
+        `x_quantized`: Q(x) from the op that made x (`norm_into`), then every part reads it. `stacked`: the one
+        GEMM's output itself, the parts side by side (`fp8_linear_group`)."""
         if fuse and shares_one_gemm(modules):
             return fp8_linear_group(modules, x, x_quantized=x_quantized, stacked=stacked)
         return tuple(self.linear(m, x, x_quantized=x_quantized) for m in modules)

@@ -12,10 +12,11 @@ once, against the parts' weights stacked by rows, W = [Wq; Wk; Wv]:
 Numerics: when every part's rows are a multiple of 128, the 128x128 blocks of Q(W) are the parts' own blocks
 (the same bytes and scales), and dy's 1x128 groups along N never straddle two parts, so every GEMM multiplies
 the operands the separate calls would. The sums can round differently: dgrad sums in FP32 in one GEMM where
-the separate backward adds three BF16 dx. A part's row still has the same bits at any M, and the engine's decode and the trainer's forward both run
-this path, so on-policy logprobs stay bitwise equal; on the CPU the forward's reference kernel is exact, and
-grouped equals separate bitwise. Parts whose rows would straddle a block, and parts with hooks (FSDP2's
-unshard and verify's layer recorder act in a module's own call only), run their own forwards instead.
+the separate backward adds three BF16 dx. A part's row still has the same bits at any M, and the engine's
+decode and the trainer's forward both run this path, so on-policy logprobs stay bitwise equal; on the CPU the
+forward's reference kernel is exact, and grouped equals separate bitwise. Parts whose rows would straddle a
+block, and parts with hooks (FSDP2's unshard and verify's layer recorder act in a module's own call only), run
+their own forwards instead.
 
 Caches: each part's weight is quantized straight into its rows of the stacked Q(W) (no concatenation per
 weight version; a part's still-current Q(W) is copied there instead, so bytes pinned by `load_quantized` are

@@ -222,7 +222,8 @@ class _Checker:
         if calibrate != "never" and dtype in ("bf16", "fp16", "fp32"):
             self.warning(("kv_cache", "calibrate"), f"calibrate '{calibrate}' has no effect on a {dtype} KV cache",
                          "set `dtype: float8_e4m3` or `calibrate: never`")
-        if calibrate == "never" and isinstance(dtype, str) and dtype.startswith("float8"):  # else a schema error
+        # a dtype that is not a string is the schema's error to report
+        if calibrate == "never" and isinstance(dtype, str) and dtype.startswith("float8"):
             self.warning(("kv_cache", "dtype"), "an FP8 KV cache that is never calibrated keeps scales of 1.0 (SGLang's "
                          "default): keys and values beyond the format's range saturate",
                          "set `calibrate: every_weight_update` (FP8-RL) or `once`")

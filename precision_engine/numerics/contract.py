@@ -66,6 +66,21 @@ def block_buffers(rows: int, cols: int, fmt: QuantFormat, device: torch.device) 
                      torch.empty(scale_shape, dtype=torch.float32, device=device), fmt)
 
 
+def rows_buffers(rows: int, cols: int, fmt: QuantFormat, device: torch.device) -> Quantized:
+    """Uninitialized data [rows, cols] and M-major scales [rows, ceil(cols/G)] (strides (1, rows)) of an operand
+    in `fmt`'s 1xG groups along K: what a rows quantizer writes."""
+    scale = torch.empty((-(-cols // fmt.group), rows), dtype=torch.float32, device=device).t()
+    return Quantized(torch.empty((rows, cols), dtype=fp8_dtype(fmt), device=device), scale, fmt)
+
+
+def tokens_buffers(tokens: int, cols: int, fmt: QuantFormat, device: torch.device) -> Quantized:
+    """Uninitialized data [cols, M_pad] (x^T, M_pad = tokens rounded up to G) and scales [cols, M_pad/G] with
+    strides (1, cols) of an operand in `fmt`'s Gx1 groups along tokens: what a tokens quantizer writes."""
+    m_pad = -(-tokens // fmt.group) * fmt.group
+    scale = torch.empty((m_pad // fmt.group, cols), dtype=torch.float32, device=device).t()
+    return Quantized(torch.empty((cols, m_pad), dtype=fp8_dtype(fmt), device=device), scale, fmt, tokens=tokens)
+
+
 def scale_from_amax(amax: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
     """Contract steps 2-3: fp32 dequant scale from an fp32 amax (NaN where amax is not finite).
 

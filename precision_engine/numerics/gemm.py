@@ -39,6 +39,7 @@ import warnings
 import torch
 
 from precision_engine.errors import OperandError, UnsupportedError
+from precision_engine.numerics import custom_ops
 from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, SMALL_M_MAX,
                                                     WEIGHT_BLOCK, DeviceInfo, Gemm, resolve_kernel)
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized
@@ -63,6 +64,9 @@ def fp8_gemm(
     this device, GEMM and M. Raises OperandError for operands it cannot take, UnsupportedError for a kernel the
     device cannot run."""
     b_scale_rows = _check_operands(a, b)
+    if custom_ops.routes(a.data):
+        return custom_ops.fp8_gemm(a, b, out_dtype=out_dtype, kernel=kernel.value, gemm=gemm.value,
+                                   batch_invariant=batch_invariant)
     requested = kernel
     kernel = resolve_kernel(kernel, device=device_info(a.data.device), m=a.data.shape[0], gemm=gemm,
                             batch_invariant=batch_invariant, dtypes=frozenset({a.fmt.dtype, b.fmt.dtype}))
@@ -128,6 +132,8 @@ def transpose_operand(q: Quantized) -> Quantized:
     """Q^T of a 128x128-block operand as a K-major [K, N] operand (dgrad's weight): the same bytes transposed,
     which is exactly Q(W^T) since square blocks transpose into square blocks. Triton on CUDA (torch's copy
     kernel moves single bytes at a fraction of the bandwidth), torch elsewhere."""
+    if custom_ops.routes(q.data):
+        return custom_ops.transpose_operand(q)
     if q.data.is_cuda:
         from precision_engine.numerics.triton_gemm import transpose_bytes
 
@@ -354,6 +360,26 @@ def _deep_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.d
     out = torch.empty((a.data.shape[0], b.data.shape[0]), dtype=out_dtype, device=a.data.device)
     deep_gemm.fp8_gemm_nt((a.data, a.scale), (b.data, b.scale.contiguous()), out)
     return out
+
+
+@torch.library.custom_op("precision_engine::fp8_gemm", mutates_args=())
+def _fp8_gemm_op(a: torch.Tensor, a_scale: torch.Tensor, a_fmt: str, b: torch.Tensor, b_scale: torch.Tensor,
+                 b_fmt: str, out_dtype: torch.dtype, kernel: str, gemm: str, batch_invariant: bool) -> torch.Tensor:
+    """`fp8_gemm` as one op for torch.compile (`custom_ops`); its output contiguous, as the fake's."""
+    out = fp8_gemm(Quantized(a, a_scale, custom_ops.parse_format(a_fmt)),
+                   Quantized(b, b_scale, custom_ops.parse_format(b_fmt)), out_dtype=out_dtype, kernel=Kernel(kernel),
+                   gemm=Gemm(gemm), batch_invariant=batch_invariant)
+    return out.contiguous()
+
+
+@torch.library.custom_op("precision_engine::transpose_operand", mutates_args=())
+def _transpose_operand_op(data: torch.Tensor, scale: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    q = transpose_operand(Quantized(data, scale, custom_ops.parse_format(fmt)))
+    return q.data, q.scale
+
+
+_fp8_gemm_op.register_fake(custom_ops.fake_fp8_gemm)
+_transpose_operand_op.register_fake(custom_ops.fake_transpose_operand)
 
 
 def _pad_fp8(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:

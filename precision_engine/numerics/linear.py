@@ -264,8 +264,26 @@ def fp8_linear(
     else:
         _check_x_quantized(x, x_quantized, config[0].input)
         xq_data, xq_scale = x_quantized.data, x_quantized.scale
+    params = (*weights, *(b for b in biases if b is not None))
+    if not (torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))):
+        return _output(x, xq_data, xq_scale, wq.data, wq.scale, config, biases)[0]  # rollout: nothing to record
     wt_data, wt_scale = (None, None) if wt is None else (wt.data, wt.scale)
     return _Fp8LinearFn.apply(x, xq_data, xq_scale, wq.data, wq.scale, wt_data, wt_scale, config, *weights, *biases)
+
+
+def _output(x, xq_data, xq_scale, w_data, w_scale, config, biases) -> tuple[torch.Tensor, Quantized]:
+    """(y = x @ W^T + b in x's dtype and shape, Q(x)): the forward, recorded by `_Fp8LinearFn` or not at all.
+    Calling it straight when nothing needs a gradient also spares rollout the autograd Function's host time,
+    and torch.compile (2.11, 2.13) cannot trace that Function's forward under no_grad."""
+    spec = config[0]
+    x2 = x.reshape(-1, x.shape[-1])
+    xq, y = _fprop(x2, None if xq_data is None else Quantized(xq_data, xq_scale, spec.input),
+                   Quantized(w_data, w_scale, spec.weight), config)
+    if biases[0] is not None:
+        y = y + _cat([b.to(COMPUTE_TORCH_DTYPE[spec.compute]) for b in biases])
+    # The GEMM computes in the policy's compute dtype; the output takes the input's dtype, as nn.Linear's
+    # does, so an FP32 model without autocast keeps working (the upcast is exact).
+    return as_dtype(y.reshape(*x.shape[:-1], y.shape[-1]), x.dtype), xq
 
 
 def _fprop(x2: torch.Tensor, xq: Quantized | None, wq: Quantized, config: tuple[LinearSpec, NumericsSpec]
@@ -305,23 +323,17 @@ class _Fp8LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, xq_data, xq_scale, w_data, w_scale, wt_data, wt_scale, config, *params):
         spec = config[0]
-        compute = COMPUTE_TORCH_DTYPE[spec.compute]
         parts = len(params) // 2
         weights, biases = params[:parts], params[parts:]
-        x2 = x.reshape(-1, x.shape[-1])
-        xq, y = _fprop(x2, None if xq_data is None else Quantized(xq_data, xq_scale, spec.input),
-                       Quantized(w_data, w_scale, spec.weight), config)
-        if biases[0] is not None:
-            y = y + _cat([b.to(compute) for b in biases])
+        y, xq = _output(x, xq_data, xq_scale, w_data, w_scale, config, biases)
 
         ctx.config = config
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
         ctx.has_bias = biases[0] is not None
-        x_hp = x2.to(compute) if spec.wgrad_operands is None else None
+        x_hp = x.reshape(-1, x.shape[-1]).to(COMPUTE_TORCH_DTYPE[spec.compute]) if spec.wgrad_operands is None \
+            else None
         ctx.save_for_backward(xq.data, xq.scale, x_hp, wt_data, wt_scale, *weights)
-        # The GEMM computes in the policy's compute dtype; the output takes the input's dtype, as nn.Linear's
-        # does, so an FP32 model without autocast keeps working (the upcast is exact).
-        return as_dtype(y.reshape(*x.shape[:-1], y.shape[-1]), x.dtype)
+        return y
 
     @staticmethod
     def backward(ctx, dy):

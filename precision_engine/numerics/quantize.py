@@ -61,6 +61,7 @@ from dataclasses import replace
 import torch
 
 from precision_engine.errors import NonFiniteError, OperandError, UnsupportedError
+from precision_engine.numerics import custom_ops
 from precision_engine.numerics.contract import (  # noqa: F401 (re-exported: the contract's public names)
     COMPUTE_TORCH_DTYPE,
     FP8_TORCH_DTYPE,
@@ -171,6 +172,8 @@ def quantize_rows_and_tokens_transposed(
         )
     x = _as_2d(x)
     _check_input(x)
+    if backend == "auto" and custom_ops.routes(x):
+        return custom_ops.quantize_grad_output(x, rows_fmt, tokens_fmt)
     if _use_triton(x, backend):
         from precision_engine.numerics import triton_quant
 
@@ -194,6 +197,8 @@ def requantize_tokens_transposed(
     _check_fp8(fmt, Granularity.GROUP)
     if fmt.axis is not Axis.TOKENS:
         raise OperandError(f"requantize_tokens_transposed needs axis=tokens, got {fmt.axis.value}")
+    if backend == "auto" and custom_ops.routes(q.data):
+        return custom_ops.requantize_tokens_transposed(q, fmt)
     if _use_triton(q.data, backend):
         from precision_engine.numerics import triton_quant
 
@@ -300,11 +305,48 @@ _REFERENCE = {
 
 def _dispatch(kind: str, x: torch.Tensor, fmt: QuantFormat, backend: str) -> Quantized:
     _check_input(x)
+    if backend == "auto" and custom_ops.routes(x):
+        return custom_ops.quantize(kind, x, fmt)
+    return eager_quantize(kind, x, fmt, backend)
+
+
+def eager_quantize(kind: str, x: torch.Tensor, fmt: QuantFormat, backend: str = "auto") -> Quantized:
+    """`kind`'s quantizer (a key of `_REFERENCE`) on x, launched now: the body of its custom op."""
     if _use_triton(x, backend):
         from precision_engine.numerics import triton_quant
 
         return triton_quant.QUANTIZERS[kind](x, fmt)
     return _REFERENCE[kind](x, fmt)
+
+
+# -------------------------------------------------------------------- the custom ops (custom_ops' module doc)
+
+
+@torch.library.custom_op("precision_engine::quantize", mutates_args=())
+def _quantize_op(x: torch.Tensor, kind: str, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    q = eager_quantize(kind, x, custom_ops.parse_format(fmt))
+    return q.data, q.scale
+
+
+@torch.library.custom_op("precision_engine::quantize_grad_output", mutates_args=())
+def _quantize_grad_output_op(x: torch.Tensor, rows_fmt: str, tokens_fmt: str
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    rows, tokens = quantize_rows_and_tokens_transposed(x, custom_ops.parse_format(rows_fmt),
+                                                       custom_ops.parse_format(tokens_fmt))
+    return rows.data, rows.scale, tokens.data, tokens.scale
+
+
+@torch.library.custom_op("precision_engine::requantize_tokens_transposed", mutates_args=())
+def _requantize_tokens_transposed_op(data: torch.Tensor, scale: torch.Tensor, in_fmt: str, fmt: str
+                                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    q = requantize_tokens_transposed(Quantized(data, scale, custom_ops.parse_format(in_fmt)),
+                                     custom_ops.parse_format(fmt))
+    return q.data, q.scale
+
+
+_quantize_op.register_fake(custom_ops.fake_quantize)
+_quantize_grad_output_op.register_fake(custom_ops.fake_quantize_grad_output)
+_requantize_tokens_transposed_op.register_fake(custom_ops.fake_requantize_tokens_transposed)
 
 
 def _check_input(x: torch.Tensor) -> None:

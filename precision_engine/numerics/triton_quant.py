@@ -39,7 +39,8 @@ import triton
 import triton.language as tl
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, block_buffers, fp8_dtype, scale_from_amax
+from precision_engine.numerics.contract import (TRITON_INTERPRET, Quantized, block_buffers, fp8_dtype, rows_buffers,
+                                                scale_from_amax, tokens_buffers)
 from precision_engine.numerics.formats import FP8_MAX, DType, QuantFormat, ScaleKind
 from precision_engine.numerics.pdl import release_dependents
 
@@ -566,10 +567,10 @@ def quantize_rows(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None
     m, k = x.shape
     g = fmt.group
     n_groups = -(-k // g)
-    q = torch.empty((m, k), dtype=fp8_dtype(fmt), device=x.device)
-    scale = torch.empty((n_groups, m), dtype=torch.float32, device=x.device).t()
+    out = rows_buffers(m, k, fmt, x.device)
+    q, scale = out.data, out.scale
     if m == 0 or k == 0:
-        return Quantized(q, scale, fmt)
+        return out
     if config is None:
         config = _INTERPRET_ROWS if TRITON_INTERPRET else _ROWS_CONFIG if m >= _ROWS_SMALL_M else _ROWS_CONFIG_SMALL_M
     grid = (triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(n_groups, config["GROUPS"]))
@@ -577,7 +578,7 @@ def quantize_rows(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None
         x, q, scale, m, k, x.stride(0), q.stride(0), scale.stride(0), scale.stride(1),
         G=g, BLOCK_G=_pow2_block(g), **_fmt_args(fmt, exact_round), **config,
     )
-    return Quantized(q, scale, fmt)
+    return out
 
 
 def quantize_channel(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None = None) -> Quantized:
@@ -622,17 +623,12 @@ def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | No
     return Quantized(q, scale, fmt)
 
 
-def _tokens_t_buffers(m: int, c: int, fmt: QuantFormat, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    m_pad = -(-m // fmt.group) * fmt.group
-    q = torch.empty((c, m_pad), dtype=fp8_dtype(fmt), device=device)
-    return q, torch.empty((m_pad // fmt.group, c), dtype=torch.float32, device=device)
-
-
 def _launch_tokens_t(x: torch.Tensor, s_in: torch.Tensor | None, g_in: int, fmt: QuantFormat, config: dict,
                      exact_round: bool | None, ieee_div: bool) -> Quantized:
     m, c = x.shape
     g = fmt.group
-    q, scale = _tokens_t_buffers(m, c, fmt, x.device)
+    out = tokens_buffers(m, c, fmt, x.device)
+    q, scale = out.data, out.scale.t()  # the kernel writes scales [M_pad/G, C] row-major
     if q.numel():
         config = dict(config)
         block_c, chunks = config["BLOCK_C"], config["CHUNKS"]
@@ -647,7 +643,7 @@ def _launch_tokens_t(x: torch.Tensor, s_in: torch.Tensor | None, g_in: int, fmt:
             # The re-quantizer multiplies in the kernel before it divides; no contraction may touch that product.
             **({"enable_fp_fusion": False} if dequant and not TRITON_INTERPRET else {}),
         )
-    return Quantized(q, scale.t(), fmt, tokens=m)
+    return out
 
 
 def quantize_tokens_transposed(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None = None,
@@ -686,9 +682,9 @@ def quantize_rows_and_tokens_transposed(x: torch.Tensor, rows_fmt: QuantFormat, 
     if gt % block_m or gr % block_c or _pow2_block(block_m) != block_m or _pow2_block(block_c) != block_c:
         return quantize_rows(x, rows_fmt, exact_round=exact_round), \
             quantize_tokens_transposed(x, tokens_fmt, exact_round=exact_round)
-    q_r = torch.empty((m, c), dtype=fp8_dtype(rows_fmt), device=x.device)
-    scale_r = torch.empty((-(-c // gr), m), dtype=torch.float32, device=x.device).t()
-    q_t, scale_t = _tokens_t_buffers(m, c, tokens_fmt, x.device)
+    rows_out, tokens_out = rows_buffers(m, c, rows_fmt, x.device), tokens_buffers(m, c, tokens_fmt, x.device)
+    q_r, scale_r = rows_out.data, rows_out.scale
+    q_t, scale_t = tokens_out.data, tokens_out.scale.t()  # the kernel writes scales [M_pad/G, C] row-major
     if m and c:
         pack = _pack(gt)
         col_groups = triton.cdiv(c, gr)
@@ -701,7 +697,7 @@ def quantize_rows_and_tokens_transposed(x: torch.Tensor, rows_fmt: QuantFormat, 
             EVEN_M=m % gt == 0, EVEN_C=c % gr == 0, HW_PACK=_hw_pack(x.device),  # regions are gr wide
             **{**_fmt_args(rows_fmt, exact_round, "_R"), **_fmt_args(tokens_fmt, exact_round, "_T")}, **config,
         )
-    return Quantized(q_r, scale_r, rows_fmt), Quantized(q_t, scale_t.t(), tokens_fmt, tokens=m)
+    return rows_out, tokens_out
 
 
 def quantize_tensor(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None = None,

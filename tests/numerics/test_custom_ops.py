@@ -1,0 +1,141 @@
+"""The FP8 linear's GPU launches as torch custom ops (`numerics.custom_ops`), checked on the CPU.
+
+On a GPU, torch.compile meets the launches Dynamo cannot trace (DeepGEMM, pinned cuBLAS, Gluon, Triton launch
+wrappers) only as these ops. Here each op passes torch.library.opcheck (schema, fake tensors against the real
+outputs' shapes, dtypes and strides, AOT dispatch), and with the CPU routed through the ops as a GPU is
+(`routes` patched), a compiled training step and a compiled no-grad forward are one graph each, hold the ops, and
+give eager's bits. The GPU run of the same: tests/numerics/gpu/test_compile_gpu.py.
+"""
+
+import pytest
+import torch
+from torch import nn
+
+from precision_engine.numerics import custom_ops
+from precision_engine.numerics.capabilities import Gemm
+from precision_engine.numerics.formats import PRESET_FORMATS, LinearSpec, QuantFormat, ScaleKind
+from precision_engine.numerics.fused_linear import fp8_linear_group
+from precision_engine.numerics.linear import Fp8Linear
+from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG, quantize_tokens_transposed
+
+P = PRESET_FORMATS
+JETRL = LinearSpec(weight=P["fp8_block_weight"], input=P["fp8_group_act"], grad_output=P["fp8_group_act"],
+                   wgrad_operands=P["fp8_group_tokens"])
+OPS = ("quantize", "quantize_grad_output", "requantize_tokens_transposed", "transpose_operand", "fp8_gemm")
+
+
+@pytest.mark.parametrize("fmt", [f for f in P.values() if f.is_quantized]
+                         + [QuantFormat(**{**P["fp8_group_act"].__dict__, "scale": ScaleKind.POW2})])
+def test_format_key_round_trips(fmt):
+    assert custom_ops.parse_format(custom_ops.format_key(fmt)) == fmt
+
+
+def _opcheck(op, args):
+    """opcheck's schema test multiplies inputs, which FP8 tensors refuse on the CPU: it runs on BF16 inputs only."""
+    fp8_in = any(isinstance(a, torch.Tensor) and a.dtype == torch.float8_e4m3fn for a in args)
+    utils = ("test_faketensor", "test_aot_dispatch_dynamic") + (() if fp8_in else ("test_schema",))
+    torch.library.opcheck(op, args, test_utils=utils)
+
+
+@pytest.mark.parametrize("kind, fmt, shape", [
+    ("rows", "fp8_group_act", (7, 300)), ("blocks", "fp8_block_weight", (200, 300)),
+    ("tokens_t", "fp8_group_tokens", (130, 256)), ("tensor", "fp8_tensor", (3, 5, 8)),
+    ("channel", "fp8_channel", (6, 40)),
+])
+def test_quantize_op_fake_matches_the_quantizer(kind, fmt, shape):
+    """Odd sizes on purpose: partial groups, blocks and token padding shape the scales."""
+    x = torch.randn(shape, dtype=torch.bfloat16)
+    _opcheck(torch.ops.precision_engine.quantize.default, (x, kind, custom_ops.format_key(P[fmt])))
+
+
+def test_grad_output_requantize_and_transpose_ops_fakes_match():
+    dy = torch.randn(130, 256, dtype=torch.bfloat16)
+    rows, tokens = custom_ops.format_key(P["fp8_group_act"]), custom_ops.format_key(P["fp8_group_tokens"])
+    _opcheck(torch.ops.precision_engine.quantize_grad_output.default, (dy, rows, tokens))
+    xq = quantize_rows_1xG(torch.randn(130, 256), P["fp8_group_act"])
+    _opcheck(torch.ops.precision_engine.requantize_tokens_transposed.default, (xq.data, xq.scale, rows, tokens))
+    wq = quantize_blocks(torch.randn(384, 256), P["fp8_block_weight"])
+    _opcheck(torch.ops.precision_engine.transpose_operand.default,
+             (wq.data, wq.scale, custom_ops.format_key(wq.fmt)))
+
+
+@pytest.mark.parametrize("gemm", [Gemm.FPROP, Gemm.WGRAD])
+def test_fp8_gemm_op_fake_matches_the_gemm(gemm):
+    if gemm is Gemm.FPROP:
+        a = quantize_rows_1xG(torch.randn(5, 256), P["fp8_group_act"])
+        b = quantize_blocks(torch.randn(384, 256), P["fp8_block_weight"])
+    else:
+        a = quantize_tokens_transposed(torch.randn(130, 384), P["fp8_group_tokens"])
+        b = quantize_tokens_transposed(torch.randn(130, 256), P["fp8_group_tokens"])
+    args = (a.data, a.scale, custom_ops.format_key(a.fmt), b.data, b.scale, custom_ops.format_key(b.fmt),
+            torch.bfloat16, "auto", gemm.value, True)
+    _opcheck(torch.ops.precision_engine.fp8_gemm.default, args)
+
+
+def test_outside_compile_nothing_routes():
+    assert not custom_ops.routes(torch.zeros(1))
+
+
+@pytest.fixture
+def routed(monkeypatch):
+    """The CPU routed through the ops as a GPU is under torch.compile; the ops then run the CPU kernels."""
+    monkeypatch.setattr(custom_ops, "routes", lambda t: torch.compiler.is_compiling())
+
+
+class _Recorder:
+    """A torch.compile backend that keeps each graph's code (submodules included) and runs it as traced."""
+
+    def __init__(self):
+        self.code = []
+
+    def __call__(self, gm, example_inputs):
+        self.code.append(gm.print_readable(print_output=False))
+        return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
+
+
+def _layer(n=384, k=256, seed=0):
+    torch.manual_seed(seed)
+    return Fp8Linear.from_linear(nn.Linear(k, n, dtype=torch.bfloat16), JETRL)
+
+
+def _grads(step, x, params):
+    x = x.clone().requires_grad_()
+    step(x).backward()
+    grads = [x.grad] + [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    return grads
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_compiled_training_step_is_one_graph_of_the_ops_with_eager_bits(routed, fused):
+    """Takes about 10-20 s on 2 CPU cores (compilation)."""
+    torch._dynamo.reset()
+    parts = [_layer(256, seed=1), _layer(128, seed=2), _layer(128, seed=3)] if fused else [_layer()]
+    params = [p for part in parts for p in part.parameters()]
+
+    def step(x):
+        outputs = fp8_linear_group(parts, x) if fused else (parts[0](x),)
+        return sum(y.float().square().sum() for y in outputs)
+
+    x = torch.randn(2, 70, 256, dtype=torch.bfloat16)
+    eager = _grads(step, x, params)
+    recorder = _Recorder()
+    compiled = _grads(torch.compile(step, backend=recorder, fullgraph=True), x, params)
+    assert len(recorder.code) == 1
+    assert all(f"precision_engine.{op}" in recorder.code[0] for op in OPS)
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
+
+
+def test_compiled_no_grad_forward_is_one_graph_of_the_ops_with_eager_bits(routed):
+    """Rollout's call: no autograd Function (torch.compile cannot trace its forward under no_grad)."""
+    torch._dynamo.reset()
+    layer = _layer()
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    recorder = _Recorder()
+    with torch.no_grad():
+        eager = layer(x)
+        compiled = torch.compile(layer, backend=recorder, fullgraph=True)(x)
+    assert len(recorder.code) == 1 and "precision_engine.fp8_gemm" in recorder.code[0]
+    assert torch.equal(eager, compiled)

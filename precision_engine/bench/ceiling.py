@@ -8,9 +8,15 @@ the three GEMMs of a training step in the same run:
   fastest FP8 GEMM, with no block scales to apply and no promotion to FP32 along K);
 - in FP8 with the Jet-RL scales (`blocks`): 1x128 groups times 128x128 weight blocks for fprop and dgrad, 1x128
   times 1x128 groups along tokens for wgrad, on cuBLAS's block-scaled GEMM (`gemm.fp8_gemm`, kernel cublas). No
-  faster GEMM with these numerics is known here: on the H200 (seventeenth session) none of the other cuBLASLt
+  faster cuBLAS configuration is known here: on the H200 (seventeenth session) none of the other cuBLASLt
   configurations tried (every algorithm the heuristic offers; every tile, stage count and cluster shape
-  cublasLtMatmulAlgoCheck accepts at custom option 0) beat the heuristic's first pick, nor did our Gluon GEMM.
+  cublasLtMatmulAlgoCheck accepts at custom option 0) beat the heuristic's first pick, nor did our Gluon GEMM;
+- on the same operands on DeepGEMM (`deep_gemm`), where it runs (installed, on Hopper; elsewhere `deep_gemm_note`
+  says why): fprop and dgrad through `gemm.fp8_gemm` (kernel deep_gemm, BF16 out), faster than cuBLAS on the H200
+  (1.66-1.92x BF16 against 1.38-1.72x, eighteenth session); wgrad on its 1x128 x 1x128 kernel (level with cuBLAS
+  there), which writes FP32 only and accumulates (D = C + A B^T) into an FP32 buffer allocated once per input
+  set, as a trainer with FP32 main grads accumulates dW. Zeroing that buffer and casting it to BF16, which a BF16
+  dW adds (9-14% more on the H200), is not counted.
 It also measures the device's copy bandwidth, and our FP8 linear's own ratios (`bench linear`'s fp8_cublas and
 fp8_bi) on the same shape, so each row reads: achieved, ceiling, target. It derives two ceilings per pass:
 
@@ -20,9 +26,12 @@ fp8_bi) on the same shape, so each row reads: achieved, ceiling, target. It deri
                     GEMM's TFLOP/s is kept too, to compare with the tensor cores' peak.
   with quantizers   BF16 ms / (FP8 GEMM ms + the fewest bytes the Jet-RL dataflow's quantizers must move, at
                     copy bandwidth). This assumes quantization does not overlap the GEMMs.
-Each is derived twice: from the per-tensor GEMMs (the card's FP8 ceiling) and from the block-scaled ones (`blocks_`
-keys: the ceiling of any linear built on cuBLAS's block-scaled GEMMs, ours and torchao's alike). A target above
-the second is out of reach for such a linear: only a block-scaled GEMM faster than cuBLAS's would reach it.
+Each is derived from the per-tensor GEMMs (the card's FP8 ceiling), from each block-scaled family's (`blocks_`,
+`deep_gemm_` keys), and from the fastest block-scaled GEMM per GEMM of the pass (`fastest_` keys; `fastest_kinds`
+names each GEMM's winner): the ceiling of any linear built on the block-scaled GEMMs known here, ours and
+torchao's alike. A target above it is out of reach for such a linear: only a block-scaled GEMM faster than
+those measured would reach it. The verdict judges by that ceiling with the quantizers' bytes where a block-scaled
+family ran, else by the per-tensor GEMMs-only one.
 
 GEMMs, for x [M, K], W [N, K] and dy [M, N]: fprop x W^T; dgrad dy W; wgrad dy^T x.
 The fewest bytes (`quantizer_bytes`):
@@ -35,6 +44,7 @@ The fewest bytes (`quantizer_bytes`):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 
@@ -48,7 +58,8 @@ from precision_engine.numerics.capabilities import Gemm
 from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
 
 GEMMS = ("fprop", "dgrad", "wgrad")
-FP8_KINDS = ("fp8", "blocks")  # per-tensor with fast accumulation; the Jet-RL block scales
+BLOCK_SCALED = {"blocks": "cuBLAS", "deep_gemm": "DeepGEMM"}  # the Jet-RL block scales: kind -> whose GEMMs
+FP8_KINDS = ("fp8", *BLOCK_SCALED)  # per-tensor with fast accumulation first
 TARGETS = {"fwd": 1.45, "fwd+bwd": 1.45}  # issue 12; fwd+bwd on the MLP shapes: MLP_TARGET
 MLP_TARGET = 1.6
 MLP_FEATURES = (14336, 28672, 12288)  # the 8B MLPs' intermediate sizes (Llama up, fused gate+up; Qwen3 up)
@@ -84,8 +95,9 @@ def _bf16_shapes(gemm: str, n: int, k: int, m: int) -> tuple[tuple[int, int], tu
 def ceilings(row: dict) -> dict:
     """The ceilings of `row` (its `bf16_<gemm>_ms`, `<kind>_<gemm>_ms` per FP8_KINDS, `copy_gbps`,
     `<pass>_bytes`) per pass, each with the issue's target and whether it is within reach: of the card's per-tensor
-    FP8 GEMMs (`reachable`: their GEMMs-only ratio), of cuBLAS's block-scaled ones (`blocks_reachable`: with the
-    quantizers' bytes too, what a linear on those GEMMs can reach at best)."""
+    FP8 GEMMs (`reachable`: their GEMMs-only ratio), of each block-scaled family's (`blocks_reachable`,
+    `deep_gemm_reachable`) and of the fastest block-scaled GEMM per GEMM (`fastest_reachable`): with the
+    quantizers' bytes too, what a linear on those GEMMs can reach at best."""
     out = {}
     for pass_, gemms in (("fwd", GEMMS[:1]), ("fwd+bwd", GEMMS)):
         bf16 = sum(row[f"bf16_{g}_ms"] for g in gemms)
@@ -94,26 +106,57 @@ def ceilings(row: dict) -> dict:
             else TARGETS[pass_]
         cell = {"target": target}
         for kind in FP8_KINDS:
-            if not all(f"{kind}_{g}_ms" in row for g in gemms):
-                continue
-            fp8 = sum(row[f"{kind}_{g}_ms"] for g in gemms)
-            prefix = "" if kind == "fp8" else f"{kind}_"
-            cell[f"{prefix}gemm_x"] = bf16 / fp8
-            cell[f"{prefix}with_quant_x"] = bf16 / (fp8 + quant_ms)
+            if all(f"{kind}_{g}_ms" in row for g in gemms):
+                prefix = "" if kind == "fp8" else f"{kind}_"
+                cell |= _ratios(prefix, bf16, sum(row[f"{kind}_{g}_ms"] for g in gemms), quant_ms)
+        cell |= _fastest_block_scaled(row, gemms, bf16, quant_ms)
         if "gemm_x" in cell:
             cell["reachable"] = cell["gemm_x"] >= target
-        if "blocks_with_quant_x" in cell:
-            cell["blocks_reachable"] = cell["blocks_with_quant_x"] >= target
+        for kind in (*BLOCK_SCALED, "fastest"):
+            if f"{kind}_with_quant_x" in cell:
+                cell[f"{kind}_reachable"] = cell[f"{kind}_with_quant_x"] >= target
         out[pass_] = cell
     return out
+
+
+def _ratios(prefix: str, bf16_ms: float, fp8_ms: float, quant_ms: float) -> dict[str, float]:
+    """A pass's two ceilings (module doc) from its BF16 and FP8 GEMM ms."""
+    return {f"{prefix}gemm_x": bf16_ms / fp8_ms, f"{prefix}with_quant_x": bf16_ms / (fp8_ms + quant_ms)}
+
+
+def _fastest_block_scaled(row: dict, gemms: Sequence[str], bf16_ms: float, quant_ms: float) -> dict:
+    """The `fastest_` ceilings: per GEMM the block-scaled family that ran it fastest (`fastest_kinds`), among
+    those measured for the pass (`fastest_among`, which the verdict names). Empty where a GEMM ran on none."""
+    ran = {g: [kind for kind in BLOCK_SCALED if f"{kind}_{g}_ms" in row] for g in gemms}
+    if not all(ran.values()):
+        return {}
+    winners = {g: min(kinds, key=lambda kind: row[f"{kind}_{g}_ms"]) for g, kinds in ran.items()}
+    among = [kind for kind in BLOCK_SCALED if any(kind in kinds for kinds in ran.values())]
+    fp8_ms = sum(row[f"{kind}_{g}_ms"] for g, kind in winners.items())
+    return {**_ratios("fastest_", bf16_ms, fp8_ms, quant_ms), "fastest_kinds": winners, "fastest_among": among}
+
+
+def _deep_gemm_note(device: str) -> str | None:
+    """Why the deep_gemm family is not timed on `device` (None where it is): the package does not import, or the
+    device is no Hopper GPU (`DeviceInfo.runs` decides; its SM100 kernels would round our scales to UE8M0)."""
+    from precision_engine.numerics.gemm import device_info
+
+    info = device_info(torch.device(device))
+    if info.runs(Kernel.DEEP_GEMM):
+        return None
+    if dataclasses.replace(info, deep_gemm=True).runs(Kernel.DEEP_GEMM):
+        return "not timed: the deep_gemm package (DeepGEMM 2.x, with fp8_gemm_nt) does not import here"
+    where = info.type if info.capability is None else f"compute capability {info.capability[0]}.{info.capability[1]}"
+    return f"not timed: DeepGEMM's SM90 kernels need a Hopper GPU (compute capability 9.0), this device: {where}"
 
 
 def _gemm_timers(gemm: str, n: int, k: int, m: int, device: str) -> tuple[Callable, dict[str, Callable], int]:
     """(make one input set, {kind: its GEMM on a set} for bf16 and FP8_KINDS, bytes of a set) for one GEMM of the
     step: BF16 on nn.Linear's operands, FP8 on K-major operands of the same problem (what cuBLAS takes), the
     block-scaled ones quantized from random values in the Jet-RL layouts. Off CUDA the block-scaled GEMM runs
-    emulated (the wiring's test)."""
-    from precision_engine.numerics.gemm import fp8_gemm
+    emulated (the wiring's test). deep_gemm only where DeepGEMM runs (`_deep_gemm_note`); its wgrad set carries
+    the FP32 buffer it accumulates into."""
+    from precision_engine.numerics.gemm import device_info, fp8_gemm
     from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
 
     rows, cols, red = problems(n, k, m)[gemm]
@@ -122,6 +165,8 @@ def _gemm_timers(gemm: str, n: int, k: int, m: int, device: str) -> tuple[Callab
     one = torch.ones((), device=device)
     groups, blocks = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_block_weight"]
     kernel = Kernel.CUBLAS if torch.device(device).type == "cuda" else Kernel.EMULATED
+    deep_gemm_runs = device_info(torch.device(device)).runs(Kernel.DEEP_GEMM)
+    accumulates = deep_gemm_runs and gemm == "wgrad"
 
     def make():
         p = torch.randn(p_shape, device=device, dtype=torch.bfloat16)
@@ -131,7 +176,8 @@ def _gemm_timers(gemm: str, n: int, k: int, m: int, device: str) -> tuple[Callab
         a_blocks = quantize_rows_1xG(torch.randn(rows, red, device=device), groups)
         b_values = torch.randn(cols, red, device=device)
         b_blocks = quantize_rows_1xG(b_values, groups) if gemm == "wgrad" else quantize_blocks(b_values, blocks)
-        return p, q, a8, b8, a_blocks, b_blocks
+        grad = torch.zeros(rows, cols, device=device) if accumulates else None
+        return p, q, a8, b8, a_blocks, b_blocks, grad
 
     timers = {
         "bf16": lambda p, q, *_: bf16_product(p, q),
@@ -139,23 +185,40 @@ def _gemm_timers(gemm: str, n: int, k: int, m: int, device: str) -> tuple[Callab
                                                          out_dtype=torch.bfloat16, use_fast_accum=True),
         "blocks": lambda *s: fp8_gemm(s[4], s[5], kernel=kernel, gemm=Gemm(gemm), batch_invariant=False),
     }
-    return make, timers, 4 * (rows + cols) * red
+    if deep_gemm_runs:
+        timers["deep_gemm"] = _deep_gemm_wgrad if gemm == "wgrad" else (
+            lambda *s: fp8_gemm(s[4], s[5], kernel=Kernel.DEEP_GEMM, gemm=Gemm(gemm), batch_invariant=False))
+    return make, timers, 4 * (rows + cols) * red + (4 * rows * cols if accumulates else 0)
+
+
+def _deep_gemm_wgrad(*s) -> torch.Tensor:
+    """DeepGEMM's wgrad on a set: its 1x128 x 1x128 kernel accumulates into the set's FP32 dW (D = C + A B^T,
+    C = D), the only output it writes (module doc)."""
+    import deep_gemm
+
+    a, b, grad = s[4:7]
+    deep_gemm.fp8_gemm_nt((a.data, a.scale), (b.data, b.scale), grad, c=grad, recipe=(1, 1, 128))
+    return grad
 
 
 def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
                   shapes: Sequence[tuple[int, int]] | None = None, ms: Sequence[int] | None = None,
                   device: str = "cuda", on_row: Callable[[dict], None] | None = None) -> list[dict]:
-    """One row per (shape, M): each GEMM's BF16 and FP8 ms, the copy bandwidth, the quantizer bytes, and the
-    ceilings (`ceilings`) under "ceilings". `shapes` (N, K) and `ms` override the 8B lists (or --quick's);
-    `device` cpu runs the same loop at toy sizes (tests: the wiring, not a measurement)."""
+    """One row per (shape, M): each GEMM's BF16 and FP8 ms, the copy bandwidth, the quantizer bytes, the
+    ceilings (`ceilings`) under "ceilings", and `<kind>_note` where an FP8 family did not run. `shapes` (N, K) and
+    `ms` override the 8B lists (or --quick's); `device` cpu runs the same loop at toy sizes (tests: the wiring, not
+    a measurement)."""
     from precision_engine.bench.linear import bench_linear
     from precision_engine.bench.quant import copy_bandwidth
 
     bandwidth = copy_bandwidth(1 << 30 if device == "cuda" else 1 << 20, device=device)
+    deep_gemm_note = _deep_gemm_note(device)
     rows = []
     for n, k in shapes or (QUICK_SHAPES if quick else SHAPES_8B):
         for m in ms or (TRAIN_M[:1] if quick else TRAIN_M):
             row = {"n": n, "k": k, "m": m, "copy_gbps": bandwidth}
+            if deep_gemm_note:
+                row["deep_gemm_note"] = deep_gemm_note
             for gemm in GEMMS:
                 make, timers, nbytes = _gemm_timers(gemm, n, k, m, device)
                 sets = rotation(make, nbytes)
@@ -184,34 +247,53 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
 
 
 def format_row(r: dict) -> str:
-    """Per pass: our variants' ratios, the ceilings (GEMMs only / with quantizers; per-tensor, then block-scaled)
-    and the target with its verdict; then why an FP8 family did not run, where one did not."""
+    """Per pass: our variants' ratios, the ceilings (GEMMs only / with quantizers; per-tensor, then the fastest
+    block-scaled) and the target with its verdict; then why an FP8 family did not run, where one did not."""
     cells = []
     for pass_, c in r["ceilings"].items():
         ours = ", ".join(f"{v} {x:.2f}x" for v, x in r.get("achieved", {}).get(pass_, {}).items())
-        found = [f"{label}{c[f'{key}gemm_x']:.2f}x / {c[f'{key}with_quant_x']:.2f}x"
-                 for key, label in (("", "ceiling "), ("blocks_", "block-scaled ")) if f"{key}gemm_x" in c]
+        found = [f"ceiling {_pair(c, '')}"] if "gemm_x" in c else []
+        if "fastest_gemm_x" in c:
+            found.append(f"block-scaled {_pair(c, 'fastest_')}{_block_scaled_detail(c)}")
         cells.append(f"{pass_}: {ours or 'ours -'}; {'; '.join(found) or 'no FP8 GEMM ran'}; "
                      f"target {c['target']:.2f}x {_verdict(c)}")
     notes = "".join(f" | {kind}: {r[f'{kind}_note']}" for kind in FP8_KINDS if f"{kind}_note" in r)
     return f"{r['n']:>6}x{r['k']:<6} {r['m']:>6}  " + " | ".join(cells) + notes
 
 
+def _pair(cell: dict, prefix: str) -> str:
+    """One ceiling as "GEMMs only / with quantizers"."""
+    return f"{cell[f'{prefix}gemm_x']:.2f}x / {cell[f'{prefix}with_quant_x']:.2f}x"
+
+
+def _block_scaled_detail(cell: dict) -> str:
+    """Where more than one block-scaled family ran: which won each GEMM, and each family's own ceiling."""
+    if len(cell["fastest_among"]) < 2:
+        return ""
+    winners = ", ".join(f"{g} {BLOCK_SCALED[kind]}" for g, kind in cell["fastest_kinds"].items())
+    own = [f"{name} {_pair(cell, f'{kind}_')}" for kind, name in BLOCK_SCALED.items() if f"{kind}_gemm_x" in cell]
+    return f" ({'; '.join([winners, *own])})"
+
+
 def _verdict(cell: dict) -> str:
-    """Whether a pass's target is within reach: of the block-scaled GEMMs where they ran, else of the per-tensor."""
-    reachable = cell.get("blocks_reachable", cell.get("reachable"))
+    """Whether a pass's target is within reach: of the fastest block-scaled GEMMs where they ran, else of the
+    per-tensor; out of reach, which GEMMs it is beyond."""
+    reachable = cell.get("fastest_reachable", cell.get("reachable"))
     if reachable is None:
         return "not judged"
     if reachable:
         return "within reach"
-    if "blocks_reachable" in cell and cell.get("reachable", True):
-        return "beyond cuBLAS's block-scaled GEMMs"
-    return "beyond cuBLAS's own FP8"
+    if "fastest_reachable" not in cell:
+        return "beyond cuBLAS's own FP8"
+    per_tensor = "" if cell.get("reachable", True) else "cuBLAS's own FP8 and "
+    measured = ", ".join(BLOCK_SCALED[kind] for kind in cell["fastest_among"])
+    return f"beyond {per_tensor}the block-scaled GEMMs measured here ({measured})"
 
 
 def format_table(rows: list[dict]) -> str:
     """A line per row: each pass's achieved ratios, its ceilings with GEMMs only / with quantizer bytes (per-tensor
-    FP8, then block-scaled), and the issue's target."""
+    FP8, then the fastest block-scaled GEMM per GEMM), and the issue's target."""
     head = (f"{'N x K':>13} {'M':>6}  x BF16, same run; ceilings: GEMMs only / with quantizers at "
-            f"{rows[0]['copy_gbps']:.0f} GB/s copy bandwidth" if rows else "no rows")
+            f"{rows[0]['copy_gbps']:.0f} GB/s copy bandwidth; block-scaled: each GEMM on the fastest that ran of "
+            f"{' and '.join(BLOCK_SCALED.values())}" if rows else "no rows")
     return "\n".join([head, *map(format_row, rows)])

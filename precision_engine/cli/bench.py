@@ -135,11 +135,14 @@ def register(app: typer.Typer) -> None:
 
         For each 8B projection shape at 8192/16384 tokens (--quick: two shapes at 8192), the training step's
         three GEMMs are timed in BF16, in FP8 with one scale per tensor and fast accumulation (cuBLAS's fastest
-        FP8 GEMM), and in FP8 with the Jet-RL block scales (cuBLAS's block-scaled GEMM), and the copy bandwidth
-        is measured. Each ceiling per pass is printed twice: with the GEMMs alone, and with the fewest bytes the
-        FP8 dataflow's quantizers must move added at copy bandwidth. Beside them are our FP8 linear's own ratios
-        (fp8_cublas, fp8_bi) on the same shape. A target above the block-scaled ceiling is out of reach for any
-        linear on cuBLAS's block-scaled GEMMs; above the per-tensor GEMMs-only one, for any FP8 GEMM cuBLAS has.
+        FP8 GEMM), and in FP8 with the Jet-RL block scales on cuBLAS's block-scaled GEMM and, where DeepGEMM is
+        installed on a Hopper GPU, on DeepGEMM's (its wgrad accumulates into an FP32 dW, as with FP32 main
+        grads), and the copy bandwidth is measured. Each ceiling per pass is printed twice: with the GEMMs alone,
+        and with the fewest bytes the FP8 dataflow's quantizers must move added at copy bandwidth. The
+        block-scaled ceiling takes each GEMM's fastest of cuBLAS and DeepGEMM (with each one's own where both
+        ran). Beside them are our FP8 linear's own ratios (fp8_cublas, fp8_bi) on the same shape. A target above
+        the block-scaled ceiling is out of reach for any linear on the block-scaled GEMMs measured; above the
+        per-tensor GEMMs-only one, for any FP8 GEMM cuBLAS has.
 
         Examples:
           precision bench ceiling --out bench_ceiling.json

@@ -1,5 +1,8 @@
 """`precision bench ceiling`'s arithmetic (the timing itself runs on the H200): the quantizer byte floor and the
-ceilings against issue 12's targets."""
+ceilings against issue 12's targets; and its DeepGEMM family's wiring (CPU: a stand-in Hopper and deep_gemm)."""
+
+import sys
+import types
 
 import pytest
 import torch
@@ -8,6 +11,8 @@ from typer.testing import CliRunner
 from precision_engine.bench import ceiling as C
 from precision_engine.cli.app import app
 from precision_engine.errors import UnsupportedError
+from precision_engine.numerics.capabilities import DeviceInfo, Gemm
+from precision_engine.numerics.formats import Kernel
 
 
 def test_quantizer_bytes_count_each_tensor_the_dataflow_moves():
@@ -26,13 +31,14 @@ def test_problems_are_the_steps_three_gemms():
                                             "wgrad": (14336, 4096, 8192)}
 
 
-def _row(n, k, bf16, fp8, gbps=4000.0, blocks=None):
+def _row(n, k, bf16, fp8, gbps=4000.0, blocks=None, deep_gemm=None):
     row = {"n": n, "k": k, "m": 8192, "copy_gbps": gbps}
     row.update({f"{p}_bytes": b for p, b in C.quantizer_bytes(n, k, 8192).items()})
     for g, b, f in zip(C.GEMMS, bf16, fp8):
         row[f"bf16_{g}_ms"], row[f"fp8_{g}_ms"] = b, f
-    for g, ms in zip(C.GEMMS, blocks or ()):
-        row[f"blocks_{g}_ms"] = ms
+    for kind, times in (("blocks", blocks), ("deep_gemm", deep_gemm)):
+        for g, ms in zip(C.GEMMS, times or ()):
+            row[f"{kind}_{g}_ms"] = ms
     return row
 
 
@@ -55,7 +61,9 @@ def test_the_block_scaled_ceiling_judges_with_the_quantizers_bytes():
     step_ms = C.quantizer_bytes(14336, 4096, 8192)["fwd+bwd"] / 4000e6
     assert got["reachable"] and got["blocks_gemm_x"] == pytest.approx(1.5)
     assert got["blocks_with_quant_x"] == pytest.approx(3.0 / (2.0 + step_ms)) and not got["blocks_reachable"]
-    assert "beyond cuBLAS's block-scaled GEMMs" in C.format_row({**row, "ceilings": C.ceilings(row)})
+    assert got["fastest_with_quant_x"] == got["blocks_with_quant_x"] and not got["fastest_reachable"]
+    line = C.format_row({**row, "ceilings": C.ceilings(row)})
+    assert "beyond the block-scaled GEMMs measured here (cuBLAS)" in line and "DeepGEMM" not in line
     fast = C.ceilings(_row(14336, 4096, (1.0, 1.0, 1.0), (0.5, 0.5, 0.5), blocks=(0.55, 0.55, 0.55)))
     assert fast["fwd+bwd"]["blocks_reachable"]
 
@@ -82,12 +90,162 @@ def test_a_gpu_without_block_scaled_gemms_keeps_the_per_tensor_ceiling(monkeypat
 
 
 def test_the_verdict_names_the_ceiling_a_target_is_beyond():
-    assert C._verdict({"reachable": True, "blocks_reachable": True}) == "within reach"
-    assert C._verdict({"reachable": True, "blocks_reachable": False}) == "beyond cuBLAS's block-scaled GEMMs"
-    assert C._verdict({"reachable": False, "blocks_reachable": False}) == "beyond cuBLAS's own FP8"
+    both, cublas = ["blocks", "deep_gemm"], ["blocks"]
+    assert C._verdict({"reachable": True, "fastest_reachable": True, "fastest_among": cublas}) == "within reach"
+    assert C._verdict({"reachable": True, "fastest_reachable": False, "fastest_among": cublas}) \
+        == "beyond the block-scaled GEMMs measured here (cuBLAS)"
+    assert C._verdict({"reachable": True, "fastest_reachable": False, "fastest_among": both}) \
+        == "beyond the block-scaled GEMMs measured here (cuBLAS, DeepGEMM)"
+    assert C._verdict({"reachable": False, "fastest_reachable": False, "fastest_among": both}) \
+        == "beyond cuBLAS's own FP8 and the block-scaled GEMMs measured here (cuBLAS, DeepGEMM)"
+    assert C._verdict({"fastest_reachable": False, "fastest_among": ["deep_gemm"]}) \
+        == "beyond the block-scaled GEMMs measured here (DeepGEMM)"
     assert C._verdict({"reachable": False}) == "beyond cuBLAS's own FP8"
-    assert C._verdict({"blocks_reachable": False}) == "beyond cuBLAS's block-scaled GEMMs"
     assert C._verdict({"target": 1.45}) == "not judged"
+
+
+def test_the_verdict_judges_by_the_fastest_block_scaled_ceiling_not_cublas_alone():
+    cell = {"reachable": True, "blocks_reachable": False, "deep_gemm_reachable": False, "fastest_reachable": True,
+            "fastest_among": ["blocks", "deep_gemm"]}
+    assert C._verdict(cell) == "within reach"
+
+
+def test_the_fastest_ceiling_takes_each_gemms_fastest_block_scaled_kind():
+    row = _row(4096, 4096, (1.0, 1.0, 1.0), (0.6, 0.6, 0.6), blocks=(0.7, 0.7, 0.8), deep_gemm=(0.6, 0.65, 0.85))
+    got = C.ceilings(row)
+    step_ms = C.quantizer_bytes(4096, 4096, 8192)["fwd+bwd"] / 4000e6
+    step = got["fwd+bwd"]
+    assert step["fastest_kinds"] == {"fprop": "deep_gemm", "dgrad": "deep_gemm", "wgrad": "blocks"}
+    assert step["fastest_gemm_x"] == pytest.approx(3.0 / (0.6 + 0.65 + 0.8))
+    assert step["fastest_with_quant_x"] == pytest.approx(3.0 / (0.6 + 0.65 + 0.8 + step_ms))
+    assert step["blocks_gemm_x"] == pytest.approx(3.0 / 2.2) and step["deep_gemm_gemm_x"] == pytest.approx(3.0 / 2.1)
+    assert step["fastest_among"] == ["blocks", "deep_gemm"] and "deep_gemm_reachable" in step
+    assert got["fwd"]["fastest_kinds"] == {"fprop": "deep_gemm"}
+    assert got["fwd"]["fastest_gemm_x"] == pytest.approx(1 / 0.6)
+    slower = C.ceilings(_row(4096, 4096, (1.0, 1.0, 1.0), (0.6, 0.6, 0.6), blocks=(0.7, 0.7, 0.8),
+                             deep_gemm=(0.9, 0.9, 0.9)))["fwd+bwd"]  # measured, won nothing: still named
+    assert set(slower["fastest_kinds"].values()) == {"blocks"} and slower["fastest_among"] == ["blocks", "deep_gemm"]
+
+
+def test_a_family_that_ran_part_of_the_step_still_counts_where_it_ran():
+    """DeepGEMM timed for fprop and dgrad only (its wgrad refused): no DeepGEMM ceiling for the step, but the
+    fastest takes its fprop and dgrad, and the verdict names it among the GEMMs measured."""
+    row = _row(4096, 4096, (1.0, 1.0, 1.0), (0.5, 0.5, 0.5), blocks=(0.7, 0.7, 0.8), deep_gemm=(0.6, 0.6))
+    step = C.ceilings(row)["fwd+bwd"]
+    assert "deep_gemm_gemm_x" not in step and step["fastest_gemm_x"] == pytest.approx(3.0 / 2.0)
+    assert step["fastest_kinds"] == {"fprop": "deep_gemm", "dgrad": "deep_gemm", "wgrad": "blocks"}
+    assert C._verdict(step).endswith("(cuBLAS, DeepGEMM)")
+
+
+def _mlp_row(deep_gemm):
+    """14336x4096 (target 1.6): cuBLAS's block-scaled step 1.39x BF16 with the quantizers' bytes."""
+    return _row(14336, 4096, (2.0, 2.0, 2.0), (0.9, 0.9, 0.9), blocks=(1.3, 1.3, 1.5), deep_gemm=deep_gemm)
+
+
+def test_deep_gemm_can_bring_the_target_within_reach():
+    """Neither family alone reaches 1.6x (cuBLAS 1.39x, DeepGEMM 1.57x with the quantizers); DeepGEMM's fprop
+    and dgrad with cuBLAS's wgrad do (1.61x)."""
+    row = _mlp_row(deep_gemm=(1.0, 1.0, 1.6))
+    step = C.ceilings(row)["fwd+bwd"]
+    assert not step["blocks_reachable"] and not step["deep_gemm_reachable"] and step["fastest_reachable"]
+    assert step["fastest_with_quant_x"] == pytest.approx(6.0 / (3.5 + C.quantizer_bytes(14336, 4096, 8192)["fwd+bwd"]
+                                                                 / 4000e6))
+    assert "target 1.60x within reach" in C.format_row({**row, "ceilings": C.ceilings(row)})
+
+
+def test_a_target_beyond_deep_gemm_too_names_both_families():
+    row = _mlp_row(deep_gemm=(1.2, 1.2, 1.6))  # fastest 1.46x with the quantizers' bytes
+    line = C.format_row({**row, "ceilings": C.ceilings(row)})
+    assert "target 1.60x beyond the block-scaled GEMMs measured here (cuBLAS, DeepGEMM)" in line
+    fwd_bwd = line.split(" | ")[1]
+    assert "block-scaled 1.54x / 1.46x (fprop DeepGEMM, dgrad DeepGEMM, wgrad cuBLAS; cuBLAS 1.46x / 1.39x; " \
+        "DeepGEMM 1.50x / 1.42x)" in fwd_bwd
+
+
+@pytest.fixture
+def deep_gemm_device(monkeypatch):
+    """Install a stand-in deep_gemm package recording each fp8_gemm_nt call and a stand-in device, Hopper with
+    DeepGEMM unless told otherwise; returns install(deep_gemm, capability) -> the calls."""
+    from precision_engine.numerics import gemm
+
+    calls = []
+    fake = types.ModuleType("deep_gemm")
+
+    def fp8_gemm_nt(a, b, d, c=None, recipe=None):
+        assert a[0].shape[1] == b[0].shape[1] and d.shape == (a[0].shape[0], b[0].shape[0])
+        calls.append({"d": d, "c": c, "recipe": recipe})
+
+    fake.fp8_gemm_nt = fp8_gemm_nt
+    monkeypatch.setitem(sys.modules, "deep_gemm", fake)
+
+    def install(deep_gemm=True, capability=(9, 0)):
+        info = DeviceInfo("cuda", capability=capability, cublas_blockwise=True, deep_gemm=deep_gemm)
+        monkeypatch.setattr(gemm, "device_info", lambda device: info)
+        return calls
+    return install
+
+
+def test_deep_gemm_runs_fprop_and_dgrad_by_name_and_accumulates_wgrad_in_fp32(deep_gemm_device, monkeypatch):
+    from precision_engine.numerics import gemm
+
+    calls = deep_gemm_device()
+    named, real = [], gemm.fp8_gemm
+
+    def recording_fp8_gemm(a, b, **kw):
+        named.append((kw["kernel"], kw["gemm"]))
+        return real(a, b, **kw)
+
+    monkeypatch.setattr(gemm, "fp8_gemm", recording_fp8_gemm)
+    n, k, m = 256, 128, 256
+    for g in C.GEMMS:
+        make, timers, nbytes = C._gemm_timers(g, n, k, m, "cpu")
+        s = make()
+        timers["deep_gemm"](*s)
+        timers["deep_gemm"](*s)
+    assert named == [(Kernel.DEEP_GEMM, Gemm.FPROP)] * 2 + [(Kernel.DEEP_GEMM, Gemm.DGRAD)] * 2
+    fprop, _, dgrad, _, wgrad, again = calls
+    assert fprop["c"] is None and fprop["recipe"] is None and fprop["d"].dtype == torch.bfloat16
+    assert fprop["d"].shape == (m, n) and dgrad["c"] is None and dgrad["d"].shape == (m, k)
+    assert wgrad["c"] is wgrad["d"] and wgrad["d"].dtype == torch.float32 and wgrad["d"].shape == (n, k)
+    assert wgrad["recipe"] == (1, 1, 128)
+    assert again["d"] is wgrad["d"] is s[-1]  # one FP32 dW per input set, accumulated into at every call
+    assert nbytes == 4 * (n + k) * m + 4 * n * k  # the rotation counts it
+    assert C._deep_gemm_note("cpu") is None
+
+
+@pytest.mark.parametrize(("deep_gemm", "capability", "why"), [
+    (False, (9, 0), "the deep_gemm package (DeepGEMM 2.x, with fp8_gemm_nt) does not import here"),
+    (True, (10, 0), "need a Hopper GPU (compute capability 9.0), this device: compute capability 10.0"),
+])
+def test_without_deep_gemm_its_kind_is_absent_and_the_note_says_why(deep_gemm_device, deep_gemm, capability, why):
+    calls = deep_gemm_device(deep_gemm=deep_gemm, capability=capability)
+    for g in C.GEMMS:
+        make, timers, nbytes = C._gemm_timers(g, 256, 128, 256, "cpu")
+        assert set(timers) == {"bf16", "fp8", "blocks"} and make()[-1] is None
+        assert nbytes == 4 * sum(C.problems(256, 128, 256)[g][:2]) * C.problems(256, 128, 256)[g][2]
+    assert why in C._deep_gemm_note("cpu") and not calls
+
+
+def test_a_deep_gemm_that_fails_gets_a_note_and_the_others_run(monkeypatch):
+    """An install that cannot compile its kernels (no nvcc at run time) raises RuntimeError: the row says so, and
+    the fastest ceiling is cuBLAS's alone."""
+    real = C._gemm_timers
+
+    def failing_deep_gemm(gemm, n, k, m, device):
+        make, timers, nbytes = real(gemm, n, k, m, device)
+
+        def refuse(*_):
+            raise RuntimeError("NVCC compilation failed")
+
+        return make, {**timers, "deep_gemm": refuse}, nbytes
+
+    monkeypatch.setattr(C, "_gemm_timers", failing_deep_gemm)
+    monkeypatch.setattr(C, "_deep_gemm_note", lambda device: None)
+    (row,) = C.bench_ceiling(shapes=[(256, 128)], ms=[256], reps=1, warmup=0, device="cpu")
+    assert row["deep_gemm_note"] == "RuntimeError: NVCC compilation failed" and "deep_gemm_fprop_ms" not in row
+    assert row["ceilings"]["fwd+bwd"]["fastest_among"] == ["blocks"] and row["blocks_wgrad_ms"] > 0
+    line = C.format_row(row)
+    assert "deep_gemm: RuntimeError: NVCC" in line and "DeepGEMM" not in line
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
@@ -100,8 +258,11 @@ def test_the_loop_runs_end_to_end_at_toy_size_on_the_cpu():
     """The wiring (timers, layouts, bytes, ceilings, table) at a toy size on the CPU: not a measurement."""
     rows = C.bench_ceiling(shapes=[(256, 128)], ms=[256], reps=2, warmup=1, device="cpu")
     (row,) = rows
-    assert all(row[f"{kind}_{g}_ms"] > 0 for kind in ("bf16", *C.FP8_KINDS) for g in C.GEMMS) and row["copy_gbps"] > 0
+    assert all(row[f"{kind}_{g}_ms"] > 0 for kind in ("bf16", "fp8", "blocks") for g in C.GEMMS)
+    assert row["copy_gbps"] > 0
     assert row["ceilings"]["fwd+bwd"]["blocks_with_quant_x"] > 0
+    assert row["ceilings"]["fwd+bwd"]["fastest_kinds"] == dict.fromkeys(C.GEMMS, "blocks")
+    assert "deep_gemm_fprop_ms" not in row and "Hopper GPU" in row["deep_gemm_note"]  # no DeepGEMM on a CPU
     assert set(row["ceilings"]) == {"fwd", "fwd+bwd"} and row["fwd_bytes"] == C.quantizer_bytes(256, 128, 256)["fwd"]
     assert row["achieved"]["fwd"]["fp8_bi"] > 0 and row["achieved"]["fwd+bwd"]["fp8_bi"] > 0  # no cuBLAS on a CPU
     table = C.format_table(rows)

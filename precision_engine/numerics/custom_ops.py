@@ -21,6 +21,7 @@ import torch
 from precision_engine.numerics.contract import Quantized, block_buffers, fp8_dtype, rows_buffers, tokens_buffers
 from precision_engine.numerics.formats import Axis, DType, Granularity, QuantFormat, ScaleKind
 
+
 def routes(t: torch.Tensor) -> bool:
     """Whether a launch on `t` goes through its custom op: a CUDA tensor while torch.compile traces."""
     return t.is_cuda and torch.compiler.is_compiling()

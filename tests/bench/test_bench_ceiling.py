@@ -71,17 +71,8 @@ def test_the_block_scaled_ceiling_judges_with_the_quantizers_bytes():
 def test_a_gpu_without_block_scaled_gemms_keeps_the_per_tensor_ceiling(monkeypatch):
     """Where the block-scaled GEMM cannot run (cuBLAS's blockwise scaling needs Hopper), the row keeps the other
     families, says why in a note, and judges the target against the per-tensor ceiling."""
-    real = C._gemm_timers
-
-    def no_blocks(gemm, n, k, m, device):
-        make, timers, nbytes = real(gemm, n, k, m, device)
-
-        def refuse(*_):
-            raise UnsupportedError("kernel cublas needs a CUDA GPU of compute capability 9.0+ (Hopper)")
-
-        return make, {**timers, "blocks": refuse}, nbytes
-
-    monkeypatch.setattr(C, "_gemm_timers", no_blocks)
+    _refuse(monkeypatch, "blocks",
+            UnsupportedError("kernel cublas needs a CUDA GPU of compute capability 9.0+ (Hopper)"))
     (row,) = C.bench_ceiling(shapes=[(256, 128)], ms=[256], reps=1, warmup=0, device="cpu")
     assert "blocks_fprop_ms" not in row and "Hopper" in row["blocks_note"]
     assert "blocks_gemm_x" not in row["ceilings"]["fwd"] and row["ceilings"]["fwd"]["gemm_x"] > 0
@@ -229,17 +220,7 @@ def test_without_deep_gemm_its_kind_is_absent_and_the_note_says_why(deep_gemm_de
 def test_a_deep_gemm_that_fails_gets_a_note_and_the_others_run(monkeypatch):
     """An install that cannot compile its kernels (no nvcc at run time) raises RuntimeError: the row says so, and
     the fastest ceiling is cuBLAS's alone."""
-    real = C._gemm_timers
-
-    def failing_deep_gemm(gemm, n, k, m, device):
-        make, timers, nbytes = real(gemm, n, k, m, device)
-
-        def refuse(*_):
-            raise RuntimeError("NVCC compilation failed")
-
-        return make, {**timers, "deep_gemm": refuse}, nbytes
-
-    monkeypatch.setattr(C, "_gemm_timers", failing_deep_gemm)
+    _refuse(monkeypatch, "deep_gemm", RuntimeError("NVCC compilation failed"))
     monkeypatch.setattr(C, "_deep_gemm_note", lambda device: None)
     (row,) = C.bench_ceiling(shapes=[(256, 128)], ms=[256], reps=1, warmup=0, device="cpu")
     assert row["deep_gemm_note"] == "RuntimeError: NVCC compilation failed" and "deep_gemm_fprop_ms" not in row
@@ -275,3 +256,18 @@ def test_quick_run_on_the_gpu():
     rows = C.bench_ceiling(quick=True, reps=3, warmup=1)
     assert len(rows) == 2 and all(r["ceilings"]["fwd+bwd"]["gemm_x"] > 0 for r in rows)
     assert all(set(r["achieved"]["fwd+bwd"]) == set(C.ACHIEVED) for r in rows)
+
+
+def _refuse(monkeypatch, kind, error):
+    """Every GEMM timer of `kind` raises `error`, as on a device or install that cannot run it."""
+    real = C._gemm_timers
+
+    def timers_refusing(gemm, n, k, m, device):
+        make, timers, nbytes = real(gemm, n, k, m, device)
+
+        def refuse(*_):
+            raise error
+
+        return make, {**timers, kind: refuse}, nbytes
+
+    monkeypatch.setattr(C, "_gemm_timers", timers_refusing)

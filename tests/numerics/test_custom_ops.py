@@ -139,3 +139,21 @@ def test_compiled_no_grad_forward_is_one_graph_of_the_ops_with_eager_bits(routed
         compiled = torch.compile(layer, backend=recorder, fullgraph=True)(x)
     assert len(recorder.code) == 1 and "precision_engine.fp8_gemm" in recorder.code[0]
     assert torch.equal(eager, compiled)
+
+
+def test_compiled_step_with_dynamic_tokens_compiles_once_with_eager_bits(routed):
+    """RL micro-batches change their token count every step: with dynamic shapes one graph serves them (the
+    fakes' shapes are symbolic in the tokens), each with eager's bits. Above 128 tokens, that is: the 128-token
+    scale groups along tokens number 1 below, and torch specializes a size-1 dimension (one more graph)."""
+    torch._dynamo.reset()
+    layer = _layer()
+    params = list(layer.parameters())
+    recorder = _Recorder()
+    compiled = torch.compile(lambda x: layer(x).float().square().sum(), backend=recorder, fullgraph=True,
+                             dynamic=True)
+    for tokens in (130, 257, 600):
+        x = torch.randn(tokens, 256, dtype=torch.bfloat16)
+        eager = _grads(lambda x: layer(x).float().square().sum(), x, params)
+        for a, b in zip(eager, _grads(compiled, x, params)):
+            assert torch.equal(a, b)
+    assert len(recorder.code) == 1

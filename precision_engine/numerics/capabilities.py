@@ -101,7 +101,8 @@ KERNELS: dict[Kernel, KernelRow] = {
         # take UE8M0 scales, and its tile heuristics are its own to change between releases.
         KernelRow(Kernel.DEEP_GEMM, frozenset({"cuda"}), frozenset({DType.FLOAT8_E4M3}),
                   frozenset({Gemm.FPROP, Gemm.DGRAD}), batch_invariant=False, auto=False,
-                  requires="the deep_gemm package (DeepGEMM 2.x, built from source: README) and a Hopper GPU "
+                  requires="the deep_gemm package (DeepGEMM 2.x, built from source against a shared libstdc++: "
+                  "scripts/build_deep_gemm.py, README) and a Hopper GPU "
                   "(compute capability 9.0; its newer GPUs' kernels take UE8M0 scales)", bf16_out_only=True),
     )
 }

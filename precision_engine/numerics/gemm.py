@@ -39,7 +39,7 @@ import warnings
 import torch
 
 from precision_engine.errors import OperandError, UnsupportedError
-from precision_engine.numerics import custom_ops
+from precision_engine.numerics import custom_ops, elf
 from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, SMALL_M_MAX,
                                                     WEIGHT_BLOCK, DeviceInfo, Gemm, resolve_kernel)
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized
@@ -145,12 +145,26 @@ def transpose_operand(q: Quantized) -> Quantized:
 
 @functools.cache
 def deep_gemm_available() -> bool:
-    """Whether a DeepGEMM with the pair API (`fp8_gemm_nt((a, sfa), (b, sfb), d)`, 2.x) imports here."""
+    """Whether a DeepGEMM with the pair API (`fp8_gemm_nt((a, sfa), (b, sfb), d)`, 2.x) imports here, its host
+    module taking the C++ runtime from the process (`elf`): one with its own static copy is refused, with a
+    warning, since its first GEMM can crash the process where no fallback catches it."""
     try:
         import deep_gemm
     except ImportError:
         return False
-    return hasattr(deep_gemm, "fp8_gemm_nt")
+    if not hasattr(deep_gemm, "fp8_gemm_nt"):
+        return False
+    module = getattr(getattr(deep_gemm, "_C", None), "__file__", None)
+    try:
+        static = module is not None and not elf.links_cxx_runtime(module)
+    except (OSError, ValueError):  # not an ELF file we can read: nothing known against it
+        static = False
+    if static:
+        warnings.warn(f"DeepGEMM's {module} links no shared libstdc++ (the C++ runtime built in statically): its "
+                      "first GEMM crashed the process in std::regex on the H200 image, so it is not used; AUTO runs "
+                      "cuBLAS's launch of the same bits. Rebuild it with a g++ that links libstdc++ dynamically "
+                      "(scripts/build_deep_gemm.py, README \"DeepGEMM\")", RuntimeWarning, stacklevel=2)
+    return not static
 
 
 @functools.cache

@@ -63,3 +63,22 @@ def run_offline_compile(source: str, *, timeout: int = 600) -> None:
         done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
                               timeout=timeout)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+
+
+def route_through_custom_ops(monkeypatch) -> None:
+    """Send CPU tensors through the FP8 custom ops under torch.compile as a GPU's are (`numerics.custom_ops`):
+    the ops then run the CPU kernels, so the CPU checks what a GPU compile traces."""
+    from precision_engine.numerics import custom_ops
+
+    monkeypatch.setattr(custom_ops, "routes", lambda t: torch.compiler.is_compiling())
+
+
+class GraphRecorder:
+    """A torch.compile backend that keeps each graph's code (submodules included) and runs it as traced."""
+
+    def __init__(self):
+        self.code = []
+
+    def __call__(self, gm, example_inputs):
+        self.code.append(gm.print_readable(print_output=False))
+        return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)

@@ -389,7 +389,10 @@ def _fp8_gemm_op(a: torch.Tensor, a_scale: torch.Tensor, a_fmt: str, b: torch.Te
 @torch.library.custom_op("precision_engine::transpose_operand", mutates_args=())
 def _transpose_operand_op(data: torch.Tensor, scale: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     q = transpose_operand(Quantized(data, scale, custom_ops.parse_format(fmt)))
-    return q.data, q.scale
+    # The scales of one block row or column are their own transpose, and `.t().contiguous()` hands back the
+    # input itself, which an op may not return: a copy then.
+    return tuple(out.clone() if out.untyped_storage().data_ptr() == given.untyped_storage().data_ptr() else out
+                 for out, given in ((q.data, data), (q.scale, scale)))
 
 
 _fp8_gemm_op.register_fake(custom_ops.fake_fp8_gemm)

@@ -18,6 +18,8 @@ from precision_engine.numerics.fused_linear import fp8_linear_group
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG, quantize_tokens_transposed
 
+from helpers import GraphRecorder, route_through_custom_ops
+
 P = PRESET_FORMATS
 JETRL = LinearSpec(weight=P["fp8_block_weight"], input=P["fp8_group_act"], grad_output=P["fp8_group_act"],
                    wgrad_operands=P["fp8_group_tokens"])
@@ -54,9 +56,10 @@ def test_grad_output_requantize_and_transpose_ops_fakes_match():
     _opcheck(torch.ops.precision_engine.quantize_grad_output.default, (dy, rows, tokens))
     xq = quantize_rows_1xG(torch.randn(130, 256), P["fp8_group_act"])
     _opcheck(torch.ops.precision_engine.requantize_tokens_transposed.default, (xq.data, xq.scale, rows, tokens))
-    wq = quantize_blocks(torch.randn(384, 256), P["fp8_block_weight"])
-    _opcheck(torch.ops.precision_engine.transpose_operand.default,
-             (wq.data, wq.scale, custom_ops.format_key(wq.fmt)))
+    for shape in ((384, 256), (128, 896), (896, 100)):  # one block row / column: scales their own transpose
+        wq = quantize_blocks(torch.randn(shape), P["fp8_block_weight"])
+        _opcheck(torch.ops.precision_engine.transpose_operand.default,
+                 (wq.data, wq.scale, custom_ops.format_key(wq.fmt)))
 
 
 @pytest.mark.parametrize("gemm", [Gemm.FPROP, Gemm.WGRAD])
@@ -78,19 +81,7 @@ def test_outside_compile_nothing_routes():
 
 @pytest.fixture
 def routed(monkeypatch):
-    """The CPU routed through the ops as a GPU is under torch.compile; the ops then run the CPU kernels."""
-    monkeypatch.setattr(custom_ops, "routes", lambda t: torch.compiler.is_compiling())
-
-
-class _Recorder:
-    """A torch.compile backend that keeps each graph's code (submodules included) and runs it as traced."""
-
-    def __init__(self):
-        self.code = []
-
-    def __call__(self, gm, example_inputs):
-        self.code.append(gm.print_readable(print_output=False))
-        return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
+    route_through_custom_ops(monkeypatch)
 
 
 def _layer(n=384, k=256, seed=0):
@@ -120,7 +111,7 @@ def test_compiled_training_step_is_one_graph_of_the_ops_with_eager_bits(routed, 
 
     x = torch.randn(2, 70, 256, dtype=torch.bfloat16)
     eager = _grads(step, x, params)
-    recorder = _Recorder()
+    recorder = GraphRecorder()
     compiled = _grads(torch.compile(step, backend=recorder, fullgraph=True), x, params)
     assert len(recorder.code) == 1
     assert all(f"precision_engine.{op}" in recorder.code[0] for op in OPS)
@@ -133,7 +124,7 @@ def test_compiled_no_grad_forward_is_one_graph_of_the_ops_with_eager_bits(routed
     torch._dynamo.reset()
     layer = _layer()
     x = torch.randn(3, 256, dtype=torch.bfloat16)
-    recorder = _Recorder()
+    recorder = GraphRecorder()
     with torch.no_grad():
         eager = layer(x)
         compiled = torch.compile(layer, backend=recorder, fullgraph=True)(x)
@@ -148,7 +139,7 @@ def test_compiled_step_with_dynamic_tokens_compiles_once_with_eager_bits(routed)
     torch._dynamo.reset()
     layer = _layer()
     params = list(layer.parameters())
-    recorder = _Recorder()
+    recorder = GraphRecorder()
     compiled = torch.compile(lambda x: layer(x).float().square().sum(), backend=recorder, fullgraph=True,
                              dynamic=True)
     for tokens in (130, 257, 600):

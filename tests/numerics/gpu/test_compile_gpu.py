@@ -58,6 +58,20 @@ def test_compiled_training_step_is_one_graph_with_eager_bits(fused, m):
         assert torch.equal(_bits(a), _bits(b))
 
 
+def test_one_block_row_of_weight_compiles_with_eager_bits():
+    """A 128-wide output (a small model's k/v): its Q(W)^T scales are their own transpose, which the
+    transpose op copies rather than hand back its input (a compile error before)."""
+    parts = [_layer(128, 1024, 5)]
+    x = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+
+    def step(x):
+        return parts[0](x).float().square().sum()
+
+    for a, b in zip(_grads(step, x, parts), _grads(torch.compile(step, fullgraph=True), x, parts)):
+        assert torch.equal(_bits(a), _bits(b))
+
+
 @pytest.mark.parametrize("m", [1, 16, 64, 1024])
 def test_compiled_no_grad_forward_is_one_graph_with_eager_bits(m):
     layer = _layer(4096, 1024, 4)

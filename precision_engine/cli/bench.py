@@ -130,7 +130,10 @@ def register(app: typer.Typer) -> None:
         _report(bench_block.format_table(rows), rows, out)
 
     @group.command()
-    def ceiling(out: OutOpt = None, quick: QuickOpt = False) -> None:
+    def ceiling(out: OutOpt = None, quick: QuickOpt = False,
+                decode: Annotated[bool, typer.Option("--decode", help="The decode forward (M = 1, 16, 64) instead: "
+                                                     "the FP8 weight's bytes at copy speed against BF16's GEMM.")]
+                = False) -> None:
         """How far an FP8 linear could get ahead of BF16 on this GPU, against issue 12's targets, same run.
 
         For each 8B projection shape at 8192/16384 tokens (--quick: two shapes at 8192), the training step's
@@ -144,13 +147,22 @@ def register(app: typer.Typer) -> None:
         the block-scaled ceiling is out of reach for any linear on the block-scaled GEMMs measured; above the
         per-tensor GEMMs-only one, for any FP8 GEMM cuBLAS has.
 
+        --decode times the whole linear's decode forward instead (M = 1, 16, 64; --quick: M = 1): BF16's GEMM
+        against a copy moving the FP8 weight's bytes, alone and followed by x cast to FP8 (the cheapest Q(x) in
+        a launch of its own), as CUDA-graph replays, beside our fp8_bi and against the 1.5x target.
+
         Examples:
           precision bench ceiling --out bench_ceiling.json
+          precision bench ceiling --decode --out bench_decode_ceiling.json
         """
         require_gpu(out, "precision bench ceiling")
-        from precision_engine.bench import ceiling as bench_ceiling
-
-        rows = bench_ceiling.bench_ceiling(quick=quick, on_row=lambda row: typer.echo(bench_ceiling.format_row(row)))
+        if decode:
+            from precision_engine.bench import decode_ceiling as bench_ceiling
+            run = bench_ceiling.bench_decode_ceiling
+        else:
+            from precision_engine.bench import ceiling as bench_ceiling
+            run = bench_ceiling.bench_ceiling
+        rows = run(quick=quick, on_row=lambda row: typer.echo(bench_ceiling.format_row(row)))
         _report(bench_ceiling.format_table(rows), rows, out)
 
     bench_rollout.register(group)

@@ -1,0 +1,63 @@
+"""`precision bench ceiling --decode`'s arithmetic and wiring on the CPU (the timing itself runs on a GPU): the
+FP8 weight's bytes, the two ceilings against issue 12's 1.5x, the verdict, and the loop at toy size."""
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from precision_engine.bench import decode_ceiling as D
+from precision_engine.cli.app import app
+
+
+def test_weight_bytes_are_one_per_value_and_a_float_per_block():
+    assert D.weight_bytes(4096, 4096) == 4096 * 4096 + 4 * 32 * 32
+    assert D.weight_bytes(1000, 130) == 1000 * 130 + 4 * 8 * 2  # partial blocks count whole
+
+
+def test_each_set_streams_the_weights_bytes_and_casts_x():
+    make, timers, nbytes = D._decode_timers(384, 256, 16, "cpu")
+    x, w, src, dst, x8 = make()
+    assert (x.shape, w.shape, x8.shape, x8.dtype) == ((16, 256), (384, 256), (16, 256), torch.float8_e4m3fn)
+    assert src.numel() == dst.numel() == -(-D.weight_bytes(384, 256) // 2) and src.dtype == torch.uint8
+    timers["stream_cast"](x, w, src, dst, x8)
+    assert torch.equal(dst, src) and torch.equal(x8.float(), x.to(torch.float8_e4m3fn).float())
+    assert torch.equal(timers["bf16"](x, w), torch.nn.functional.linear(x, w))
+    assert nbytes == 2 * 384 * 256 + 2 * src.numel() + 3 * 16 * 256
+
+
+@pytest.mark.parametrize("cast_ms, reachable", [(6.0, True), (7.0, False)])
+def test_the_whole_linear_ceiling_judges_the_target(cast_ms, reachable):
+    row = {"n": 4096, "k": 4096, "m": 1, "bf16_ms": 10.0, "stream_ms": 5.0, "stream_cast_ms": cast_ms,
+           "achieved": {"fp8_bi": 1.37}}
+    c = D.ceilings(row)
+    assert c["weights_x"] == 2.0 and c["with_quant_x"] == pytest.approx(10.0 / cast_ms)
+    assert c["target"] == 1.5 and c["reachable"] is reachable
+    line = D.format_row({**row, "ceilings": c})
+    assert "fp8_bi 1.37x" in line and "ceiling 2.00x" in line
+    assert ("within reach" in line) is reachable and ("beyond" in line) is not reachable
+
+
+def test_the_loop_runs_end_to_end_at_toy_size_on_the_cpu():
+    """The wiring at a toy size, eagerly on the CPU: not a measurement."""
+    seen = []
+    rows = D.bench_decode_ceiling(shapes=[(256, 128)], ms=[1, 16], reps=2, warmup=1, device="cpu", on_row=seen.append)
+    assert [(r["n"], r["k"], r["m"]) for r in rows] == [(256, 128, 1), (256, 128, 16)] and seen == rows
+    for row in rows:
+        assert all(row[f"{kind}_ms"] > 0 for kind in D.KINDS) and row["achieved"]["fp8_bi"] > 0
+        assert row["ceilings"]["weights_x"] == row["bf16_ms"] / row["stream_ms"]
+    assert len(D.format_table(rows).splitlines()) == 3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_decode_ceiling_without_gpu_is_one_clear_error():
+    result = CliRunner().invoke(app, ["bench", "ceiling", "--decode", "--quick"])
+    assert result.exit_code == 2 and "needs a CUDA GPU" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_quick_run_on_the_gpu():
+    """Graphed: half the bytes cannot take longer to stream than BF16's GEMM takes to read twice as many."""
+    (row,) = D.bench_decode_ceiling(shapes=[(4096, 4096)], ms=[1], reps=5, warmup=2)
+    assert 1.0 < row["ceilings"]["weights_x"] < 3.0 and row["stream_cast_ms"] > row["stream_ms"]
+    assert row["achieved"]["fp8_bi"] > 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -64,6 +65,14 @@ def block_buffers(rows: int, cols: int, fmt: QuantFormat, device: torch.device) 
     scale_shape = (-(-rows // fmt.block[0]), -(-cols // fmt.block[1]))
     return Quantized(torch.empty((rows, cols), dtype=fp8_dtype(fmt), device=device),
                      torch.empty(scale_shape, dtype=torch.float32, device=device), fmt)
+
+
+def part_views(q: Quantized, rows: Sequence[int], dim: int) -> list[Quantized]:
+    """Each part's rows of a row-stacked block operand Q(W) (dim 0), or its columns of the stacked Q(W)^T (dim 1:
+    where its Q(W)^T lies): `rows` weight rows per part, whole blocks of them but the last part's."""
+    block_rows = q.fmt.block[0]
+    data, scale = q.data.split(list(rows), dim=dim), q.scale.split([-(-r // block_rows) for r in rows], dim=dim)
+    return [Quantized(d, s, q.fmt) for d, s in zip(data, scale)]
 
 
 def rows_buffers(rows: int, cols: int, fmt: QuantFormat, device: torch.device) -> Quantized:

@@ -68,6 +68,14 @@ def requantize_tokens_transposed(q: Quantized, fmt: QuantFormat) -> Quantized:
     return Quantized(data, scale, fmt, tokens=q.data.shape[0])
 
 
+def quantize_blocks_stacked(weights: list[torch.Tensor], fmt: QuantFormat, transposed: bool
+                            ) -> tuple[Quantized, Quantized | None]:
+    """`quantize.quantize_blocks_stacked` as one op."""
+    data, scale, data_t, scale_t = torch.ops.precision_engine.quantize_blocks_stacked(weights, format_key(fmt),
+                                                                                     transposed)
+    return Quantized(data, scale, fmt), Quantized(data_t, scale_t, fmt) if transposed else None
+
+
 def transpose_operand(q: Quantized) -> Quantized:
     """`gemm.transpose_operand` as one op."""
     data, scale = torch.ops.precision_engine.transpose_operand(q.data, q.scale, format_key(q.fmt))
@@ -101,6 +109,16 @@ _EMPTY = {  # per `quantize` kind: its outputs, uninitialized (the contract's sc
 }
 
 
+def fake_quantize_blocks_stacked(weights, fmt, transposed):
+    fmt, device = parse_format(fmt), weights[0].device
+    n, k = sum(w.shape[0] for w in weights), weights[0].shape[1]
+    wq = block_buffers(n, k, fmt, device)
+    if not transposed:
+        return wq.data, wq.scale, wq.data.new_empty(0), wq.scale.new_empty(0)
+    wt = block_buffers(k, n, fmt, device)
+    return wq.data, wq.scale, wt.data, wt.scale
+
+
 def fake_quantize_grad_output(x, rows_fmt, tokens_fmt):
     rows = rows_buffers(*x.shape, parse_format(rows_fmt), x.device)
     tokens = tokens_buffers(*x.shape, parse_format(tokens_fmt), x.device)
@@ -120,6 +138,7 @@ def fake_fp8_gemm(a, a_scale, a_fmt, b, b_scale, b_fmt, out_dtype, kernel, gemm,
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
 
 
-__all__ = ["fake_fp8_gemm", "fake_quantize", "fake_quantize_grad_output", "fake_requantize_tokens_transposed",
-           "fake_transpose_operand", "format_key", "fp8_gemm", "parse_format", "quantize", "quantize_grad_output",
-           "requantize_tokens_transposed", "routes", "transpose_operand"]
+__all__ = ["fake_fp8_gemm", "fake_quantize", "fake_quantize_blocks_stacked", "fake_quantize_grad_output",
+           "fake_requantize_tokens_transposed", "fake_transpose_operand", "format_key", "fp8_gemm", "parse_format",
+           "quantize", "quantize_blocks_stacked", "quantize_grad_output", "requantize_tokens_transposed", "routes",
+           "transpose_operand"]

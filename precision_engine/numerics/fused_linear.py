@@ -38,10 +38,10 @@ from torch import nn
 from torch.nn.modules import module as _module_hooks
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.contract import Quantized, capturing_cuda_graph
+from precision_engine.numerics.contract import Quantized, capturing_cuda_graph, part_views
 from precision_engine.numerics.gemm import transpose_operand
 from precision_engine.numerics.linear import Fp8Linear, fp8_linear
-from precision_engine.numerics.quantize import block_buffers, quantize_blocks
+from precision_engine.numerics.quantize import block_buffers, quantize_blocks_stacked
 
 
 def shares_one_gemm(parts: Sequence[nn.Module]) -> bool:
@@ -88,8 +88,7 @@ def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool, fresh: bool = F
     """Q(W) of the stacked weight (and Q(W)^T for an FP8 dgrad), cached on the first part (module doc); `fresh`:
     each part's current weight quantized into new buffers, no cache read or written (a CUDA graph capture)."""
     if torch.compiler.is_compiling():  # as Fp8Linear: quantized inside the graph, no Python-side cache
-        wq = _stack([quantize_blocks(p.weight.detach(), p.spec.weight) for p in parts])
-        return wq, transpose_operand(wq) if dgrad else None
+        return quantize_blocks_stacked([p.weight.detach() for p in parts], parts[0].spec.weight, transposed=dgrad)
     first = parts[0]
     cache = first._group_cache
     if fresh or cache is None or len(cache[0]) != len(parts) or not all(
@@ -100,8 +99,8 @@ def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool, fresh: bool = F
             n, k = sum(rows), first.in_features
             wq = block_buffers(n, k, fmt, device)
             wt = block_buffers(k, n, fmt, device) if dgrad else None
-            row_views = _part_views(wq, rows, 0)
-            column_views = _part_views(wt, rows, 1) if dgrad else [None] * len(parts)
+            row_views = part_views(wq, rows, 0)
+            column_views = part_views(wt, rows, 1) if dgrad else [None] * len(parts)
             for part, view, view_t in zip(parts, row_views, column_views):
                 if fresh:
                     part._quantize_weight(view, view_t)
@@ -113,20 +112,6 @@ def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool, fresh: bool = F
     if dgrad and cache[2] is None:
         cache[2] = transpose_operand(cache[1])
     return cache[1], cache[2]
-
-
-def _stack(quantized: Sequence[Quantized]) -> Quantized:
-    """Row stack of 128x128-block operands whose rows are whole blocks: the blocks of the stacked weight."""
-    return Quantized(torch.cat([q.data for q in quantized]), torch.cat([q.scale for q in quantized]),
-                     quantized[0].fmt)
-
-
-def _part_views(q: Quantized, rows: Sequence[int], dim: int) -> list[Quantized]:
-    """Each part's rows of the stacked Q(W) (dim 0), or its columns of the stacked Q(W)^T (dim 1: where its
-    Q(W)^T lies): `rows` weight rows per part, whole blocks of them."""
-    block_rows = q.fmt.block[0]
-    data, scale = q.data.split(list(rows), dim=dim), q.scale.split([r // block_rows for r in rows], dim=dim)
-    return [Quantized(d, s, q.fmt) for d, s in zip(data, scale)]
 
 
 def hooked(module: nn.Module) -> bool:

@@ -53,6 +53,7 @@ from precision_engine.numerics.quantize import (
     check_finite,
     dequantize,
     quantize_blocks,
+    quantize_blocks_stacked,
     quantize_rows_1xG,
     quantize_rows_and_tokens_transposed,
     quantize_tokens_transposed,
@@ -222,8 +223,8 @@ class Fp8Linear(nn.Linear):
         (bitwise what this forward would compute), so the forward does not quantize x again."""
         recording = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
         if torch.compiler.is_compiling():
-            wq = quantize_blocks(self.weight.detach(), self.spec.weight)
-            wt = transpose_operand(wq) if self._dgrad_in_fp8() else None
+            wq, wt = quantize_blocks_stacked([self.weight.detach()], self.spec.weight,
+                                             transposed=self._dgrad_in_fp8())
         elif recording and capturing_cuda_graph():  # quantized inside the graph (module doc)
             wq, wt = self._fresh_quantized_weights(self._dgrad_in_fp8())
         else:

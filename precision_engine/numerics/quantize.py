@@ -56,6 +56,7 @@ the CPU needs ``TRITON_INTERPRET=1``).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
@@ -70,6 +71,7 @@ from precision_engine.numerics.contract import (  # noqa: F401 (re-exported: the
     capturing_cuda_graph,
     cast_to_fp8,
     fp8_dtype,
+    part_views,
     scale_from_amax,
 )
 from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
@@ -131,6 +133,30 @@ def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto",
             buffers.data.copy_(data)
             buffers.scale.copy_(scale)
     return q if out is None else replace(out, fmt=fmt)
+
+
+def quantize_blocks_stacked(weights: Sequence[torch.Tensor], fmt: QuantFormat, *, transposed: bool,
+                            backend: str = "auto") -> tuple[Quantized, Quantized | None]:
+    """(Q(W), with `transposed` Q(W)^T, else None) of the row stack of `weights` (one fused GEMM's parts, each in
+    whole blocks of rows but the last), each part quantized straight into its rows and columns of the two
+    buffers: a pass per part, no copy, the bits of `quantize_blocks` of the stack. What a forward quantizing its
+    weights afresh (torch.compile, a CUDA-graph capture) runs."""
+    if not weights or any(w.dim() != 2 or w.shape[1] != weights[0].shape[1] for w in weights):
+        raise OperandError(f"quantize_blocks_stacked needs 2-D weights of one width, got "
+                           f"{[tuple(w.shape) for w in weights]}")
+    rows = [w.shape[0] for w in weights]
+    if any(r % fmt.block[0] for r in rows[:-1]):
+        raise OperandError(f"quantize_blocks_stacked: every part but the last needs whole {fmt.block[0]}-row "
+                           f"blocks, got rows {rows}")
+    if backend == "auto" and custom_ops.routes(weights[0]):
+        return custom_ops.quantize_blocks_stacked(weights, fmt, transposed)
+    n, k, device = sum(rows), weights[0].shape[1], weights[0].device
+    wq = block_buffers(n, k, fmt, device)
+    wt = block_buffers(k, n, fmt, device) if transposed else None
+    for w, view, view_t in zip(weights, part_views(wq, rows, 0),
+                               part_views(wt, rows, 1) if transposed else [None] * len(rows)):
+        quantize_blocks(w, fmt, backend=backend, out=view, out_t=view_t)
+    return wq, wt
 
 
 def _check_buffers(name: str, buffers: Quantized, shape: tuple, scale_shape: tuple, fmt: QuantFormat) -> None:
@@ -344,7 +370,17 @@ def _requantize_tokens_transposed_op(data: torch.Tensor, scale: torch.Tensor, in
     return q.data, q.scale
 
 
+@torch.library.custom_op("precision_engine::quantize_blocks_stacked", mutates_args=())
+def _quantize_blocks_stacked_op(weights: list[torch.Tensor], fmt: str, transposed: bool
+                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q(W)^T's pair empty where not `transposed` (an op returns tensors only)."""
+    wq, wt = quantize_blocks_stacked(weights, custom_ops.parse_format(fmt), transposed=transposed)
+    wt_data, wt_scale = (wt.data, wt.scale) if wt is not None else (wq.data.new_empty(0), wq.scale.new_empty(0))
+    return wq.data, wq.scale, wt_data, wt_scale
+
+
 _quantize_op.register_fake(custom_ops.fake_quantize)
+_quantize_blocks_stacked_op.register_fake(custom_ops.fake_quantize_blocks_stacked)
 _quantize_grad_output_op.register_fake(custom_ops.fake_quantize_grad_output)
 _requantize_tokens_transposed_op.register_fake(custom_ops.fake_requantize_tokens_transposed)
 

@@ -23,7 +23,8 @@ from helpers import GraphRecorder, route_through_custom_ops
 P = PRESET_FORMATS
 JETRL = LinearSpec(weight=P["fp8_block_weight"], input=P["fp8_group_act"], grad_output=P["fp8_group_act"],
                    wgrad_operands=P["fp8_group_tokens"])
-OPS = ("quantize", "quantize_grad_output", "requantize_tokens_transposed", "transpose_operand", "fp8_gemm")
+# The ops a compiled training step holds (transpose_operand serves the eager weight cache only).
+OPS = ("quantize", "quantize_blocks_stacked", "quantize_grad_output", "requantize_tokens_transposed", "fp8_gemm")
 
 
 @pytest.mark.parametrize("fmt", [f for f in P.values() if f.is_quantized]
@@ -60,6 +61,13 @@ def test_grad_output_requantize_and_transpose_ops_fakes_match():
         wq = quantize_blocks(torch.randn(shape), P["fp8_block_weight"])
         _opcheck(torch.ops.precision_engine.transpose_operand.default,
                  (wq.data, wq.scale, custom_ops.format_key(wq.fmt)))
+
+
+@pytest.mark.parametrize("rows, transposed", [((384,), True), ((256, 128, 100), True), ((256, 128), False)])
+def test_quantize_blocks_stacked_op_fake_matches(rows, transposed):
+    weights = [torch.randn(r, 200, dtype=torch.bfloat16) for r in rows]
+    _opcheck(torch.ops.precision_engine.quantize_blocks_stacked.default,
+             (weights, custom_ops.format_key(P["fp8_block_weight"]), transposed))
 
 
 @pytest.mark.parametrize("gemm", [Gemm.FPROP, Gemm.WGRAD])

@@ -246,3 +246,36 @@ def test_property_error_bound_any_shape_and_magnitude(m, k, log10_scale, fmt, se
     scale_at = logical(replace(q, data=torch.ones_like(q.data, dtype=torch.float32).to(q.data.dtype)))
     bound = REL_HALF_ULP[fmt.dtype] * x.double().abs() * (1 + 1e-6) + SUBNORMAL_HALF_QUANTUM[fmt.dtype] * scale_at
     assert torch.all(err <= bound)
+
+
+@pytest.mark.parametrize("rows", [(384,), (100,), (256, 128, 128), (256, 128, 100)])
+def test_quantize_blocks_stacked_gives_the_stack_and_its_transpose_bitwise(rows):
+    """A fused GEMM's parts quantized into one buffer pair: the bits of quantizing their stack, and of
+    transposing that (the last part may end in a partial block)."""
+    from precision_engine.numerics.gemm import transpose_operand
+
+    from precision_engine.numerics.formats import PRESET_FORMATS
+
+    fmt = PRESET_FORMATS["fp8_block_weight"]
+    torch.manual_seed(len(rows))
+    weights = [torch.randn(r, 200, dtype=torch.bfloat16) * (i + 1) for i, r in enumerate(rows)]
+    wq, wt = Q.quantize_blocks_stacked(weights, fmt, transposed=True)
+    ref = Q.quantize_blocks(torch.cat(weights), fmt)
+    ref_t = transpose_operand(ref)
+    for got, want in ((wq, ref), (wt, ref_t)):
+        assert torch.equal(got.data.view(torch.uint8), want.data.view(torch.uint8))
+        assert torch.equal(got.scale, want.scale)
+    only, none = Q.quantize_blocks_stacked(weights, fmt, transposed=False)
+    assert none is None and torch.equal(only.data.view(torch.uint8), ref.data.view(torch.uint8))
+
+
+def test_quantize_blocks_stacked_refuses_parts_it_cannot_stack():
+    from precision_engine.errors import OperandError
+    from precision_engine.numerics.formats import PRESET_FORMATS
+
+    fmt = PRESET_FORMATS["fp8_block_weight"]
+    for weights, match in (([torch.randn(100, 128), torch.randn(128, 128)], "whole 128-row blocks"),
+                           ([torch.randn(128, 128), torch.randn(128, 64)], "one width"),
+                           ([], "one width"), ([torch.randn(128)], "2-D")):
+        with pytest.raises(OperandError, match=match):
+            Q.quantize_blocks_stacked(weights, fmt, transposed=True)

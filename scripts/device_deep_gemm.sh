@@ -5,8 +5,9 @@
 # $OUT/deep_gemm_build.log. Without the tarball the call runs without DeepGEMM.
 export DG_JIT_CACHE_DIR=/tmp/dgcache TORCH_EXTENSIONS_DIR=/tmp/torch_ext
 if [ -f .dg/deepgemm_src.tar.gz ]; then
-  CXX=/usr/bin/g++ PYTHONPATH=$PWD:${PYTHONPATH:-} timeout 240 python3 scripts/build_deep_gemm.py .dg/deepgemm_src.tar.gz --into /tmp/deep_gemm \
-    > "$OUT/deep_gemm_build.log" 2>&1 && export PYTHONPATH=/tmp/deep_gemm:$PYTHONPATH
+  CXX=/usr/bin/g++ PYTHONPATH=$PWD:${PYTHONPATH:-} timeout 240 python3 scripts/build_deep_gemm.py \
+    .dg/deepgemm_src.tar.gz --into /tmp/deep_gemm > "$OUT/deep_gemm_build.log" 2>&1 \
+    && export PYTHONPATH=/tmp/deep_gemm:${PYTHONPATH:-}
   tail -n 1 "$OUT/deep_gemm_build.log"
 else
   echo "no .dg/deepgemm_src.tar.gz: DeepGEMM not built"

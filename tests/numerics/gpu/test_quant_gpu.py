@@ -120,6 +120,20 @@ def test_blocks_with_the_transposed_operand_full_size(shape):
     assert_bitwise(out_t, transpose_operand(alone))
 
 
+@pytest.mark.parametrize("rows", [(4096, 1024, 1024), (14336, 14336), (1024, 1000)], ids=["qkv", "gate_up", "ragged"])
+def test_stacked_parts_with_the_transposed_operand_full_size(rows):
+    """A fused GEMM's parts quantized into one Q(W) / Q(W)^T pair (a compiled or captured step's weights):
+    the bits of quantizing their stack and transposing it."""
+    from precision_engine.numerics.gemm import transpose_operand
+
+    fmt = BASE[4]
+    parts = [random_input((r, 4096), seed=i).bfloat16() for i, r in enumerate(rows)]
+    wq, wt = Q.quantize_blocks_stacked(parts, fmt, transposed=True)
+    alone = Q.quantize_blocks(torch.cat(parts), fmt)
+    assert_bitwise(wq, alone)
+    assert_bitwise(wt, transpose_operand(alone))
+
+
 def test_layouts_feed_scaled_mm_without_copies():
     """fprop (1x128 x 128x128) and wgrad (tokens^T x tokens^T) straight from our layouts into torch._scaled_mm."""
     m, k, n = 512, 1024, 768

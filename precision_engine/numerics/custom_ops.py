@@ -1,7 +1,7 @@
 """The GPU launches of an FP8 linear as torch custom ops, so torch.compile traces its steps without graph breaks.
 
 Dynamo cannot trace DeepGEMM's or pinned cuBLAS's pybind launches, the Gluon kernels, or the Triton launch
-wrappers (their cached launch arguments): on an H200 one Fp8Linear fwd+bwd broke into 8 graphs, and
+wrappers (their cached launch arguments): on an H200 one Fp8Linear fwd+bwd broke into 7-8 graphs, and
 `fullgraph=True` refused (nineteenth session, BENCHMARKS.md). While torch.compile traces a CUDA tensor, the
 quantizers (`quantize`), `gemm.fp8_gemm` and `gemm.transpose_operand` call ops `precision_engine::*` instead
 (`routes`, and the call wrappers here). Each is one opaque node whose fake (here) gives its outputs' shapes,

@@ -1,7 +1,7 @@
 """torch.compile (inductor, fullgraph) of FP8 linears on the GPU: one graph, and eager's bits.
 
 AUTO's launches there (Triton quantizers, pinned cuBLAS, DeepGEMM where installed, Gluon at decode sizes) reach
-the graph only as `numerics.custom_ops`; before them Dynamo broke one training step into 8 graphs (nineteenth
+the graph only as `numerics.custom_ops`; before them Dynamo broke one training step into 7-8 graphs (nineteenth
 session). Training sizes run the prefill GEMMs, 16 rows the decode kernels. Each compile takes 10-40 s.
 """
 

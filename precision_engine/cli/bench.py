@@ -132,7 +132,7 @@ def register(app: typer.Typer) -> None:
     @group.command()
     def ceiling(out: OutOpt = None, quick: QuickOpt = False,
                 decode: Annotated[bool, typer.Option("--decode", help="The decode forward (M = 1, 16, 64) instead: "
-                                                     "the FP8 weight's bytes at copy speed against BF16's GEMM.")]
+                                                     "one read of the FP8 weight's bytes against BF16's GEMM.")]
                 = False) -> None:
         """How far an FP8 linear could get ahead of BF16 on this GPU, against issue 12's targets, same run.
 
@@ -148,7 +148,7 @@ def register(app: typer.Typer) -> None:
         per-tensor GEMMs-only one, for any FP8 GEMM cuBLAS has.
 
         --decode times the whole linear's decode forward instead (M = 1, 16, 64; --quick: M = 1): BF16's GEMM
-        against a copy moving the FP8 weight's bytes, alone and followed by x cast to FP8 (the cheapest Q(x) in
+        against one read of the FP8 weight's bytes, alone and followed by x cast to FP8 (the cheapest Q(x) in
         a launch of its own), as CUDA-graph replays, beside our fp8_bi and against the 1.5x target.
 
         Examples:

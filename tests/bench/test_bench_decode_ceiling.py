@@ -14,15 +14,16 @@ def test_weight_bytes_are_one_per_value_and_a_float_per_block():
     assert D.weight_bytes(1000, 130) == 1000 * 130 + 4 * 8 * 2  # partial blocks count whole
 
 
-def test_each_set_streams_the_weights_bytes_and_casts_x():
+def test_each_set_reads_the_weights_bytes_once_and_casts_x():
     make, timers, nbytes = D._decode_timers(384, 256, 16, "cpu")
-    x, w, src, dst, x8 = make()
+    x, w, w8, x8 = make()
     assert (x.shape, w.shape, x8.shape, x8.dtype) == ((16, 256), (384, 256), (16, 256), torch.float8_e4m3fn)
-    assert src.numel() == dst.numel() == -(-D.weight_bytes(384, 256) // 2) and src.dtype == torch.uint8
-    timers["stream_cast"](x, w, src, dst, x8)
-    assert torch.equal(dst, src) and torch.equal(x8.float(), x.to(torch.float8_e4m3fn).float())
+    assert w8.dtype == torch.float32 and w8.numel() * 4 == D.weight_bytes(384, 256)  # every byte, read once
+    assert timers["stream"](x, w, w8, x8).numel() == 1  # a read: one value written
+    timers["stream_cast"](x, w, w8, x8)
+    assert torch.equal(x8.float(), x.to(torch.float8_e4m3fn).float())
     assert torch.equal(timers["bf16"](x, w), torch.nn.functional.linear(x, w))
-    assert nbytes == 2 * 384 * 256 + 2 * src.numel() + 3 * 16 * 256
+    assert nbytes == 2 * 384 * 256 + 4 * w8.numel() + 3 * 16 * 256
 
 
 @pytest.mark.parametrize("cast_ms, reachable", [(6.0, True), (7.0, False)])

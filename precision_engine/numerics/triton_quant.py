@@ -525,6 +525,7 @@ _INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}
 # 8192..16384 x 4096..14336): 64 rows and 64 columns at 4 warps the fastest on every shape, 58.6-64.4% of copy
 # against 54.3-60.6% for the two kernels it replaces; 16-row, 128-column and 8-warp programs slower.
 _DUAL_CONFIG = {"BLOCK_M": 64, "BLOCK_C": 64, "num_warps": 4}
+_BLOCKS_CONFIG = {"num_warps": 8}  # 128x128 weight blocks, one per program
 _INTERPRET_DUAL = {"BLOCK_M": 32, "BLOCK_C": 64}
 
 
@@ -600,9 +601,11 @@ def quantize_channel(x: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | N
 
 
 def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | None = None,
-                    out: Quantized | None = None, out_t: Quantized | None = None) -> Quantized:
+                    out: Quantized | None = None, out_t: Quantized | None = None,
+                    config: dict | None = None) -> Quantized:
     """`out`, `out_t`: the data and scale buffers to write (row-strided views allowed), as
-    `quantize.quantize_blocks`; `out_t` receives Q(W)^T in the same pass."""
+    `quantize.quantize_blocks`; `out_t` receives Q(W)^T in the same pass. `config` ({"num_warps"}, optionally
+    "maxnreg") overrides the launch config (benchmarks)."""
     w = _rowmajor(w)
     n, k = w.shape
     br, bc = fmt.block
@@ -618,7 +621,7 @@ def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | No
             w, q, scale, qt, st, n, k, w.stride(0), q.stride(0), scale.stride(0), qt.stride(0), st.stride(0),
             BR=br, BC=bc, BLOCK_R=_pow2_block(br), BLOCK_C=_pow2_block(bc), **_fmt_args(fmt, exact_round),
             TRANSPOSED=out_t is not None, PACK=pack, BLOCK_SUB=_pow2_block(br // 4), HW_PACK=_hw_pack(w.device),
-            num_warps=8,
+            **(config or _BLOCKS_CONFIG),
         )
     return Quantized(q, scale, fmt)
 

@@ -7,7 +7,7 @@ occupancy, issue slots 55-58% busy), the 1x128 one at 64, the 128x128 block one 
 warps in flight; this times each kernel under each cap over rotating inputs past the L2 (median of 40) against a
 device copy in the same run, and checks that every capped launch writes the uncapped one's bytes.
 
-    python scripts/sweep_maxnreg.py
+    python benchmarks/2026-12-04/s21_calls/sweep_maxnreg.py
 """
 
 import torch

@@ -33,10 +33,13 @@ ROWS_SWEEP = [(8, 4, 4), (16, 2, 4), (16, 4, 4), (16, 4, 8), (32, 2, 8), (32, 4,
 # Tokens-transposed and re-quantizing configs (BLOCK_C columns x CHUNKS per 128-token program, load width
 # VEC, warps): the shipped (64, 1, 4, 4), the fewest instructions per element (64, 1, 4, 2: 128 elements per
 # thread, 168 registers), and neighbours.
+# Fewer values per thread (64 columns at 8 warps, 32 at 4, 16 at 2: 32 each) for the occupancy Nsight Compute
+# found register-limited (2026-12-04: 95 registers, 29% occupancy).
 TOKENS_SWEEP = [(64, 1, 4, 4), (64, 1, 4, 2), (32, 1, 4, 2), (32, 1, 4, 1), (128, 1, 4, 8), (128, 1, 4, 4),
-                (64, 2, 4, 4), (64, 1, 8, 4), (128, 1, 8, 8)]
+                (64, 2, 4, 4), (64, 1, 8, 4), (128, 1, 8, 8), (64, 1, 4, 8), (32, 1, 4, 4), (16, 1, 4, 2)]
 # Grad-output configs (1x128 programs of BLOCK_M rows, tokens-transposed programs of BLOCK_C columns, warps).
-DUAL_SWEEP = [(32, 64, 4), (64, 64, 4), (16, 64, 4), (32, 32, 4), (64, 64, 8), (64, 128, 8), (32, 128, 4)]
+DUAL_SWEEP = [(32, 64, 4), (64, 64, 4), (16, 64, 4), (32, 32, 4), (64, 64, 8), (64, 128, 8), (32, 128, 4),
+              (64, 32, 4), (64, 16, 4)]
 # SiLU-mul configs (BLOCK_M rows x GROUPS groups per program, warps).
 SILU_SWEEP = [(64, 1, 8), (32, 1, 8), (32, 2, 8), (16, 1, 4), (128, 1, 8)]
 NORM_SHAPES = [(8192, 4096), (16384, 4096), (8192, 8192)]  # tokens x hidden (8B; 70B)

@@ -88,7 +88,8 @@ def test_nonfinite_and_denormal_inputs(fmt, exact_round):
 ACT_VARIANTS = [replace(BASE[2], dtype=d, scale=k) for d in (DType.FLOAT8_E4M3, DType.FLOAT8_E5M2) for k in ScaleKind]
 # The shipped tokens-transposed configs and their neighbours in bench/quant.py's sweep.
 TOKENS_CONFIGS = [dict(zip(("BLOCK_C", "CHUNKS", "VEC", "num_warps"), c)) for c in
-                  [(64, 1, 4, 4), (64, 1, 4, 2), (32, 1, 4, 2), (128, 1, 4, 8), (64, 2, 4, 4), (64, 1, 8, 4)]]
+                  [(64, 1, 4, 4), (64, 1, 4, 2), (32, 1, 4, 2), (128, 1, 4, 8), (64, 2, 4, 4), (64, 1, 8, 4),
+                   (64, 1, 4, 8), (32, 1, 4, 4), (16, 1, 4, 2)]]
 
 
 @pytest.mark.parametrize("fmt", ACT_VARIANTS, ids=lambda f: f.describe())

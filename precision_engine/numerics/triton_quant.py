@@ -516,9 +516,11 @@ _INTERPRET_ROWS = {"BLOCK_M": 8, "GROUPS": 2}
 # the H200 (2026-12-01, `bench.quant --sweep --only requant,dy`, 8192..16384 x 4096..14336): the re-quantizer
 # at 43-51% of copy with fp32 scales (div.rn; the best neighbour, 32 columns and 2 warps, 44-53%) and 67-79%
 # with power-of-two scales; no swept neighbour is faster on every shape. On the Markstein division (2026-12-03):
-# 56-65% with fp32 scales.
+# 56-65% with fp32 scales. Swept again on it (2026-12-04, same command): the re-quantizer's 32 columns at 2 warps
+# ran 59.4-68.4% against the 64-column default's 56.3-64.9%, fastest on every shape, so the re-quantizer takes
+# them; 32 values per thread (64 columns at 8 warps, 32 at 4, 16 at 2) ran slower everywhere.
 _TOKENS_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
-_REQUANT_CONFIG = {"BLOCK_C": 64, "CHUNKS": 1, "VEC": 4, "num_warps": 4}
+_REQUANT_CONFIG = {"BLOCK_C": 32, "CHUNKS": 1, "VEC": 4, "num_warps": 2}
 _INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}
 # Grad-output kernel: per [128 tokens, 128 columns] region, the 1x128 programs of BLOCK_M rows, then the
 # tokens-transposed programs of BLOCK_C columns. H200 sweep (2026-12-03, `bench.quant --sweep --only "dy "`,

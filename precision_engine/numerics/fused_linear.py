@@ -40,7 +40,7 @@ from torch.nn.modules import module as _module_hooks
 from precision_engine.errors import OperandError
 from precision_engine.numerics.contract import Quantized, capturing_cuda_graph, part_views
 from precision_engine.numerics.gemm import transpose_operand
-from precision_engine.numerics.linear import Fp8Linear, fp8_linear
+from precision_engine.numerics.linear import Fp8Linear, fp8_linear, fresh_quantized_weights
 from precision_engine.numerics.quantize import block_buffers, quantize_blocks_stacked
 
 
@@ -89,9 +89,11 @@ def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool, fresh: bool = F
     each part's current weight quantized into new buffers, no cache read or written (a CUDA graph capture)."""
     if torch.compiler.is_compiling():  # as Fp8Linear: quantized inside the graph, no Python-side cache
         return quantize_blocks_stacked([p.weight.detach() for p in parts], parts[0].spec.weight, transposed=dgrad)
+    if fresh:
+        return fresh_quantized_weights(parts, dgrad)
     first = parts[0]
     cache = first._group_cache
-    if fresh or cache is None or len(cache[0]) != len(parts) or not all(
+    if cache is None or len(cache[0]) != len(parts) or not all(
             p._holds_quantized_weight(view) for p, view in zip(parts, cache[0])):
         with torch.inference_mode(False):  # the training step saves these for backward (see quantized_weight)
             fmt, device = first.spec.weight, first.weight.device
@@ -102,12 +104,7 @@ def _stacked_weights(parts: Sequence[Fp8Linear], *, dgrad: bool, fresh: bool = F
             row_views = part_views(wq, rows, 0)
             column_views = part_views(wt, rows, 1) if dgrad else [None] * len(parts)
             for part, view, view_t in zip(parts, row_views, column_views):
-                if fresh:
-                    part._quantize_weight(view, view_t)
-                else:
-                    part._quantize_weight_into(view, view_t)
-        if fresh:
-            return wq, wt
+                part._quantize_weight_into(view, view_t)
         cache = first._group_cache = [row_views, wq, wt]
     if dgrad and cache[2] is None:
         cache[2] = transpose_operand(cache[1])

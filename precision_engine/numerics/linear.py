@@ -34,6 +34,8 @@ hands it over as `x_quantized` and the forward skips its own quantization.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -49,9 +51,9 @@ from precision_engine.numerics.contract import (
 from precision_engine.numerics.formats import LinearSpec, QuantFormat
 from precision_engine.numerics.gemm import fp8_gemm, transpose_operand
 from precision_engine.numerics.quantize import (
-    block_buffers,
     check_finite,
     dequantize,
+    part_views,
     quantize_blocks,
     quantize_blocks_stacked,
     quantize_rows_1xG,
@@ -179,21 +181,12 @@ class Fp8Linear(nn.Linear):
         quantizer pass."""
         key = weight_cache_key(self.weight)
         if self._w_cache is None or self._w_cache[0] != key:
-            wq, wt = self._fresh_quantized_weights(dgrad)
+            wq, wt = fresh_quantized_weights([self], dgrad)
             self._w_cache = (key, wq)
             if wt is not None:
                 self._wt_cache = (wq.data, wt)
         wq = self._w_cache[1]
         return wq, self._quantized_weight_t(wq) if dgrad else None
-
-    def _fresh_quantized_weights(self, dgrad: bool) -> tuple[Quantized, Quantized | None]:
-        """Q(W) of the current weight, and Q(W)^T when dgrad runs in FP8, from one quantizer pass into new buffers
-        (never inference tensors: see `_quantize_weight`); no cache is read or written."""
-        wt = None
-        if dgrad:
-            with torch.inference_mode(False):
-                wt = block_buffers(self.in_features, self.out_features, self.spec.weight, self.weight.device)
-        return self._quantize_weight(out_t=wt), wt
 
     def _quantize_weight_into(self, out: Quantized, out_t: Quantized | None = None) -> None:
         """Make `out` (this module's rows of a group's stacked Q(W), see fused_linear) its Q(W) for the current
@@ -226,7 +219,7 @@ class Fp8Linear(nn.Linear):
             wq, wt = quantize_blocks_stacked([self.weight.detach()], self.spec.weight,
                                              transposed=self._dgrad_in_fp8())
         elif recording and capturing_cuda_graph():  # quantized inside the graph (module doc)
-            wq, wt = self._fresh_quantized_weights(self._dgrad_in_fp8())
+            wq, wt = fresh_quantized_weights([self], self._dgrad_in_fp8())
         else:
             wq, wt = self._quantized_weights(self._dgrad_in_fp8())
         return fp8_linear(x, wq, wt, (self.spec, self.numerics), (self.weight,), (self.bias,),
@@ -242,6 +235,18 @@ class Fp8Linear(nn.Linear):
         fmts.append(f"dy={s.grad_output.describe() if s.grad_output else s.compute.value}")
         fmts.append(f"wgrad={s.wgrad_operands.describe() if s.wgrad_operands else s.compute.value}")
         return f"{super().extra_repr()}, {', '.join(fmts)}"
+
+
+def fresh_quantized_weights(parts: Sequence[Fp8Linear], dgrad: bool) -> tuple[Quantized, Quantized | None]:
+    """Q(W) of the row stack of `parts`' current weights (one part, or a fused group's), and Q(W)^T when dgrad runs
+    in FP8, from one quantizer pass per part into new buffers (`quantize_blocks_stacked`), each part checked per
+    its `numerics.nonfinite`; no cache is read or written. Never inference tensors: see
+    `Fp8Linear._quantize_weight`."""
+    with torch.inference_mode(False):
+        wq, wt = quantize_blocks_stacked([p.weight.detach() for p in parts], parts[0].spec.weight, transposed=dgrad)
+    for part, view in zip(parts, part_views(wq, [p.out_features for p in parts], 0)):
+        check_finite(view, part.numerics.nonfinite, "weight")
+    return wq, wt
 
 
 def fp8_linear(

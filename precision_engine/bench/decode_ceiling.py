@@ -40,7 +40,7 @@ TARGET = 1.5  # issue 12: whole-linear decode forward, every shape, M = 1..64
 BLOCK = 128
 STAND_INS = ("read", "copy")
 KINDS = ("bf16", *STAND_INS, *(f"{kind}_cast" for kind in STAND_INS))
-READ_BLOCK = 2048  # int32 words a program loads per step: 8 warps x 32 threads x two 16-byte vectors
+READ_STEP_WORDS = 2048  # int32 words a program loads per step: 8 warps x 32 threads x two 16-byte vectors
 READ_STEPS = 4  # steps per program, all loads issued before the first xor needs them
 
 
@@ -50,14 +50,14 @@ def weight_bytes(n: int, k: int) -> int:
 
 
 @triton.jit
-def _read_words_kernel(src_ptr, out_ptr, n, BLOCK: tl.constexpr, STEPS: tl.constexpr):
-    """out[program] = xor of the program's BLOCK * STEPS words of src: each byte read once, next to nothing
+def _read_words_kernel(src_ptr, out_ptr, n, STEP_WORDS: tl.constexpr, STEPS: tl.constexpr):
+    """out[program] = xor of the program's STEP_WORDS * STEPS words of src: each byte read once, next to nothing
     written."""
-    base = tl.program_id(0).to(tl.int64) * (BLOCK * STEPS)
-    offs = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    base = tl.program_id(0).to(tl.int64) * (STEP_WORDS * STEPS)
+    offs = tl.arange(0, STEP_WORDS)
+    acc = tl.zeros([STEP_WORDS], dtype=tl.int32)
     for step in tl.static_range(STEPS):
-        idx = base + step * BLOCK + offs
+        idx = base + step * STEP_WORDS + offs
         acc ^= tl.load(src_ptr + idx, mask=idx < n, other=0)
     tl.store(out_ptr + tl.program_id(0), tl.xor_sum(acc, 0))
 
@@ -65,12 +65,13 @@ def _read_words_kernel(src_ptr, out_ptr, n, BLOCK: tl.constexpr, STEPS: tl.const
 def read_words(src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """`_read_words_kernel` over int32 src (a multiple of 16 words, so the masked loads stay vectors) into out,
     one word per program (`read_programs`)."""
-    _read_words_kernel[(out.numel(),)](src, out, src.numel(), BLOCK=READ_BLOCK, STEPS=READ_STEPS, num_warps=8)
+    _read_words_kernel[(out.numel(),)](src, out, src.numel(), STEP_WORDS=READ_STEP_WORDS, STEPS=READ_STEPS,
+                                       num_warps=8)
     return out
 
 
 def read_programs(words: int) -> int:
-    return -(-words // (READ_BLOCK * READ_STEPS))
+    return -(-words // (READ_STEP_WORDS * READ_STEPS))
 
 
 def ceilings(row: dict) -> dict:

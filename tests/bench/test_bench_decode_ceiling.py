@@ -35,7 +35,7 @@ def test_the_read_kernel_loads_every_word(words):
     """Each program's word is the xor of its own span (the last span partial): every word loaded, none twice."""
     src = torch.randint(-2**31, 2**31 - 1, (words,), dtype=torch.int32)
     out = D.read_words(src, torch.empty(D.read_programs(words), dtype=torch.int32))
-    span = D.READ_BLOCK * D.READ_STEPS
+    span = D.READ_STEP_WORDS * D.READ_STEPS
     for program, word in enumerate(out.tolist()):
         expected = 0
         for value in src[program * span:(program + 1) * span].tolist():

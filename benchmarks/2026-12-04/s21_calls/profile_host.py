@@ -6,7 +6,7 @@ host-bound where the GPU work is small (4096x4096 at 8192 tokens: the FP8 step i
 Prints the host ms to issue each call with the GPU kept busy (`timing.host_issue_ms`), then cProfile of 30
 fp8_bi training steps, by own time and by cumulative time.
 
-    python scripts/profile_host.py [--n 4096 --k 4096 --tokens 8192]
+    python benchmarks/2026-12-04/s21_calls/profile_host.py [--n 4096 --k 4096 --tokens 8192]
 """
 
 import argparse

@@ -17,22 +17,10 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
+from precision_engine.bench.gemm import capture_graph
 from precision_engine.bench.linear import _specs, _train_step
 from precision_engine.bench.timing import time_cuda
 from precision_engine.numerics.linear import Fp8Linear
-
-
-def graphed_step(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # compile, autotune and allocate outside the capture
-        for _ in range(3):
-            _train_step(layer, x, dy)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _train_step(layer, x, dy)
-    return graph
 
 
 def kernel_us(graph: torch.cuda.CUDAGraph, replays: int = 10) -> dict[str, tuple[int, float]]:
@@ -66,7 +54,7 @@ def main() -> None:
         dy = torch.randn(args.tokens, n, device="cuda", dtype=torch.bfloat16)
         replay_ms = {}
         for name, layer in layers.items():
-            graph = graphed_step(layer, x, dy)
+            graph = capture_graph(_train_step, [(layer, x, dy)])
             replay_ms[name] = statistics.median(time_cuda(graph.replay, warmup=5, reps=30))
             kernels = kernel_us(graph)
             total = sum(us for _, us in kernels.values()) / 1e3

@@ -79,15 +79,12 @@ def deep_gemm_note() -> str | None:
             f"64 rows and dgrad on it, with cuBLAS's bits (README, DeepGEMM)")
 
 
-def time_graphed(fn, sets: list[tuple], *, warmup: int, reps: int) -> float:
-    """Median ms per call of fn(*set), run as CUDA-graph replays of one call per input set.
-
-    Decode-sized kernels take less time than their host-side launch, so eager timing measures Python, not the
-    GPU. Rollout engines (SGLang) run decode as CUDA graphs; BF16 and FP8 are both timed this way here.
-    """
+def capture_graph(fn, sets: list[tuple]) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of one call of fn(*set) per input set, captured after three eager rounds on a side stream
+    (compile, autotune and allocate outside the capture)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # compile, autotune and allocate outside the capture
+    with torch.cuda.stream(side):
         for _ in range(3):
             for s in sets:
                 fn(*s)
@@ -96,6 +93,16 @@ def time_graphed(fn, sets: list[tuple], *, warmup: int, reps: int) -> float:
     with torch.cuda.graph(graph):
         for s in sets:
             fn(*s)
+    return graph
+
+
+def time_graphed(fn, sets: list[tuple], *, warmup: int, reps: int) -> float:
+    """Median ms per call of fn(*set), run as CUDA-graph replays of one call per input set (`capture_graph`).
+
+    Decode-sized kernels take less time than their host-side launch, so eager timing measures Python, not the
+    GPU. Rollout engines (SGLang) run decode as CUDA graphs; BF16 and FP8 are both timed this way here.
+    """
+    graph = capture_graph(fn, sets)
     return median(time_cuda(graph.replay, warmup=warmup, reps=reps)) / len(sets)
 
 

@@ -111,7 +111,7 @@ def test_chain_decode_keeps_wgmma_async(tmp_path, m, n):
     cfg = C.chain_config(m, n, 132)
     report = _ptxas_report(
         tmp_path, C._gluon_chain_decode_kernel, 64, cfg.token_block,
-        {"SCALE_BN": 128, "STAGES": cfg.stages, "TRIP": cfg.trip, "AHEAD": cfg.ahead},
+        {"SCALE_BN": 128, "STAGES": cfg.stages, "TRIP": cfg.trip, "AHEAD": cfg.ahead, "KB_PAD": 128},
         {"c_ptr": "*bf16", "sx_ptr": "*fp32", "sw_ptr": "*fp32"},
         fp8_descs={"w_desc": 64, "x_desc": cfg.token_block})
     spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))

@@ -203,27 +203,25 @@ def token_tile(m: int) -> int:
 
 
 def chain_config(m: int, n: int, sms: int) -> ChainConfig:
-    """The launch for M tokens against an N-row weight on `sms` SMs, from the H200 sweeps (graph replays, GEMM
-    alone, benchmarks/2026-12-03/s16_calls calls 2 and 5; mean over 4096x4096, the fused qkv, down_proj and
-    4096x12288, x BF16):
+    """The launch for M tokens against an N-row weight on `sms` SMs, from the H200 sweeps of the kernel with its
+    scales staged in shared memory (benchmarks/2026-12-04/s22_calls calls 4 and 5: graph replays, GEMM alone,
+    x BF16, mean over the six narrow 8B weights):
 
-    - 8 tokens or fewer: 16 ring slots, trips of 16 blocks (1.58x at M = 1; 12 slots in trips of 8: 1.54x);
-    - 16 tokens: 12 slots, trips of 4 (with the scales staged in shared memory, twenty-second session call 4,
-      mean over the six narrow 8B weights: 1.47x; 8 slots 1.38x, 12 slots in trips of 8 1.45x);
-    - wider token tiles: 8 slots, trips of 4 blocks (at M = 16 1.39x, trips of 8 1.31x); the 64-wide tile keeps
-      2 wgmmas in flight, every other 3 (more spill: ptxas, `test_gluon_compile`);
-    - above 16 tokens the tokens split over programs of 16 or more while the programs still fit on the SMs in
-      one wave (4096 rows at M = 32: 1.37x in two programs of 16 per weight tile, 1.31x in one of 32; at M = 64
-      the fused qkv's 96 tiles stay whole: 0.89x split, 1.06x whole); splits into programs of 8 lost everywhere."""
-    tiles = triton.cdiv(n, WARPGROUP_ROWS.value)
+    - 8 tokens or fewer: 16 ring slots, trips of 16 blocks (1.54x at M = 1, 1.53x at M = 8; 16 slots in trips
+      of 8 or 4, and 12 or 20 in trips of 8, within 3%);
+    - 16 tokens: 12 slots, trips of 4 (1.47x; 8 slots 1.38x, 12 slots in trips of 8 1.45x);
+    - 17 to 32 tokens: one 32-token program per weight tile, 12 slots (1.45x at M = 32; the rule before, two
+      16-token programs per tile where they fit in one wave and 8 slots, 1.35x);
+    - 33 to 64 tokens: two 32-token programs per weight tile, 12 slots, while they fit on the SMs in one wave
+      (4096 rows: 1.38x against the 64-wide tile's 1.30x); otherwise one 64-token program, 10 slots, 2 wgmmas
+      in flight (the fused qkv 1.46x, 8 slots 1.39x; a second wave of split programs: 1.02x).
+    Every other width keeps 3 wgmmas in flight; the 64-wide tile spills with 3 (ptxas, `test_gluon_compile`)."""
     block = token_tile(m)
-    while block > 16 and tiles * triton.cdiv(m, block // 2) <= sms:
-        block //= 2
     if block == 8:
-        return ChainConfig(stages=16, trip=16, ahead=3, token_block=block)
-    if block == 16:
-        return ChainConfig(stages=12, trip=4, ahead=3, token_block=block)
-    return ChainConfig(stages=8, trip=4, ahead=2 if block == 64 else 3, token_block=block)
+        return ChainConfig(stages=16, trip=16, ahead=3, token_block=8)
+    if block == 64 and 2 * triton.cdiv(n, WARPGROUP_ROWS.value) > sms:
+        return ChainConfig(stages=10, trip=4, ahead=2, token_block=64)
+    return ChainConfig(stages=12, trip=4, ahead=3, token_block=min(block, 32))
 
 
 def gluon_chain_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,

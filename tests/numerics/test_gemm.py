@@ -257,14 +257,14 @@ def test_gluon_decode_runs_where_its_units_fill_the_sms():
 
 
 def test_chain_config_splits_tokens_only_while_the_programs_fit_in_one_wave():
-    """`chain_config` on the H200's 132 SMs: up to 16 tokens one program per 64-row weight tile; above, programs
-    of 16 or more tokens while tiles x programs fit on the SMs (4096 rows: 64 tiles), else fewer, wider ones
-    (the fused qkv's 96 tiles: one program of 32 at M = 32, one of 64 at M = 64)."""
+    """`chain_config` on the H200's 132 SMs: up to 32 tokens one program per 64-row weight tile; above, two
+    programs of 32 tokens while tiles x programs fit on the SMs (4096 rows: 64 tiles), else one of 64 (the
+    fused qkv's 96 tiles)."""
     gluon_chain = pytest.importorskip("precision_engine.numerics.gluon_chain")
     chain_config = gluon_chain.chain_config
 
     blocks = {(m, n): chain_config(m, n, 132).token_block for m in (1, 8, 9, 16, 32, 33, 64) for n in (4096, 6144)}
-    assert blocks == {(1, 4096): 8, (8, 4096): 8, (9, 4096): 16, (16, 4096): 16, (32, 4096): 16, (33, 4096): 32,
+    assert blocks == {(1, 4096): 8, (8, 4096): 8, (9, 4096): 16, (16, 4096): 16, (32, 4096): 32, (33, 4096): 32,
                       (64, 4096): 32, (1, 6144): 8, (8, 6144): 8, (9, 6144): 16, (16, 6144): 16, (32, 6144): 32,
                       (33, 6144): 64, (64, 6144): 64}
     assert chain_config(64, 4096, 100).token_block == 64  # 64 tiles x 2 programs would need two waves

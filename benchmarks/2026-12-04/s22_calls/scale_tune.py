@@ -3,7 +3,7 @@ commit's `gluon_chain`) against the kernel before it (`gluon_chain_before.py`, H
 from global memory per K block), on the narrow 8B weights at M = 1, 16, 32, 64, and launch configs around the
 shipped one. Timing as s16's chain_tune.py: CUDA-graph replays, GEMM alone, weights rotated past the L2, median
 of 40, x BF16; bits of every launch against pinned cuBLAS first.
-Usage: python3 scale_tune.py OUT.json [NxK ...]
+Usage: python3 scale_tune.py OUT.json [--round 2] [NxK ...]
 """
 
 from __future__ import annotations
@@ -35,16 +35,24 @@ CANDIDATES = {
     32: {"tb32": C(8, 4, 3, 32), "tb16_t8": C(8, 8, 3, 16), "tb32_t8": C(8, 8, 3, 32)},
     64: {"tb64_a3": C(8, 4, 3, 64), "tb32": C(8, 4, 3, 32), "tb64_s6": C(6, 4, 2, 64)},
 }
+# Round 2 (call 5, `--round 2`): ring depth and trip length around the shipped config at every token width.
+CANDIDATES_2 = {
+    1: {"s12_t8": C(12, 8, 3), "s16_t8": C(16, 8, 3), "s20_t8": C(20, 8, 3), "s16_t4": C(16, 4, 3)},
+    8: {"s12_t8": C(12, 8, 3), "s16_t8": C(16, 8, 3), "s20_t8": C(20, 8, 3), "s16_t4": C(16, 4, 3)},
+    16: {"s16_t4": C(16, 4, 3, 16), "s12_t2": C(12, 2, 1, 16)},
+    32: {"tb32_s12": C(12, 4, 3, 32), "tb32_s14": C(14, 4, 3, 32), "tb16_s16": C(16, 4, 3, 16)},
+    64: {"tb32_s12": C(12, 4, 3, 32), "tb64_s10": C(10, 4, 2, 64), "tb32_s14": C(14, 4, 3, 32)},
+}
 
 
-def tune(n: int, k: int) -> list[dict]:
+def tune(n: int, k: int, candidates: dict) -> list[dict]:
     rows = []
     torch.manual_seed(n + 7 * k)
     x0 = torch.randn(256, k, device="cuda", dtype=torch.bfloat16)
     wq0 = quantize_blocks(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02, WFMT)
     pin = fp8_gemm(quantize_rows_1xG(x0, ACT), wq0, kernel=Kernel.CUBLAS_PINNED)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for m, cands in CANDIDATES.items():
+    for m, cands in candidates.items():
         xq0 = quantize_rows_1xG(x0[:m].contiguous(), ACT)
         sets = rotation(lambda: (quantize_rows_1xG(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), ACT),
                                  quantize_blocks(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * .02, WFMT)),
@@ -80,10 +88,14 @@ def tune(n: int, k: int) -> list[dict]:
 
 def main() -> None:
     start = time.time()
-    shapes = [tuple(int(v) for v in a.split("x")) for a in sys.argv[2:]] or SHAPES
+    args = sys.argv[2:]
+    candidates = CANDIDATES
+    if args[:2] == ["--round", "2"]:
+        candidates, args = CANDIDATES_2, args[2:]
+    shapes = [tuple(int(v) for v in a.split("x")) for a in args] or SHAPES
     result = []
     for n, k in shapes:
-        result += tune(n, k)
+        result += tune(n, k, candidates)
         with open(sys.argv[1], "w") as f:
             json.dump(result, f, indent=1)
     print(f"all done in {time.time() - start:.0f} s", flush=True)

@@ -26,7 +26,7 @@ GPU only (Hopper, sm_90, Triton 3.6, as `gluon_gemm`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -34,9 +34,14 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from precision_engine.numerics.gluon_gemm import (BLOCK_K, SHARED_BYTES, WARPGROUP_ROWS, _descriptor, _device,
+from precision_engine.errors import OperandError
+from precision_engine.numerics.gluon_gemm import (BLOCK_K, WARPGROUP_ROWS, _descriptor, _device,
                                                   _fill, _ring, _wait_for_producer)
 from precision_engine.numerics.pdl import launch_options
+
+SM_SHARED_BYTES = 228 * 1024  # a Hopper SM's shared memory, which its resident programs split
+SM_REGISTERS = 65536
+PROGRAM_THREADS = 8 * 32  # the MMA warpgroup and the TMA warp, padded to a warpgroup
 
 
 @gluon.jit
@@ -183,18 +188,22 @@ def _gluon_chain_decode_kernel(w_desc, x_desc, c_ptr, sx_ptr, sw_ptr, M, N, K, s
 @dataclass(frozen=True)
 class ChainConfig:
     """Ring slots (at most; fewer where they do not fit), K blocks per unrolled trip, wgmmas in flight behind the
-    promoted one (1 to 3), and tokens per program (0: all M in one). Numerics-neutral."""
+    promoted one (1 to 3), tokens per program (0: all M in one), and programs resident per SM (1, or 2: each at
+    most 128 registers a thread and half the SM's shared memory). Numerics-neutral."""
 
     stages: int = 12
     trip: int = 8
     ahead: int = 3
     token_block: int = 0
+    per_sm: int = 1
 
     def __post_init__(self):
         # A trip issues its own blocks only, and a block in flight holds its slot: with fewer slots than wgmmas
         # in flight the TMA warp and the MMA warpgroup would wait for each other forever.
         if not (1 <= self.ahead <= 3 and self.ahead < self.trip and self.ahead < self.stages):
             raise ValueError(f"ChainConfig: need 1 <= ahead <= 3, ahead < trip and ahead < stages; got {self}")
+        if self.per_sm not in (1, 2):
+            raise ValueError(f"ChainConfig: per_sm must be 1 or 2; got {self.per_sm}")
 
 
 def token_tile(m: int) -> int:
@@ -202,7 +211,7 @@ def token_tile(m: int) -> int:
     return max(8, triton.next_power_of_2(m))
 
 
-def chain_config(m: int, n: int, sms: int) -> ChainConfig:
+def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
     """The launch for M tokens against an N-row weight on `sms` SMs, from the H200 sweeps of the kernel with its
     scales staged in shared memory (benchmarks/2026-12-04/s22_calls calls 4 and 5: graph replays, GEMM alone,
     x BF16, mean over the six narrow 8B weights):
@@ -215,13 +224,35 @@ def chain_config(m: int, n: int, sms: int) -> ChainConfig:
     - 33 to 64 tokens: two 32-token programs per weight tile, 12 slots, while they fit on the SMs in one wave
       (4096 rows: 1.38x against the 64-wide tile's 1.30x); otherwise one 64-token program, 10 slots, 2 wgmmas
       in flight (the fused qkv 1.46x, 8 slots 1.39x; a second wave of split programs: 1.02x).
-    Every other width keeps 3 wgmmas in flight; the 64-wide tile spills with 3 (ptxas, `test_gluon_compile`)."""
+    Every other width keeps 3 wgmmas in flight; the 64-wide tile spills with 3 (ptxas, `test_gluon_compile`).
+
+    A program holds 8 warps (the MMA warpgroup, the TMA warp padded to a warpgroup) at up to 255 registers, so
+    one fits per SM. Where the programs outnumber the SMs (12288 rows: 192 weight tiles), two per SM on half the
+    shared memory each take them in one wave (call 7, 12288x4096: 1.50 / 1.52 / 1.47 / 1.31x -> 1.65 / 1.67 /
+    1.59 / 1.48x at M = 1 / 16 / 32 / 64); where one wave holds them, the shorter ring loses (4096x14336 at
+    M = 16: 1.64 -> 1.15x)."""
+    tiles = triton.cdiv(n, WARPGROUP_ROWS.value)
     block = token_tile(m)
     if block == 8:
-        return ChainConfig(stages=16, trip=16, ahead=3, token_block=8)
-    if block == 64 and 2 * triton.cdiv(n, WARPGROUP_ROWS.value) > sms:
-        return ChainConfig(stages=10, trip=4, ahead=2, token_block=64)
-    return ChainConfig(stages=12, trip=4, ahead=3, token_block=min(block, 32))
+        config = ChainConfig(stages=16, trip=16, ahead=3, token_block=8)
+    elif block == 64 and 2 * tiles > sms:
+        config = ChainConfig(stages=10, trip=4, ahead=2, token_block=64)
+    else:
+        config = ChainConfig(stages=12, trip=4, ahead=3, token_block=min(block, 32))
+    two = replace(config, per_sm=2)
+    if tiles * triton.cdiv(m, config.token_block) > sms and ring_slots(two, m, k) > two.ahead:
+        return two
+    return config
+
+
+def ring_slots(config: ChainConfig, m: int, k: int) -> int:
+    """The ring slots a launch gets: config.stages, or fewer where they and every K block's scales (staged in
+    shared memory) would not fit in the program's share of the SM's (its 228 KiB split over `per_sm`
+    programs, less 1 KiB the hardware keeps per program and 1 KiB for the barriers)."""
+    block_t = config.token_block or token_tile(m)
+    scale_bytes = triton.next_power_of_2(triton.cdiv(k, BLOCK_K)) * (WARPGROUP_ROWS.value + block_t) * 4
+    free = SM_SHARED_BYTES // config.per_sm - 2048 - scale_bytes
+    return min(config.stages, free // ((WARPGROUP_ROWS.value + block_t) * BLOCK_K))
 
 
 def gluon_chain_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
@@ -235,15 +266,18 @@ def gluon_chain_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0 or n == 0:
         return c
-    config = config or chain_config(m, n, _device(a.device.index or 0).multi_processor_count)
+    config = config or chain_config(m, n, k, _device(a.device.index or 0).multi_processor_count)
     block_t = config.token_block or token_tile(m)
-    kb_pad = triton.next_power_of_2(triton.cdiv(k, BLOCK_K))
-    scale_bytes = kb_pad * (WARPGROUP_ROWS.value + block_t) * 4
-    stages = min(config.stages, (SHARED_BYTES - 1024 - scale_bytes) // ((WARPGROUP_ROWS.value + block_t) * BLOCK_K))
+    stages = ring_slots(config, m, k)
+    if stages <= config.ahead:
+        raise OperandError(f"gluon_chain: K = {k} leaves {stages} ring slots for {config} (the scales of every K "
+                           f"block take shared memory); `triton_gemm.chain_decodes` keeps such K off this launch")
+    registers = {} if config.per_sm == 1 else {"maxnreg": SM_REGISTERS // (config.per_sm * PROGRAM_THREADS)}
     _gluon_chain_decode_kernel[(triton.cdiv(n, WARPGROUP_ROWS.value), triton.cdiv(m, block_t))](
         _descriptor(b, WARPGROUP_ROWS.value), _descriptor(a, block_t), c, a_scale, b_scale, m, n,
         k, c.stride(0), a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
-        SCALE_BN=b_scale_rows, STAGES=stages, TRIP=config.trip, AHEAD=config.ahead, KB_PAD=kb_pad, num_warps=4,
-        **launch_options(m, a.device),
+        SCALE_BN=b_scale_rows, STAGES=stages, TRIP=config.trip, AHEAD=config.ahead,
+        KB_PAD=triton.next_power_of_2(triton.cdiv(k, BLOCK_K)), num_warps=4,
+        **registers, **launch_options(m, a.device),
     )
     return c

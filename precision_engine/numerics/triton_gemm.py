@@ -77,6 +77,9 @@ WHOLE_TILES_MIN = 128  # 128-row weight tiles from which decode walks whole tile
 # BF16; the chain launch 1.1-1.6x). From 112 tiles (14336 rows: the 8B's gate or up) the Triton launch's 64-row
 # programs fill the SMs (1.55-1.70x at M = 1 and 16), and Gluon's whole tiles above 16 rows (1.52-1.68x).
 CHAIN_MAX_TILES = 112
+# The chain launch stages every K block's scales in shared memory: up to 256 blocks (K = 32768) its ring keeps
+# the slots it needs at every token width (`gluon_chain.ring_slots`); a longer K takes the launches below.
+CHAIN_MAX_KB = 256
 
 
 def segment_kb(n: int, k: int) -> int:
@@ -346,9 +349,10 @@ def _gluon_decode_fills(n: int, k: int, seg: int, sms: int) -> bool:
     return units >= _GLUON_DECODE_FILL * triton.cdiv(units, sms) * sms
 
 
-def chain_decodes(n: int) -> bool:
-    """Whether an N-row weight decodes on the Gluon chain launch (fewer than CHAIN_MAX_TILES 128-row tiles)."""
-    return triton.cdiv(n, 128) < CHAIN_MAX_TILES
+def chain_decodes(n: int, k: int) -> bool:
+    """Whether an N x K weight decodes on the Gluon chain launch (fewer than CHAIN_MAX_TILES 128-row tiles, at
+    most CHAIN_MAX_KB K blocks)."""
+    return triton.cdiv(n, 128) < CHAIN_MAX_TILES and triton.cdiv(k, BLOCK_K) <= CHAIN_MAX_KB
 
 
 def one_segment_decode_runs_gluon(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -358,7 +362,7 @@ def one_segment_decode_runs_gluon(a: torch.Tensor, b: torch.Tensor) -> bool:
     m, k = a.shape
     n = b.shape[0]
     return m <= SMALL_M_MAX and _gluon_runs(a, b) and (
-        chain_decodes(n) or _gluon_decode_fills(n, k, triton.cdiv(k, BLOCK_K), _sm_count(a.device.index or 0)))
+        chain_decodes(n, k) or _gluon_decode_fills(n, k, triton.cdiv(k, BLOCK_K), _sm_count(a.device.index or 0)))
 
 
 def _tma_ok(x: torch.Tensor) -> bool:
@@ -400,7 +404,7 @@ def block_scaled_gemm(
 
         return gluon_block_scaled_gemm(a, a_scale, b, b_scale, b_scale_rows=b_scale_rows, seg_kb=seg,
                                        out_dtype=out_dtype)
-    if gluon and seg >= triton.cdiv(k, BLOCK_K) and chain_decodes(n):
+    if gluon and seg >= triton.cdiv(k, BLOCK_K) and chain_decodes(n, k):
         from precision_engine.numerics.gluon_chain import gluon_chain_decode_gemm
 
         return gluon_chain_decode_gemm(a, a_scale, b, b_scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype)

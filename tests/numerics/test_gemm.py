@@ -187,13 +187,14 @@ def test_triton_launch_choices_give_the_same_bytes():
 def test_every_weight_is_one_k_segment():
     """AUTO's rule: K is one segment (one FP32 chain, pinned cuBLAS's sums) for every weight, a function of
     (N, K) only; narrow weights then decode on the Gluon chain launch."""
-    from precision_engine.numerics.triton_gemm import CHAIN_MAX_TILES, chain_decodes, segment_kb
+    from precision_engine.numerics.triton_gemm import CHAIN_MAX_KB, CHAIN_MAX_TILES, chain_decodes, segment_kb
 
     for n, k in [(4096, 4096), (1024, 4096), (4096, 14336), (12288, 4096), (6144, 4096), (28672, 4096)]:
         assert segment_kb(n, k) == -(-k // 128), (n, k)
     assert segment_kb(4096, 200) == 2
-    assert chain_decodes(6144) and chain_decodes(128 * CHAIN_MAX_TILES - 128)
-    assert not chain_decodes(14336) and not chain_decodes(28672)
+    assert chain_decodes(6144, 4096) and chain_decodes(128 * CHAIN_MAX_TILES - 128, 4096)
+    assert not chain_decodes(14336, 4096) and not chain_decodes(28672, 4096)
+    assert chain_decodes(4096, 128 * CHAIN_MAX_KB) and not chain_decodes(4096, 128 * CHAIN_MAX_KB + 1)
 
 
 def test_transpose_operand_equals_quantizing_the_transpose():
@@ -263,14 +264,35 @@ def test_chain_config_splits_tokens_only_while_the_programs_fit_in_one_wave():
     gluon_chain = pytest.importorskip("precision_engine.numerics.gluon_chain")
     chain_config = gluon_chain.chain_config
 
-    blocks = {(m, n): chain_config(m, n, 132).token_block for m in (1, 8, 9, 16, 32, 33, 64) for n in (4096, 6144)}
+    blocks = {(m, n): chain_config(m, n, 4096, 132).token_block for m in (1, 8, 9, 16, 32, 33, 64)
+              for n in (4096, 6144)}
     assert blocks == {(1, 4096): 8, (8, 4096): 8, (9, 4096): 16, (16, 4096): 16, (32, 4096): 32, (33, 4096): 32,
                       (64, 4096): 32, (1, 6144): 8, (8, 6144): 8, (9, 6144): 16, (16, 6144): 16, (32, 6144): 32,
                       (33, 6144): 64, (64, 6144): 64}
-    assert chain_config(64, 4096, 100).token_block == 64  # 64 tiles x 2 programs would need two waves
+    assert chain_config(64, 4096, 4096, 100).token_block == 64  # 64 tiles x 2 programs would need two waves
     for bad in ({"trip": 2, "ahead": 3}, {"stages": 3, "ahead": 3}, {"ahead": 0}):  # would deadlock or not issue
         with pytest.raises(ValueError, match="ahead"):
             gluon_chain.ChainConfig(**bad)
+
+
+def test_chain_config_fits_every_launch_it_is_given():
+    """Every M <= 64 against every weight AUTO sends to the chain launch (`triton_gemm.chain_decodes`: under
+    CHAIN_MAX_TILES 128-row tiles, K up to CHAIN_MAX_KB blocks) gets a ring of more slots than wgmmas in flight
+    beside its staged scales; two programs share an SM only where the programs outnumber the SMs (the 12288-row
+    weight, not 4096 or 6144 rows) and both fit, each at most 128 registers a thread."""
+    gluon_chain = pytest.importorskip("precision_engine.numerics.gluon_chain")
+    from precision_engine.numerics.triton_gemm import CHAIN_MAX_KB, CHAIN_MAX_TILES
+
+    for n in (1024, 4096, 6144, 12288, 128 * CHAIN_MAX_TILES - 128):
+        for k in (320, 4096, 14336, 128 * CHAIN_MAX_KB):
+            for m in range(1, 65):
+                cfg = gluon_chain.chain_config(m, n, k, 132)
+                assert gluon_chain.ring_slots(cfg, m, k) > cfg.ahead, (m, n, k, cfg)
+                programs = -(-n // 64) * -(-m // cfg.token_block)
+                assert cfg.per_sm == 1 or programs > 132, (m, n, k, cfg)
+    assert {gluon_chain.chain_config(m, 12288, 4096, 132).per_sm for m in (1, 16, 32, 64)} == {2}
+    assert {gluon_chain.chain_config(m, n, 4096, 132).per_sm for m in (1, 16, 32, 64) for n in (4096, 6144)} == {1}
+    assert gluon_chain.SM_REGISTERS // (2 * gluon_chain.PROGRAM_THREADS) == 128
 
 
 def test_gluon_training_split_rule():

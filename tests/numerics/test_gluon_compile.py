@@ -20,10 +20,10 @@ pytestmark = pytest.mark.skipif(tuple(int(p) for p in triton.__version__.split("
 
 
 def _ptxas_report(tmp_path, fn, rows_a: int, block_n: int, constexprs: dict, pointers: dict, c_cols=None,
-                  fp8_descs: dict | None = None) -> str:
+                  fp8_descs: dict | None = None, options: dict | None = None) -> str:
     """ptxas -v's report on Gluon kernel `fn` compiled for sm_90: FP8 descriptors of rows_a / block_n rows (or
     `fp8_descs`, rows by argument name) and a BF16 one for its output where it takes one, `pointers` the types
-    of its pointer arguments, every other argument an i32."""
+    of its pointer arguments, every other argument an i32; `options` beside num_warps = 4 (e.g. maxnreg)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
@@ -43,7 +43,7 @@ def _ptxas_report(tmp_path, fn, rows_a: int, block_n: int, constexprs: dict, poi
         else:
             signature[name] = pointers.get(name, "i32")
     source = GluonASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, **(options or {})})
     ptx = tmp_path / "kernel.ptx"
     ptx.write_text(kernel.asm["ptx"])
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
@@ -100,20 +100,23 @@ def test_decode_config_keeps_wgmma_async(tmp_path, whole):
     assert "C7514" not in report and spilled <= (8 if whole else 0), report
 
 
-@pytest.mark.parametrize("m, n", [(1, 4096), (16, 4096), (64, 4096), (64, 6144)])
+@pytest.mark.parametrize("m, n", [(1, 4096), (16, 4096), (64, 4096), (64, 6144), (1, 12288), (16, 12288),
+                                  (32, 12288), (64, 12288)])
 def test_chain_decode_keeps_wgmma_async(tmp_path, m, n):
     """The one-chain decode (`gluon_chain`) as `chain_config` launches it for M tokens against a narrow weight
-    (token tiles of 8, 16, 32 and 64): no serialised wgmma; no spill for tiles of up to 32, 40 bytes at 64 (2
-    wgmmas in flight over trips of 4 blocks; trips of 8 spilled 1.9 KB there, and a K loop unrolled whole
-    spilled at every width)."""
+    (token tiles of 8, 16, 32 and 64; two programs an SM at 128 registers for the 12288-row weight): no
+    serialised wgmma; no spill for tiles of up to 32, 40 bytes at 64 (2 wgmmas in flight over trips of 4 blocks;
+    trips of 8 spilled 1.9 KB there, and a K loop unrolled whole spilled at every width)."""
     from precision_engine.numerics import gluon_chain as C
 
-    cfg = C.chain_config(m, n, 132)
+    cfg = C.chain_config(m, n, 14336, 132)
+    cap = C.SM_REGISTERS // (cfg.per_sm * C.PROGRAM_THREADS)
     report = _ptxas_report(
         tmp_path, C._gluon_chain_decode_kernel, 64, cfg.token_block,
         {"SCALE_BN": 128, "STAGES": cfg.stages, "TRIP": cfg.trip, "AHEAD": cfg.ahead, "KB_PAD": 128},
         {"c_ptr": "*bf16", "sx_ptr": "*fp32", "sw_ptr": "*fp32"},
-        fp8_descs={"w_desc": 64, "x_desc": cfg.token_block})
+        fp8_descs={"w_desc": 64, "x_desc": cfg.token_block}, options={"maxnreg": cap} if cfg.per_sm > 1 else None)
+    assert cfg.per_sm == (2 if n == 12288 else 1)
     spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
     assert "C7514" not in report and spilled <= (40 if cfg.token_block == 64 else 0), report
 

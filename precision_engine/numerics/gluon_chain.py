@@ -7,19 +7,23 @@ its 64 weight rows two to three times faster than the earlier one-chain launches
 session: each K block waited for its wgmma and its promotion before the next block's wgmma went in). Here:
 
 - the weight sits on wgmma's 64-row side and the tokens on the narrow side (8..64 columns), so a ring slot is
-  a 64x128 weight tile and a token tile only as tall as the tokens need, and 8-16 slots fit;
+  a 64x128 weight tile and a token tile only as tall as the tokens need, and up to 16 slots fit;
 - the MMA warpgroup keeps AHEAD wgmmas in flight behind the block it promotes, over trips of TRIP unrolled
   blocks; each trip drains, because ptxas serialises wgmmas in flight across a loop's back edge, and a fully
   unrolled K loop kept every block's shared-memory descriptors live and spilled;
-- more than 16 tokens split over several programs per weight tile where they still fit on the SMs in one wave
-  (`chain_config`); the tile's second read comes from L2;
+- every K block's scales are staged in shared memory once, at the start: read from global memory per block,
+  each promotion waited an L2 round trip for them (twenty-second session);
+- more than 32 tokens split over two programs per weight tile where they still fit on the SMs in one wave
+  (`chain_config`); the tile's second read comes from L2. Where the programs outnumber the SMs, two share one,
+  at 128 registers a thread and half its shared memory each;
 - every block's product goes into a fresh accumulator (use_acc=False) and joins the chain in order, so the
   additions are those of every other launch with one segment: bitwise equal to pinned cuBLAS on the H200
   (BF16 and FP32 out, M = 1 .. 64, every narrow 8B shape; tests/numerics/gpu/test_gemm_gpu.py).
 
-H200, GEMM alone, graph replays (sixteenth session): 4096x4096 1.47 / 1.39 / 1.09x BF16 at M = 1 / 16 / 64
-against the split-K launch's 1.42 / 1.25 / 1.05; the fused qkv 1.55 / 1.39 / 1.06 against 1.45 / 1.18 / 1.06;
-down_proj (4096x14336) 1.56 / 1.26 / 1.17 against 1.64 / 1.40 / 1.43, its K being 3.5 times as long.
+H200, GEMM alone, graph replays (twenty-second session, calls 5 and 7): 4096x4096 1.55 / 1.51 / 1.23x BF16 at
+M = 1 / 16 / 64, the fused qkv 1.52 / 1.51 / 1.46, down_proj (4096x14336) 1.66 / 1.58 / 1.47, 12288x4096 1.65 /
+1.67 / 1.48. Splitting K over programs (each block product stored, the last program chaining them in order: the
+same bits) was slower on every row, its serial walk through the stored products costing more than it gained.
 
 GPU only (Hopper, sm_90, Triton 3.6, as `gluon_gemm`).
 """
@@ -41,7 +45,7 @@ from precision_engine.numerics.pdl import launch_options
 
 SM_SHARED_BYTES = 228 * 1024  # a Hopper SM's shared memory, which its resident programs split
 SM_REGISTERS = 65536
-PROGRAM_THREADS = 8 * 32  # the MMA warpgroup and the TMA warp, padded to a warpgroup
+PROGRAM_THREADS = 8 * 32  # the MMA warpgroup and the TMA warp, padded to a warpgroup (.reqntid 256)
 
 
 @gluon.jit

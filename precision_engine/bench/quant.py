@@ -180,14 +180,15 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
     return cases
 
 
-def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str, ...] = ()) -> dict:
+def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str, ...] = (),
+        copy_gbps: float | None = None, on_row: Callable[[dict], None] | None = None) -> dict:
     """Measure every case (those whose name contains one of `only`, if given); returns {"meta": ...,
-    "copy_gbps": ..., "rows": [...]} (rows as in the table)."""
+    "copy_gbps": ..., "rows": [...]} (rows as in the table). `copy_gbps`: the device copy's rate, measured here
+    when not given; `on_row(row)` runs as each row is measured (the CLI prints it then, so a run cut short keeps
+    the rows it measured on screen)."""
     if not torch.cuda.is_available():
         raise RuntimeError("the quantizer benchmark needs a CUDA GPU")
-    import triton
-
-    copy_gbps = copy_bandwidth()
+    copy_gbps = copy_gbps or copy_bandwidth()
     rows = []
     for kernel, shape, fn, make_inputs, nbytes in _cases(sweep):
         if only and not any(part in kernel for part in only):
@@ -198,7 +199,15 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
         rate = gbps(nbytes, ms)
         rows.append({"kernel": kernel, "shape": list(shape), "ms": round(ms, 4), "gbps": round(rate, 1),
                      "pct_copy": round(100 * rate / copy_gbps, 1), "bytes": nbytes})
-    meta = {
+        if on_row:
+            on_row(rows[-1])
+    return {"meta": _meta(reps), "copy_gbps": round(copy_gbps, 1), "rows": rows}
+
+
+def _meta(reps: int) -> dict:
+    import triton
+
+    return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -207,17 +216,21 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
         "command": " ".join(sys.argv),
         "reps": reps,
     }
-    return {"meta": meta, "copy_gbps": round(copy_gbps, 1), "rows": rows}
+
+
+def table_header(meta: dict, copy_gbps: float) -> str:
+    return (f"{meta['device']}  torch {meta['torch']}  triton {meta['triton']}  "
+            f"device copy {copy_gbps:.0f} GB/s (read+write)\n"
+            f"{'kernel':<36} {'shape':>13} {'ms':>8} {'GB/s':>7} {'% copy':>7}")
+
+
+def table_row(row: dict) -> str:
+    shape = "x".join(str(s) for s in row["shape"])
+    return f"{row['kernel']:<36} {shape:>13} {row['ms']:>8.3f} {row['gbps']:>7.0f} {row['pct_copy']:>6.1f}%"
 
 
 def format_table(result: dict) -> str:
-    lines = [f"{result['meta']['device']}  torch {result['meta']['torch']}  triton {result['meta']['triton']}  "
-             f"device copy {result['copy_gbps']:.0f} GB/s (read+write)",
-             f"{'kernel':<36} {'shape':>13} {'ms':>8} {'GB/s':>7} {'% copy':>7}"]
-    for r in result["rows"]:
-        shape = "x".join(str(s) for s in r["shape"])
-        lines.append(f"{r['kernel']:<36} {shape:>13} {r['ms']:>8.3f} {r['gbps']:>7.0f} {r['pct_copy']:>6.1f}%")
-    return "\n".join(lines)
+    return "\n".join([table_header(result["meta"], result["copy_gbps"])] + [table_row(r) for r in result["rows"]])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -231,11 +244,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("error: the quantizer benchmark needs a CUDA GPU")
-    result = run(reps=args.reps, sweep=args.sweep, only=tuple(p for p in args.only.split(",") if p))
+    copy_gbps = copy_bandwidth()
+    print(table_header(_meta(args.reps), copy_gbps), flush=True)
+    result = run(reps=args.reps, sweep=args.sweep, only=tuple(p for p in args.only.split(",") if p),
+                 copy_gbps=copy_gbps, on_row=lambda row: print(table_row(row), flush=True))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-    print(format_table(result))
+        from precision_engine.rl.runs.files import write_atomic
+
+        write_atomic(args.json, json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -250,9 +250,9 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
 
 
 def ring_slots(config: ChainConfig, m: int, k: int) -> int:
-    """The ring slots a launch gets: config.stages, or fewer where they and every K block's scales (staged in
-    shared memory) would not fit in the program's share of the SM's (its 228 KiB split over `per_sm`
-    programs, less 1 KiB the hardware keeps per program and 1 KiB for the barriers)."""
+    """The ring slots a launch gets: config.stages, or fewer where they would not fit beside every K block's
+    scales (staged in shared memory) in the program's share of the SM's shared memory: 228 KiB over `per_sm`
+    programs, less 1 KiB the hardware keeps per program and 1 KiB for the barriers."""
     block_t = config.token_block or token_tile(m)
     scale_bytes = triton.next_power_of_2(triton.cdiv(k, BLOCK_K)) * (WARPGROUP_ROWS.value + block_t) * 4
     free = SM_SHARED_BYTES // config.per_sm - 2048 - scale_bytes

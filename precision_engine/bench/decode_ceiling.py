@@ -35,9 +35,9 @@ import triton.language as tl
 
 from precision_engine.bench.gemm import DECODE_M, QUICK_SHAPES, SHAPES_8B, timed
 from precision_engine.bench.timing import rotation
+from precision_engine.numerics.capabilities import SCALE_BLOCK
 
 TARGET = 1.5  # issue 12: whole-linear decode forward, every shape, M = 1..64
-BLOCK = 128
 STAND_INS = ("read", "copy")
 KINDS = ("bf16", *STAND_INS, *(f"{kind}_cast" for kind in STAND_INS))
 READ_STEP_WORDS = 2048  # int32 words a program loads per step: 8 warps x 32 threads x two 16-byte vectors
@@ -46,7 +46,7 @@ READ_STEPS = 4  # steps per program, all loads issued before the first xor needs
 
 def weight_bytes(n: int, k: int) -> int:
     """An FP8 weight's bytes with its FP32 128x128 block scales: what its decode GEMM must read."""
-    return n * k + 4 * -(-n // BLOCK) * -(-k // BLOCK)
+    return n * k + 4 * -(-n // SCALE_BLOCK) * -(-k // SCALE_BLOCK)
 
 
 @triton.jit

@@ -30,6 +30,7 @@ GPU only (Hopper, sm_90, Triton 3.6, as `gluon_gemm`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
@@ -215,6 +216,7 @@ def token_tile(m: int) -> int:
     return max(8, triton.next_power_of_2(m))
 
 
+@functools.cache  # asked on every decode launch
 def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
     """The launch for M tokens against an N-row weight on `sms` SMs, from the H200 sweeps of the kernel with its
     scales staged in shared memory (benchmarks/2026-12-04/s22_calls calls 4 and 5: graph replays, GEMM alone,
@@ -249,12 +251,19 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
     return config
 
 
+def kb_pad(k: int) -> int:
+    """K's blocks rounded up to a power of two: the rows of the scales staged in shared memory (the kernel's
+    KB_PAD)."""
+    return triton.next_power_of_2(triton.cdiv(k, BLOCK_K))
+
+
+@functools.cache  # asked on every launch, as chain_config
 def ring_slots(config: ChainConfig, m: int, k: int) -> int:
     """The ring slots a launch gets: config.stages, or fewer where they would not fit beside every K block's
     scales (staged in shared memory) in the program's share of the SM's shared memory: 228 KiB over `per_sm`
     programs, less 1 KiB the hardware keeps per program and 1 KiB for the barriers."""
     block_t = config.token_block or token_tile(m)
-    scale_bytes = triton.next_power_of_2(triton.cdiv(k, BLOCK_K)) * (WARPGROUP_ROWS.value + block_t) * 4
+    scale_bytes = kb_pad(k) * (WARPGROUP_ROWS.value + block_t) * 4
     free = SM_SHARED_BYTES // config.per_sm - 2048 - scale_bytes
     return min(config.stages, free // ((WARPGROUP_ROWS.value + block_t) * BLOCK_K))
 
@@ -281,7 +290,7 @@ def gluon_chain_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
         _descriptor(b, WARPGROUP_ROWS.value), _descriptor(a, block_t), c, a_scale, b_scale, m, n,
         k, c.stride(0), a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
         SCALE_BN=b_scale_rows, STAGES=stages, TRIP=config.trip, AHEAD=config.ahead,
-        KB_PAD=triton.next_power_of_2(triton.cdiv(k, BLOCK_K)), num_warps=4,
+        KB_PAD=kb_pad(k), num_warps=4,
         **registers, **launch_options(m, a.device),
     )
     return c

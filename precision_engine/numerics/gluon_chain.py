@@ -13,9 +13,10 @@ session: each K block waited for its wgmma and its promotion before the next blo
   unrolled K loop kept every block's shared-memory descriptors live and spilled;
 - every K block's scales are staged in shared memory once, at the start: read from global memory per block,
   each promotion waited an L2 round trip for them (twenty-second session);
-- more than 32 tokens split over two programs per weight tile where they still fit on the SMs in one wave
-  (`chain_config`); the tile's second read comes from L2. Where the programs outnumber the SMs, two share one,
-  at 128 registers a thread and half its shared memory each;
+- above 32 tokens, where 32-row weight tiles still fit on the SMs in one wave, the two sides swap: 32 weight
+  rows on wgmma's narrow side, all 64 tokens on its 64-row side, so each weight byte is read by one program
+  twice as many as 64-row tiles would give (`chain_config`). Where the programs outnumber the SMs, two share
+  one, at 128 registers a thread and half its shared memory each;
 - every block's product goes into a fresh accumulator (use_acc=False) and joins the chain in order, so the
   additions are those of every other launch with one segment: bitwise equal to pinned cuBLAS on the H200
   (BF16 and FP32 out, M = 1 .. 64, every narrow 8B shape; tests/numerics/gpu/test_gemm_gpu.py).
@@ -31,6 +32,7 @@ GPU only (Hopper, sm_90, Triton 3.6, as `gluon_gemm`).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -46,6 +48,7 @@ from precision_engine.numerics.pdl import launch_options
 
 SM_SHARED_BYTES = 228 * 1024  # a Hopper SM's shared memory, which its resident programs split
 SM_REGISTERS = 65536
+NARROW_WEIGHT_ROWS = 32  # a program's weight rows above 32 tokens, where the tiles fit in one wave (`chain_config`)
 PROGRAM_THREADS = 8 * 32  # the MMA warpgroup and the TMA warp, padded to a warpgroup (.reqntid 256)
 
 
@@ -61,13 +64,16 @@ def _chain_load_partition(w_desc, x_desc, w_bufs, x_bufs, ready, empty, num_kb, 
 
 
 @gluon.jit
-def _issue(w_bufs, x_bufs, ready, it, zero, STAGES: gl.constexpr):
-    """The product (weight rows x tokens) of the block at ring position `it` into a fresh accumulator,
-    asynchronously."""
+def _issue(w_bufs, x_bufs, ready, it, zero, STAGES: gl.constexpr, WEIGHT_ON_M: gl.constexpr):
+    """The product of the block at ring position `it` into a fresh accumulator, asynchronously: weight rows x
+    tokens with WEIGHT_ON_M, else tokens x weight rows."""
     slot = it % STAGES
     mbarrier.wait(ready.index(slot), (it // STAGES) & 1)
-    return warpgroup_mma(w_bufs.index(slot), x_bufs.index(slot).permute((1, 0)), zero, use_acc=False,
-                         is_async=True)
+    if WEIGHT_ON_M:
+        a, b = w_bufs.index(slot), x_bufs.index(slot)
+    else:
+        a, b = x_bufs.index(slot), w_bufs.index(slot)
+    return warpgroup_mma(a, b.permute((1, 0)), zero, use_acc=False, is_async=True)
 
 
 @gluon.jit
@@ -101,18 +107,39 @@ def _scale_rows(KB_PAD: gl.constexpr, WIDTH: gl.constexpr):
 
 
 @gluon.jit
-def _block_scales(sw_smem, sx_smem, kb, mma: gl.constexpr):
-    """Block kb's weight scales (per weight row) and token scales (per token), from shared memory; their product
-    is formed where the block is promoted, which holds fewer registers than the [rows, tokens] product would."""
-    sw = sw_smem.index(kb).load(gl.SliceLayout(1, mma))
-    sx = sx_smem.index(kb).load(gl.SliceLayout(0, mma))
+def _block_scales(sw_smem, sx_smem, kb, mma: gl.constexpr, WEIGHT_ON_M: gl.constexpr):
+    """Block kb's weight scales (per weight row) and token scales (per token), from shared memory, as the
+    accumulator's row and column vectors; their product is formed where the block is promoted, which holds fewer
+    registers than the [rows, tokens] product would."""
+    W_DIM: gl.constexpr = 1 if WEIGHT_ON_M else 0
+    sw = sw_smem.index(kb).load(gl.SliceLayout(W_DIM, mma))
+    sx = sx_smem.index(kb).load(gl.SliceLayout(1 - W_DIM, mma))
     return sw, sx
+
+
+@gluon.jit
+def _outer(w_vec, t_vec, WEIGHT_ON_M: gl.constexpr):
+    """A weight-row vector and a token vector (the accumulator's slices) as the accumulator's two broadcast
+    operands, (rows, columns) in its orientation."""
+    if WEIGHT_ON_M:
+        w, t = w_vec[:, None], t_vec[None, :]
+    else:
+        w, t = w_vec[None, :], t_vec[:, None]
+    return w, t
+
+
+@gluon.jit
+def _promote(chain, d, sw, sx, WEIGHT_ON_M: gl.constexpr):
+    """chain + d * (sx * sw): a block's product joins the chain (an FMA: the promotion of every one-segment
+    launch)."""
+    w, t = _outer(sw, sx, WEIGHT_ON_M)
+    return chain + d * (t * w)
 
 
 @gluon.jit
 def _chain_mma_partition(w_bufs, x_bufs, ready, empty, sw_smem, sx_smem, c_ptr, sx_ptr, sw_ptr, M, N, num_kb,
                          stride_cm, stride_sxm, stride_sxk, stride_swn, stride_swk, SCALE_BN: gl.constexpr,
-                         STAGES: gl.constexpr, TRIP: gl.constexpr, AHEAD: gl.constexpr):
+                         STAGES: gl.constexpr, TRIP: gl.constexpr, AHEAD: gl.constexpr, WEIGHT_ON_M: gl.constexpr):
     """The MMA warpgroup: K blocks in trips of TRIP (unrolled), each block's wgmma issued AHEAD blocks before it
     joins the chain; every trip drains (ptxas serialises wgmmas in flight across a loop's back edge, and an
     unrolled K loop keeps every block's descriptors live and spills). Then the chain, rounded once, is stored
@@ -120,72 +147,82 @@ def _chain_mma_partition(w_bufs, x_bufs, ready, empty, sw_smem, sx_smem, c_ptr, 
     _wait_for_producer()
     BLOCK_W: gl.constexpr = w_bufs.type.shape[1]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_T, 32])
+    W_DIM: gl.constexpr = 1 if WEIGHT_ON_M else 0  # the accumulator's weight rows: its rows (dim 0) or columns
+    NARROW: gl.constexpr = BLOCK_T if WEIGHT_ON_M else BLOCK_W
+    ACC: gl.constexpr = [BLOCK_W, BLOCK_T] if WEIGHT_ON_M else [BLOCK_T, BLOCK_W]
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, NARROW, 32])
     off_w = gl.program_id(0) * BLOCK_W
     off_t = gl.program_id(1) * BLOCK_T
-    offs_w = off_w + gl.arange(0, BLOCK_W, layout=gl.SliceLayout(1, mma))
-    offs_t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
-    mask_t = offs_t < M
+    offs_w = off_w + gl.arange(0, BLOCK_W, layout=gl.SliceLayout(W_DIM, mma))
+    offs_t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1 - W_DIM, mma))
     _stage_scales(sw_smem, sx_smem, sx_ptr, sw_ptr, off_w, off_t, M, N, num_kb, stride_sxm, stride_sxk, stride_swn,
                   stride_swk, SCALE_BN)
     last = num_kb - 1
-    zero = gl.zeros([BLOCK_W, BLOCK_T], gl.float32, mma)
+    zero = gl.zeros(ACC, gl.float32, mma)
     chain = zero
-    sw0, sx0 = _block_scales(sw_smem, sx_smem, 0, mma)  # read two blocks ahead
-    sw1, sx1 = _block_scales(sw_smem, sx_smem, gl.minimum(1, last), mma)
+    sw0, sx0 = _block_scales(sw_smem, sx_smem, 0, mma, WEIGHT_ON_M)  # read two blocks ahead
+    sw1, sx1 = _block_scales(sw_smem, sx_smem, gl.minimum(1, last), mma, WEIGHT_ON_M)
     it = 0
     for kb0 in range(0, num_kb - num_kb % TRIP, TRIP):
-        d0 = _issue(w_bufs, x_bufs, ready, it, zero, STAGES)  # blocks kb0 .. kb0 + AHEAD - 1 in d0 ..
+        d0 = _issue(w_bufs, x_bufs, ready, it, zero, STAGES, WEIGHT_ON_M)  # blocks kb0 .. kb0 + AHEAD - 1 in d0 ..
         d1 = zero
         d2 = zero
         d3 = zero
         if AHEAD >= 2:
-            d1 = _issue(w_bufs, x_bufs, ready, it + 1, zero, STAGES)
+            d1 = _issue(w_bufs, x_bufs, ready, it + 1, zero, STAGES, WEIGHT_ON_M)
         if AHEAD >= 3:
-            d2 = _issue(w_bufs, x_bufs, ready, it + 2, zero, STAGES)
+            d2 = _issue(w_bufs, x_bufs, ready, it + 2, zero, STAGES, WEIGHT_ON_M)
         for j in gl.static_range(TRIP):
             if j + AHEAD < TRIP:
-                incoming = _issue(w_bufs, x_bufs, ready, it + j + AHEAD, zero, STAGES)
+                incoming = _issue(w_bufs, x_bufs, ready, it + j + AHEAD, zero, STAGES, WEIGHT_ON_M)
                 if AHEAD == 1:
                     d1 = incoming
                 elif AHEAD == 2:
                     d2 = incoming
                 else:
                     d3 = incoming
-            sw2, sx2 = _block_scales(sw_smem, sx_smem, gl.minimum(kb0 + j + 2, last), mma)
+            sw2, sx2 = _block_scales(sw_smem, sx_smem, gl.minimum(kb0 + j + 2, last), mma, WEIGHT_ON_M)
             # block kb0 + j done; those issued after it inside this trip stay in flight
             d0 = warpgroup_mma_wait(num_outstanding=min(AHEAD, TRIP - 1 - j), deps=(d0,))
             mbarrier.arrive(empty.index((it + j) % STAGES))
-            chain = chain + d0 * (sx0[None, :] * sw0[:, None])
+            chain = _promote(chain, d0, sw0, sx0, WEIGHT_ON_M)
             d0, d1, d2 = d1, d2, d3
             sw0, sx0, sw1, sx1 = sw1, sx1, sw2, sx2
         it += TRIP
     for kb in range(num_kb - num_kb % TRIP, num_kb):  # the blocks past the last whole trip, one at a time
-        d0 = _issue(w_bufs, x_bufs, ready, it, zero, STAGES)
-        sw2, sx2 = _block_scales(sw_smem, sx_smem, gl.minimum(kb + 2, last), mma)
+        d0 = _issue(w_bufs, x_bufs, ready, it, zero, STAGES, WEIGHT_ON_M)
+        sw2, sx2 = _block_scales(sw_smem, sx_smem, gl.minimum(kb + 2, last), mma, WEIGHT_ON_M)
         d0 = warpgroup_mma_wait(num_outstanding=0, deps=(d0,))
         mbarrier.arrive(empty.index(it % STAGES))
-        chain = chain + d0 * (sx0[None, :] * sw0[:, None])
+        chain = _promote(chain, d0, sw0, sx0, WEIGHT_ON_M)
         sw0, sx0, sw1, sx1 = sw1, sx1, sw2, sx2
         it += 1
-    offs = offs_t[None, :].to(gl.int64) * stride_cm + offs_w[:, None]
-    gl.store(c_ptr + offs, chain.to(c_ptr.dtype.element_ty), mask=mask_t[None, :] & (offs_w < N)[:, None])
+    w_out, t_out = _outer(offs_w, offs_t.to(gl.int64), WEIGHT_ON_M)
+    gl.store(c_ptr + t_out * stride_cm + w_out, chain.to(c_ptr.dtype.element_ty), mask=(t_out < M) & (w_out < N))
 
 
 @gluon.jit
 def _gluon_chain_decode_kernel(w_desc, x_desc, c_ptr, sx_ptr, sw_ptr, M, N, K, stride_cm, stride_sxm, stride_sxk,
                                stride_swn, stride_swk, SCALE_BN: gl.constexpr, STAGES: gl.constexpr,
-                               TRIP: gl.constexpr, AHEAD: gl.constexpr, KB_PAD: gl.constexpr):
-    """One program per (64-row weight tile, token tile): one TMA warp, one MMA warpgroup. KB_PAD: K blocks,
-    rounded up to a power of two (the scales' shared-memory rows)."""
-    w_bufs, x_bufs, ready, empty = _ring(w_desc, x_desc, WARPGROUP_ROWS, STAGES, 1)
-    sw_smem = _scale_rows(KB_PAD, WARPGROUP_ROWS)
-    sx_smem = _scale_rows(KB_PAD, x_desc.block_type.shape[0])
+                               TRIP: gl.constexpr, AHEAD: gl.constexpr, KB_PAD: gl.constexpr,
+                               WEIGHT_ON_M: gl.constexpr):
+    """One program per (weight tile, token tile): one TMA warp, one MMA warpgroup. WEIGHT_ON_M: 64-row weight
+    tiles on wgmma's 64-row side, the tokens on its narrow side; else tiles of 64 tokens on the 64-row side and
+    narrow weight tiles (8..256 rows, a power of two). KB_PAD: K blocks, rounded up to a power of two (the scales'
+    shared-memory rows)."""
+    BLOCK_W: gl.constexpr = w_desc.block_type.shape[0]
+    BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
+    if WEIGHT_ON_M:
+        w_bufs, x_bufs, ready, empty = _ring(w_desc, x_desc, BLOCK_W, STAGES, 1)
+    else:
+        x_bufs, w_bufs, ready, empty = _ring(x_desc, w_desc, BLOCK_T, STAGES, 1)
+    sw_smem = _scale_rows(KB_PAD, BLOCK_W)
+    sx_smem = _scale_rows(KB_PAD, BLOCK_T)
     num_kb = gl.cdiv(K, w_desc.block_type.shape[1])
     gl.warp_specialize([
         (_chain_mma_partition, (w_bufs, x_bufs, ready, empty, sw_smem, sx_smem, c_ptr, sx_ptr, sw_ptr, M, N, num_kb,
                                 stride_cm, stride_sxm, stride_sxk, stride_swn, stride_swk, SCALE_BN, STAGES, TRIP,
-                                AHEAD)),
+                                AHEAD, WEIGHT_ON_M)),
         (_chain_load_partition, (w_desc, x_desc, w_bufs, x_bufs, ready, empty, num_kb, STAGES)),
     ], [1], [40])
 
@@ -193,14 +230,17 @@ def _gluon_chain_decode_kernel(w_desc, x_desc, c_ptr, sx_ptr, sw_ptr, M, N, K, s
 @dataclass(frozen=True)
 class ChainConfig:
     """Ring slots (at most; fewer where they do not fit), K blocks per unrolled trip, wgmmas in flight behind the
-    promoted one (1 to 3), tokens per program (0: all M in one), and programs resident per SM (1, or 2: each at
-    most 128 registers a thread and half the SM's shared memory). Numerics-neutral."""
+    promoted one (1 to 3), tokens per program (0: all M in one), programs resident per SM (1, or 2: each at
+    most 128 registers a thread and half the SM's shared memory), and weight rows per program (0: 64, on
+    wgmma's 64-row side; else 8..256, a power of two, on its narrow side, the tokens in one tile of 64 on the other).
+    Numerics-neutral."""
 
     stages: int = 12
     trip: int = 8
     ahead: int = 3
     token_block: int = 0
     per_sm: int = 1
+    weight_rows: int = 0
 
     def __post_init__(self):
         # A trip issues its own blocks only, and a block in flight holds its slot: with fewer slots than wgmmas
@@ -209,6 +249,10 @@ class ChainConfig:
             raise ValueError(f"ChainConfig: need 1 <= ahead <= 3, ahead < trip and ahead < stages; got {self}")
         if self.per_sm not in (1, 2):
             raise ValueError(f"ChainConfig: per_sm must be 1 or 2; got {self.per_sm}")
+        if self.weight_rows and (self.weight_rows not in (8, 16, 32, 64, 128, 256)
+                                 or self.token_block not in (0, WARPGROUP_ROWS.value)):
+            raise ValueError(f"ChainConfig: weight_rows must be a power of two in 8..256 (wgmma's narrow side, "
+                             f"a tensor's), with 64-token tiles; got {self}")
 
 
 def token_tile(m: int) -> int:
@@ -227,9 +271,14 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
     - 16 tokens: 12 slots, trips of 4 (1.47x; 8 slots 1.38x, 12 slots in trips of 8 1.45x);
     - 17 to 32 tokens: one 32-token program per weight tile, 12 slots (1.45x at M = 32; the rule before, two
       16-token programs per tile where they fit in one wave and 8 slots, 1.35x);
-    - 33 to 64 tokens: two 32-token programs per weight tile, 12 slots, while they fit on the SMs in one wave
-      (4096 rows: 1.38x against the 64-wide tile's 1.30x); otherwise one 64-token program, 10 slots, 2 wgmmas
-      in flight (the fused qkv 1.46x, 8 slots 1.39x; a second wave of split programs: 1.02x).
+    - 33 to 64 tokens, where 32-row weight tiles fit on the SMs in one wave (4096 rows): the weight on wgmma's
+      narrow side, 32 rows per program, all 64 tokens on the other, 12 slots, so each weight byte is read by
+      one program (twenty-third session, call 4, M = 48 / 64: 4096x4096 1.33 -> 1.43 / 1.24 -> 1.32x,
+      4096x14336 1.38 -> 1.45 / 1.50 -> 1.61x, 4096x12288 1.40 -> 1.46 / 1.46 -> 1.59x, against the rule
+      before: two 32-token programs per 64-row tile, the second reading it from L2). Otherwise one 64-token
+      program, 10 slots, 2 wgmmas in flight (the fused qkv 1.46x, 8 slots 1.39x; a second wave of split
+      programs: 1.02x; 64- and 16-row weight tiles on the narrow side: 0.84-1.45x against 1.40-1.55x on
+      6144x4096 and 12288x4096).
     Every other width keeps 3 wgmmas in flight; the 64-wide tile spills with 3 (ptxas, `test_gluon_compile`).
 
     A program holds 8 warps (the MMA warpgroup, the TMA warp padded to a warpgroup) at up to 255 registers, so
@@ -237,18 +286,32 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
     shared memory each take them in one wave (call 7, 12288x4096: 1.50 / 1.52 / 1.47 / 1.31x -> 1.65 / 1.67 /
     1.59 / 1.48x at M = 1 / 16 / 32 / 64); where one wave holds them, the shorter ring loses (4096x14336 at
     M = 16: 1.64 -> 1.15x)."""
-    tiles = triton.cdiv(n, WARPGROUP_ROWS.value)
     block = token_tile(m)
+    if block == 64 and triton.cdiv(n, NARROW_WEIGHT_ROWS) <= sms:
+        return ChainConfig(stages=12, trip=4, ahead=3, weight_rows=NARROW_WEIGHT_ROWS)
     if block == 8:
         config = ChainConfig(stages=16, trip=16, ahead=3, token_block=8)
-    elif block == 64 and 2 * tiles > sms:
+    elif block == 64:
         config = ChainConfig(stages=10, trip=4, ahead=2, token_block=64)
     else:
-        config = ChainConfig(stages=12, trip=4, ahead=3, token_block=min(block, 32))
+        config = ChainConfig(stages=12, trip=4, ahead=3, token_block=block)
     two = replace(config, per_sm=2)
-    if tiles * triton.cdiv(m, config.token_block) > sms and ring_slots(two, m, k) > two.ahead:
+    if math.prod(grid(config, m, n)) > sms and ring_slots(two, m, k) > two.ahead:
         return two
     return config
+
+
+def tiles(config: ChainConfig, m: int) -> tuple[int, int]:
+    """A program's weight rows and token tile."""
+    if config.weight_rows:
+        return config.weight_rows, WARPGROUP_ROWS.value
+    return WARPGROUP_ROWS.value, config.token_block or token_tile(m)
+
+
+def grid(config: ChainConfig, m: int, n: int) -> tuple[int, int]:
+    """The launch's programs: (weight tiles, token tiles)."""
+    block_w, block_t = tiles(config, m)
+    return triton.cdiv(n, block_w), triton.cdiv(m, block_t)
 
 
 def kb_pad(k: int) -> int:
@@ -262,10 +325,9 @@ def ring_slots(config: ChainConfig, m: int, k: int) -> int:
     """The ring slots a launch gets: config.stages, or fewer where they would not fit beside every K block's
     scales (staged in shared memory) in the program's share of the SM's shared memory: 228 KiB over `per_sm`
     programs, less 1 KiB the hardware keeps per program and 1 KiB for the barriers."""
-    block_t = config.token_block or token_tile(m)
-    scale_bytes = kb_pad(k) * (WARPGROUP_ROWS.value + block_t) * 4
-    free = SM_SHARED_BYTES // config.per_sm - 2048 - scale_bytes
-    return min(config.stages, free // ((WARPGROUP_ROWS.value + block_t) * BLOCK_K))
+    slot_rows = sum(tiles(config, m))  # a slot: a weight tile and a token tile, each a row of scales per K block
+    free = SM_SHARED_BYTES // config.per_sm - 2048 - kb_pad(k) * slot_rows * 4
+    return min(config.stages, free // (slot_rows * BLOCK_K))
 
 
 def gluon_chain_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
@@ -280,17 +342,17 @@ def gluon_chain_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
     if m == 0 or n == 0:
         return c
     config = config or chain_config(m, n, k, _device(a.device.index or 0).multi_processor_count)
-    block_t = config.token_block or token_tile(m)
+    block_w, block_t = tiles(config, m)
     stages = ring_slots(config, m, k)
     if stages <= config.ahead:
         raise OperandError(f"gluon_chain: K = {k} leaves {stages} ring slots for {config} (the scales of every K "
                            f"block take shared memory); `triton_gemm.chain_decodes` keeps such K off this launch")
     registers = {} if config.per_sm == 1 else {"maxnreg": SM_REGISTERS // (config.per_sm * PROGRAM_THREADS)}
-    _gluon_chain_decode_kernel[(triton.cdiv(n, WARPGROUP_ROWS.value), triton.cdiv(m, block_t))](
-        _descriptor(b, WARPGROUP_ROWS.value), _descriptor(a, block_t), c, a_scale, b_scale, m, n,
+    _gluon_chain_decode_kernel[grid(config, m, n)](
+        _descriptor(b, block_w), _descriptor(a, block_t), c, a_scale, b_scale, m, n,
         k, c.stride(0), a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
         SCALE_BN=b_scale_rows, STAGES=stages, TRIP=config.trip, AHEAD=config.ahead,
-        KB_PAD=kb_pad(k), num_warps=4,
+        KB_PAD=kb_pad(k), WEIGHT_ON_M=not config.weight_rows, num_warps=4,
         **registers, **launch_options(m, a.device),
     )
     return c

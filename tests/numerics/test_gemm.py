@@ -257,21 +257,25 @@ def test_gluon_decode_runs_where_its_units_fill_the_sms():
     assert not fills(4096, 4096, 8, sms=100)  # 128 units over 100 SMs: two waves, 64% full
 
 
-def test_chain_config_splits_tokens_only_while_the_programs_fit_in_one_wave():
-    """`chain_config` on the H200's 132 SMs: up to 32 tokens one program per 64-row weight tile; above, two
-    programs of 32 tokens while tiles x programs fit on the SMs (4096 rows: 64 tiles), else one of 64 (the
-    fused qkv's 96 tiles)."""
+def test_chain_config_narrows_the_weight_tiles_only_while_they_fit_in_one_wave():
+    """`chain_config` on the H200's 132 SMs: up to 32 tokens one program per 64-row weight tile; above, 32-row
+    weight tiles against all the tokens where those fit on the SMs in one wave (4096 rows: 128 tiles), else one
+    program of 64 tokens per 64-row tile (the fused qkv's 96 tiles; 4096 rows on 100 SMs)."""
     gluon_chain = pytest.importorskip("precision_engine.numerics.gluon_chain")
     chain_config = gluon_chain.chain_config
 
-    blocks = {(m, n): chain_config(m, n, 4096, 132).token_block for m in (1, 8, 9, 16, 32, 33, 64)
-              for n in (4096, 6144)}
-    assert blocks == {(1, 4096): 8, (8, 4096): 8, (9, 4096): 16, (16, 4096): 16, (32, 4096): 32, (33, 4096): 32,
-                      (64, 4096): 32, (1, 6144): 8, (8, 6144): 8, (9, 6144): 16, (16, 6144): 16, (32, 6144): 32,
-                      (33, 6144): 64, (64, 6144): 64}
-    assert chain_config(64, 4096, 4096, 100).token_block == 64  # 64 tiles x 2 programs would need two waves
+    tiles = {(m, n): gluon_chain.tiles(chain_config(m, n, 4096, 132), m) for m in (1, 8, 9, 16, 32, 33, 64)
+             for n in (4096, 6144)}
+    assert tiles == {(1, 4096): (64, 8), (8, 4096): (64, 8), (9, 4096): (64, 16), (16, 4096): (64, 16),
+                     (32, 4096): (64, 32), (33, 4096): (32, 64), (64, 4096): (32, 64), (1, 6144): (64, 8),
+                     (8, 6144): (64, 8), (9, 6144): (64, 16), (16, 6144): (64, 16), (32, 6144): (64, 32),
+                     (33, 6144): (64, 64), (64, 6144): (64, 64)}
+    assert gluon_chain.tiles(chain_config(64, 4096, 4096, 100), 64) == (64, 64)  # 128 32-row tiles: two waves
     for bad in ({"trip": 2, "ahead": 3}, {"stages": 3, "ahead": 3}, {"ahead": 0}):  # would deadlock or not issue
         with pytest.raises(ValueError, match="ahead"):
+            gluon_chain.ChainConfig(**bad)
+    for bad in ({"weight_rows": 48}, {"weight_rows": 512}, {"weight_rows": 32, "token_block": 32}):
+        with pytest.raises(ValueError, match="weight_rows"):
             gluon_chain.ChainConfig(**bad)
 
 
@@ -288,8 +292,7 @@ def test_chain_config_fits_every_launch_it_is_given():
             for m in range(1, 65):
                 cfg = gluon_chain.chain_config(m, n, k, 132)
                 assert gluon_chain.ring_slots(cfg, m, k) > cfg.ahead, (m, n, k, cfg)
-                programs = -(-n // 64) * -(-m // cfg.token_block)
-                assert cfg.per_sm == 1 or programs > 132, (m, n, k, cfg)
+                assert cfg.per_sm == 1 or math.prod(gluon_chain.grid(cfg, m, n)) > 132, (m, n, k, cfg)
     assert {gluon_chain.chain_config(m, 12288, 4096, 132).per_sm for m in (1, 16, 32, 64)} == {2}
     assert {gluon_chain.chain_config(m, n, 4096, 132).per_sm for m in (1, 16, 32, 64) for n in (4096, 6144)} == {1}
     assert gluon_chain.SM_REGISTERS // (2 * gluon_chain.PROGRAM_THREADS) == 128

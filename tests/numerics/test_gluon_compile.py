@@ -100,23 +100,29 @@ def test_decode_config_keeps_wgmma_async(tmp_path, whole):
     assert "C7514" not in report and spilled <= (8 if whole else 0), report
 
 
-@pytest.mark.parametrize("m, n", [(1, 4096), (16, 4096), (64, 4096), (64, 6144), (1, 12288), (16, 12288),
-                                  (32, 12288), (64, 12288)])
-def test_chain_decode_keeps_wgmma_async(tmp_path, m, n):
+@pytest.mark.parametrize("m, n, weight_rows", [(1, 4096, 0), (16, 4096, 0), (64, 4096, 0), (64, 6144, 0),
+                                                (1, 12288, 0), (16, 12288, 0), (32, 12288, 0), (64, 12288, 0),
+                                                (64, 6144, 64), (64, 12288, 32)])
+def test_chain_decode_keeps_wgmma_async(tmp_path, m, n, weight_rows):
     """The one-chain decode (`gluon_chain`) as `chain_config` launches it for M tokens against a narrow weight
-    (token tiles of 8, 16, 32 and 64; two programs an SM at 128 registers for the 12288-row weight): no
-    serialised wgmma; no spill for tiles of up to 32, 40 bytes at 64 (2 wgmmas in flight over trips of 4 blocks;
-    trips of 8 spilled 1.9 KB there, and a K loop unrolled whole spilled at every width)."""
+    (token tiles of 8, 16, 32 and 64; two programs an SM at 128 registers for the 12288-row weight; 32-row weight
+    tiles on wgmma's narrow side at 64 tokens on 4096 rows), and other narrow weight tiles: no serialised wgmma;
+    no spill for token tiles of up to 32, 40 bytes at 64 (2 wgmmas in flight over trips of 4 blocks; trips of 8
+    spilled 1.9 KB there, and a K loop unrolled whole spilled at every width), none with the weight on the
+    narrow side."""
     from precision_engine.numerics import gluon_chain as C
 
     cfg = C.chain_config(m, n, 14336, 132)
+    if weight_rows:
+        cfg = C.ChainConfig(stages=12, trip=4, ahead=3, weight_rows=weight_rows)
+    block_w, block_t = C.tiles(cfg, m)
     cap = C.SM_REGISTERS // (cfg.per_sm * C.PROGRAM_THREADS)
     report = _ptxas_report(
-        tmp_path, C._gluon_chain_decode_kernel, 64, cfg.token_block,
-        {"SCALE_BN": 128, "STAGES": cfg.stages, "TRIP": cfg.trip, "AHEAD": cfg.ahead, "KB_PAD": 128},
+        tmp_path, C._gluon_chain_decode_kernel, 64, block_t,
+        {"SCALE_BN": 128, "STAGES": cfg.stages, "TRIP": cfg.trip, "AHEAD": cfg.ahead, "KB_PAD": 128,
+         "WEIGHT_ON_M": not cfg.weight_rows},
         {"c_ptr": "*bf16", "sx_ptr": "*fp32", "sw_ptr": "*fp32"},
-        fp8_descs={"w_desc": 64, "x_desc": cfg.token_block}, options={"maxnreg": cap} if cfg.per_sm > 1 else None)
-    assert cfg.per_sm == (2 if n == 12288 else 1)
+        fp8_descs={"w_desc": block_w, "x_desc": block_t}, options={"maxnreg": cap} if cfg.per_sm > 1 else None)
+    assert cfg.per_sm == (2 if n == 12288 and not cfg.weight_rows else 1)
     spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
-    assert "C7514" not in report and spilled <= (40 if cfg.token_block == 64 else 0), report
-
+    assert "C7514" not in report and spilled <= (40 if block_t == 64 and not cfg.weight_rows else 0), report

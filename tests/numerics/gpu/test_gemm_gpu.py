@@ -188,8 +188,8 @@ def test_gluon_decode_gives_the_triton_kernels_bytes(n, k):
 def test_chain_decode_gives_the_one_segment_bits(n, k):
     """The one-chain decode (`gluon_chain`: AUTO's narrow weights at M <= 64) against the one-segment Triton
     tiles, which give pinned cuBLAS's bits (test above): every launch choice (ring depth, trips, wgmmas in
-    flight, tokens split over programs, two programs an SM), M = 1 .. 64, BF16 and FP32 out, -0 among the
-    tokens, ragged N and K; and AUTO's dispatch to it."""
+    flight, tokens split over programs, two programs an SM, narrow weight tiles on wgmma's N side), M = 1 .. 64,
+    BF16 and FP32 out, -0 among the tokens, ragged N and K; and AUTO's dispatch to it."""
     from precision_engine.numerics import triton_gemm
     from precision_engine.numerics.gluon_chain import ChainConfig, chain_config, gluon_chain_decode_gemm
 
@@ -200,7 +200,10 @@ def test_chain_decode_gives_the_one_segment_bits(n, k):
     one = dict(b_scale_rows=128, seg_kb=-(-k // 128), config=triton_gemm.PREFILL, split=False)
     configs = (None, ChainConfig(stages=6, trip=4, ahead=1), ChainConfig(stages=12, trip=8, ahead=2, token_block=8),
                ChainConfig(stages=8, trip=4, ahead=3, token_block=16), ChainConfig(stages=8, trip=4, ahead=2),
-               ChainConfig(stages=12, trip=4, ahead=3, token_block=16, per_sm=2))
+               ChainConfig(stages=12, trip=4, ahead=3, token_block=16, per_sm=2),
+               ChainConfig(stages=12, trip=4, ahead=3, weight_rows=32), ChainConfig(stages=8, trip=4, ahead=2,
+                                                                                    weight_rows=64),
+               ChainConfig(stages=12, trip=8, ahead=3, weight_rows=16, per_sm=2))
     for out_dtype in (torch.bfloat16, torch.float32):
         bits = torch.int16 if out_dtype == torch.bfloat16 else torch.int32
         want = triton_gemm.block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, out_dtype=out_dtype, **one)
@@ -209,7 +212,7 @@ def test_chain_decode_gives_the_one_segment_bits(n, k):
             for cfg in configs:
                 if cfg is None:
                     cfg = chain_config(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
-                elif not cfg.token_block and m > 32:
+                elif not cfg.token_block and not cfg.weight_rows and m > 32:
                     continue  # all 64 tokens in one program: the 64-wide config (chain_config's) only
                 out = gluon_chain_decode_gemm(*args, b_scale_rows=128, out_dtype=out_dtype, config=cfg)
                 assert torch.equal(out.view(bits), want[:m].view(bits)), (m, cfg, out_dtype)

@@ -3,7 +3,9 @@ tile of 64, on its M side (`ChainConfig.weight_rows`), so each weight byte is re
 launch above 32 tokens reads each 64-row tile in two 32-token programs, the second from L2). Against the
 shipped launch at M = 17 .. 64 on the narrow weights; GEMM alone, graph replays, x BF16 (as s22's wg_probe.py);
 bits against pinned cuBLAS first.
-Usage: python3 wn_probe.py OUT.json
+Usage: python3 wn_probe.py OUT.json [--round 2]
+Round 2 (call 6): the weights where 32-row tiles need more than one wave (the fused qkv, 12288 rows) at M = 64,
+two programs an SM.
 """
 
 from __future__ import annotations
@@ -36,16 +38,22 @@ WIDE = {
     "w32_2sm": C.ChainConfig(8, 4, 3, weight_rows=32, per_sm=2),
 }
 MS = (32, 48, 64)
+ROUND_2 = ((6144, 4096), (12288, 4096)), {
+    "tb32_2sm": C.ChainConfig(8, 4, 3, token_block=32, per_sm=2),
+    "w64_a1_2sm": C.ChainConfig(6, 4, 1, weight_rows=64, per_sm=2),
+    "w32_2sm_a2": C.ChainConfig(8, 4, 2, weight_rows=32, per_sm=2),
+    "tb64_a1_2sm": C.ChainConfig(6, 4, 1, token_block=64, per_sm=2),
+}, (64,)
 
 
-def tune(n: int, k: int) -> list[dict]:
+def tune(n: int, k: int, wide: dict, ms: tuple) -> list[dict]:
     rows = []
     torch.manual_seed(n + 7 * k)
     x0 = torch.randn(256, k, device="cuda", dtype=torch.bfloat16)
     wq0 = quantize_blocks(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02, WFMT)
     pin = fp8_gemm(quantize_rows_1xG(x0, ACT), wq0, kernel=Kernel.CUBLAS_PINNED)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for m in MS:
+    for m in ms:
         xq0 = quantize_rows_1xG(x0[:m].contiguous(), ACT)
         sets = rotation(lambda: (quantize_rows_1xG(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), ACT),
                                  quantize_blocks(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * .02, WFMT)),
@@ -57,7 +65,7 @@ def tune(n: int, k: int) -> list[dict]:
             return median(time_cuda(lambda g: g.replay(), warmup=5, reps=40, inputs_rotation=graphed(fn, s))) * 1e3
 
         row = {"n": n, "k": k, "m": m, "bf16_us": t(lambda xb, wb: torch.mm(xb, wb.t()), bsets)}
-        for name, cfg in {"shipped": C.chain_config(m, n, k, sms), **WIDE}.items():
+        for name, cfg in {"shipped": C.chain_config(m, n, k, sms), **wide}.items():
             fn = lambda xq, wq, cfg=cfg: C.gluon_chain_decode_gemm(  # noqa: E731
                 xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, config=cfg)
             try:
@@ -76,8 +84,9 @@ def tune(n: int, k: int) -> list[dict]:
 def main() -> None:
     start = time.time()
     result = []
-    for n, k in SHAPES:
-        result += tune(n, k)
+    shapes, wide, ms = ROUND_2 if sys.argv[2:] == ["--round", "2"] else (SHAPES, WIDE, MS)
+    for n, k in shapes:
+        result += tune(n, k, wide, ms)
         with open(sys.argv[1], "w") as f:
             json.dump(result, f, indent=1)
     print(f"all done in {time.time() - start:.0f} s", flush=True)

@@ -14,9 +14,9 @@ session: each K block waited for its wgmma and its promotion before the next blo
 - every K block's scales are staged in shared memory once, at the start: read from global memory per block,
   each promotion waited an L2 round trip for them (twenty-second session);
 - above 32 tokens, where 32-row weight tiles still fit on the SMs in one wave, the two sides swap: 32 weight
-  rows on wgmma's narrow side, all 64 tokens on its 64-row side, so each weight byte is read by one program
-  twice as many as 64-row tiles would give (`chain_config`). Where the programs outnumber the SMs, two share
-  one, at 128 registers a thread and half its shared memory each;
+  rows on wgmma's narrow side, all 64 tokens on its 64-row side, so twice the programs of 64-row tiles each
+  read their weight bytes alone (`chain_config`; two 32-token programs per 64-row tile read it twice). Where
+  the programs outnumber the SMs, two share one, at 128 registers a thread and half its shared memory each;
 - every block's product goes into a fresh accumulator (use_acc=False) and joins the chain in order, so the
   additions are those of every other launch with one segment: bitwise equal to pinned cuBLAS on the H200
   (BF16 and FP32 out, M = 1 .. 64, every narrow 8B shape; tests/numerics/gpu/test_gemm_gpu.py).

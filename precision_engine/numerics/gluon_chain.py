@@ -277,15 +277,17 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
       4096x14336 1.38 -> 1.45 / 1.50 -> 1.61x, 4096x12288 1.40 -> 1.46 / 1.46 -> 1.59x, against the rule
       before: two 32-token programs per 64-row tile, the second reading it from L2). Otherwise one 64-token
       program, 10 slots, 2 wgmmas in flight (the fused qkv 1.46x, 8 slots 1.39x; a second wave of split
-      programs: 1.02x; 64- and 16-row weight tiles on the narrow side: 0.84-1.45x against 1.40-1.55x on
-      6144x4096 and 12288x4096).
+      programs: 1.02x; 64- and 16-row weight tiles on the narrow side, one an SM: 0.84-1.45x against 1.40-1.55x
+      on 6144x4096 and 12288x4096).
     Every other width keeps 3 wgmmas in flight; the 64-wide tile spills with 3 (ptxas, `test_gluon_compile`).
 
     A program holds 8 warps (the MMA warpgroup, the TMA warp padded to a warpgroup) at up to 255 registers, so
     one fits per SM. Where the programs outnumber the SMs (12288 rows: 192 weight tiles), two per SM on half the
     shared memory each take them in one wave (call 7, 12288x4096: 1.50 / 1.52 / 1.47 / 1.31x -> 1.65 / 1.67 /
     1.59 / 1.48x at M = 1 / 16 / 32 / 64); where one wave holds them, the shorter ring loses (4096x14336 at
-    M = 16: 1.64 -> 1.15x)."""
+    M = 16: 1.64 -> 1.15x). Above 32 tokens those two put 64-row weight tiles on the narrow side, one wgmma in
+    flight (twenty-third session, calls 6-7, 12288x4096 at M = 64: GEMM alone 1.52 -> 1.57x, the whole linear
+    1.50 -> 1.55x over three alternations; on the fused qkv's 96 tiles, one wave at one an SM, 1.38 -> 1.27x)."""
     block = token_tile(m)
     if block == 64 and triton.cdiv(n, NARROW_WEIGHT_ROWS) <= sms:
         return ChainConfig(stages=12, trip=4, ahead=3, weight_rows=NARROW_WEIGHT_ROWS)
@@ -296,6 +298,8 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
     else:
         config = ChainConfig(stages=12, trip=4, ahead=3, token_block=block)
     two = replace(config, per_sm=2)
+    if block == 64:
+        two = ChainConfig(stages=6, trip=4, ahead=1, per_sm=2, weight_rows=WARPGROUP_ROWS.value)
     if math.prod(grid(config, m, n)) > sms and ring_slots(two, m, k) > two.ahead:
         return two
     return config

@@ -106,10 +106,10 @@ def test_decode_config_keeps_wgmma_async(tmp_path, whole):
 def test_chain_decode_keeps_wgmma_async(tmp_path, m, n, weight_rows):
     """The one-chain decode (`gluon_chain`) as `chain_config` launches it for M tokens against a narrow weight
     (token tiles of 8, 16, 32 and 64; two programs an SM at 128 registers for the 12288-row weight; 32-row weight
-    tiles on wgmma's narrow side at 64 tokens on 4096 rows), and other narrow weight tiles: no serialised wgmma;
-    no spill for token tiles of up to 32, 40 bytes at 64 (2 wgmmas in flight over trips of 4 blocks; trips of 8
-    spilled 1.9 KB there, and a K loop unrolled whole spilled at every width), none with the weight on the
-    narrow side."""
+    tiles on wgmma's narrow side at 64 tokens on 4096 rows, 64-row ones two an SM on 12288), and others: no
+    serialised wgmma; no spill for token tiles of up to 32, 40 bytes at 64 (2 wgmmas in flight over trips of 4
+    blocks; trips of 8 spilled 1.9 KB there, and a K loop unrolled whole spilled at every width), none with the
+    weight on the narrow side."""
     from precision_engine.numerics import gluon_chain as C
 
     cfg = C.chain_config(m, n, 14336, 132)
@@ -123,6 +123,7 @@ def test_chain_decode_keeps_wgmma_async(tmp_path, m, n, weight_rows):
          "WEIGHT_ON_M": not cfg.weight_rows},
         {"c_ptr": "*bf16", "sx_ptr": "*fp32", "sw_ptr": "*fp32"},
         fp8_descs={"w_desc": block_w, "x_desc": block_t}, options={"maxnreg": cap} if cfg.per_sm > 1 else None)
-    assert cfg.per_sm == (2 if n == 12288 and not cfg.weight_rows else 1)
+    if not weight_rows:  # chain_config's own: two an SM where its programs outnumber the SMs
+        assert cfg.per_sm == (2 if n == 12288 else 1)
     spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
     assert "C7514" not in report and spilled <= (40 if block_t == 64 and not cfg.weight_rows else 0), report

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared for the next session (not run: the twenty-third ended with no device time left). First, on the CPU:
-#   git apply benchmarks/2026-12-04/s23_calls/gluon_requant.patch   (its compile test: test_gluon_compile.py passes
-#   16 on Triton 3.6 with ptxas). Then run this as a device call: the Gluon re-quantizer's bytes against the Triton
+#   git apply benchmarks/2026-12-04/s23_calls/gluon_reciprocal.patch benchmarks/2026-12-04/s23_calls/gluon_requant.patch
+#   (its compile test: test_gluon_compile.py passes 16 on Triton 3.6 with ptxas). Then run this as a device call: the Gluon re-quantizer's bytes against the Triton
 #   kernel's and the reference (GPU tests), then bench.quant's re-quantizer rows, where "requant fp8 -> tokens^T"
 #   and "requant pow2" are AUTO (the Gluon kernel with the patch) and the swept configs the Triton kernel, against a
 #   copy in the same run.

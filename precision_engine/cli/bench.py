@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -133,7 +134,9 @@ def register(app: typer.Typer) -> None:
     def ceiling(out: OutOpt = None, quick: QuickOpt = False,
                 decode: Annotated[bool, typer.Option("--decode", help="The decode forward (M = 1, 16, 64) instead: "
                                                      "one read of the FP8 weight's bytes against BF16's GEMM.")]
-                = False) -> None:
+                = False,
+                tokens: Annotated[str | None, typer.Option("--tokens", help="With --decode: comma-separated token "
+                                                           "counts from 1 to 64 (default 1,16,64).")] = None) -> None:
         """How far an FP8 linear could get ahead of BF16 on this GPU, against issue 12's targets, same run.
 
         For each 8B projection shape at 8192/16384 tokens (--quick: two shapes at 8192), the training step's
@@ -147,18 +150,20 @@ def register(app: typer.Typer) -> None:
         the block-scaled ceiling is out of reach for any linear on the block-scaled GEMMs measured; above the
         per-tensor GEMMs-only one, for any FP8 GEMM cuBLAS has.
 
-        --decode times the whole linear's decode forward instead (M = 1, 16, 64; --quick: M = 1): BF16's GEMM
-        against one read of the FP8 weight's bytes, alone and followed by x cast to FP8 (the cheapest Q(x) in
-        a launch of its own), as CUDA-graph replays, beside our fp8_bi and against the 1.5x target.
+        --decode times the whole linear's decode forward instead (M = 1, 16, 64, or --tokens; --quick: M = 1):
+        BF16's GEMM against one read of the FP8 weight's bytes, alone and followed by x cast to FP8 (the cheapest
+        Q(x) in a launch of its own), as CUDA-graph replays, beside our fp8_bi and against the 1.5x target.
 
         Examples:
           precision bench ceiling --out bench_ceiling.json
           precision bench ceiling --decode --out bench_decode_ceiling.json
+          precision bench ceiling --decode --tokens 24,40,48,56
         """
+        ms = _decode_tokens(tokens, decode)
         require_gpu(out, "precision bench ceiling")
         if decode:
             from precision_engine.bench import decode_ceiling as bench_ceiling
-            run = bench_ceiling.bench_decode_ceiling
+            run = functools.partial(bench_ceiling.bench_decode_ceiling, ms=ms)
         else:
             from precision_engine.bench import ceiling as bench_ceiling
             run = bench_ceiling.bench_ceiling
@@ -167,6 +172,21 @@ def register(app: typer.Typer) -> None:
 
     bench_rollout.register(group)
     app.add_typer(group, name="bench")
+
+
+def _decode_tokens(tokens: str | None, decode: bool) -> tuple[int, ...] | None:
+    """`bench ceiling --tokens`: decode sizes only (1..64), and only with --decode; a UsageError otherwise."""
+    if tokens is None:
+        return None
+    if not decode:
+        raise UsageError(f"--tokens {tokens!r} needs --decode (the training ceiling runs 8192 and 16384 tokens)")
+    from precision_engine.bench.linear import parse_tokens
+
+    ms = parse_tokens(tokens)
+    if max(ms) > 64:
+        raise UsageError(f"--tokens {tokens!r}: the decode ceiling takes 1 to 64 tokens (wider is training: "
+                         "drop --decode)")
+    return ms
 
 
 def check_out(out: Path | None) -> None:

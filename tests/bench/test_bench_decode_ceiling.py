@@ -73,6 +73,28 @@ def test_decode_ceiling_without_gpu_is_one_clear_error():
     assert result.exit_code == 2 and "needs a CUDA GPU" in result.output and "Traceback" not in result.output
 
 
+def test_cli_tokens_pick_the_decode_rows(monkeypatch):
+    """--tokens reaches the decode loop as its M list (the target is M = 1 .. 64, the default three of them)."""
+    import precision_engine.cli.bench as cli_bench
+
+    seen = []
+    monkeypatch.setattr(D, "bench_decode_ceiling", lambda **kwargs: seen.append(kwargs["ms"]) or [])
+    monkeypatch.setattr(cli_bench, "require_gpu", lambda out, verb: None)
+    result = CliRunner().invoke(app, ["bench", "ceiling", "--decode", "--tokens", "24,40,48,56"])
+    assert result.exit_code == 0, result.output
+    assert seen == [(24, 40, 48, 56)]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tokens", "48"], "--tokens '48' needs --decode"),
+    (["--decode", "--tokens", "16,65"], "the decode ceiling takes 1 to 64 tokens"),
+    (["--decode", "--tokens", "1,x"], "expected comma-separated positive token counts"),
+])
+def test_cli_tokens_refuses_what_is_not_a_decode_size_in_one_line(args, message):
+    result = CliRunner().invoke(app, ["bench", "ceiling", *args])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_quick_run_on_the_gpu():

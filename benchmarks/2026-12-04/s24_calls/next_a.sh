@@ -11,7 +11,10 @@ cd "$(dirname "$0")/../../.."
 source scripts/device_env.sh
 T="python3 -m pytest -q -rf -p no:cacheprovider"
 timeout 240 $T -m gpu tests/numerics/gpu/test_gemm_gpu.py -k "chain_decode or chain_quantize" > "$OUT/tests_chain.log" 2>&1
-echo "chain tests rc=$?"; grep -E "passed|failed|FAILED|Error|assert" "$OUT/tests_chain.log" | tail -n 8 | cut -c1-300
+rc=$?; echo "chain tests rc=$rc"; grep -E "passed|failed|FAILED|Error|assert" "$OUT/tests_chain.log" | tail -n 8 | cut -c1-300
+# A timeout here is most likely a launch waiting forever on its ring (the boxes' bytes against the barrier's
+# expected count): the probes would wait too, so stop.
+[ $rc -eq 124 ] && { echo "chain tests timed out: probes skipped"; exit 124; }
 timeout 90 $T tests/numerics/test_gluon_compile.py > "$OUT/tests_compile.log" 2>&1
 echo "compile tests rc=$?"; grep -E "passed|failed|FAILED|Error" "$OUT/tests_compile.log" | tail -n 4 | cut -c1-300
 for round in tokens narrow; do

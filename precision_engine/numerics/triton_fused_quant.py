@@ -8,9 +8,9 @@ unfused pair reads the output back (RMSNorm on 8B shapes: 5 bytes per element in
 instead of 9, plus one launch fewer). The output's bits are the unfused op's and the quantization is
 `triton_quant`'s 1xG arithmetic on those bits, so both halves equal the two separate kernels byte for byte:
 
-- `_rms_norm_quant_kernel` (`_rms_norm_quant_row`) repeats `triton_invariant._rms_norm_kernel` statement for
-  statement, with its block size, warp count and compile options (one program per row, the same reduction
-  tree), then views the row as [BLOCK_H/G, G] groups in registers for the quantization.
+- `_rms_norm_quant_kernel` (`_rms_norm_quant_row`) runs `triton_invariant._rms_norm_row`, the RMSNorm kernel's
+  statements, with its block size, warp count and compile options (one program per row, the same reduction
+  tree), then reads the row back as [BLOCK_H/G, G] groups for the quantization.
 - `_add_rms_norm_kernel` adds the residual first, ``RN(x + y)`` in fp32 as torch's add of two bf16 tensors,
   stores the sum and runs `_rms_norm_quant_row` (the RMSNorm kernel's statements, with or without the
   quantization) on it as read back after a barrier: one launch where the decoder ran torch's add and the norm.
@@ -38,7 +38,7 @@ from triton.language.extra.cuda import libdevice
 
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, fp8_dtype
 from precision_engine.numerics.formats import QuantFormat
-from precision_engine.numerics.triton_invariant import _round, _round_opaque, norm_warps
+from precision_engine.numerics.triton_invariant import _rms_norm_row, _round, _round_opaque, norm_warps
 from precision_engine.numerics.triton_quant import (
     _INTERPRET,
     _amax,
@@ -56,21 +56,13 @@ def _rms_norm_quant_row(row, x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, q_
                         BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr, QUANT: tl.constexpr, G: tl.constexpr,
                         FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
                         POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
-    """HF Llama RMSNorm of one row (the statements of `_rms_norm_kernel`), then with QUANT its 1xG
-    quantization."""
-    offs = tl.arange(0, BLOCK_H)
-    mask = offs < H
-    x_in = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
-    x = x_in.to(tl.float32)
-    inv = tl.rsqrt(tl.sum(x * x, axis=0) / H + eps)
-    h = _round(x * inv, x_in.dtype, INTERPRET).to(tl.float32)
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    y = _round(w * h, o_ptr.dtype.element_ty, INTERPRET)
-    tl.store(o_ptr + row * stride_o + offs, y, mask=mask)
+    """HF Llama RMSNorm of one row (`triton_invariant._rms_norm_row`, as `_rms_norm_kernel` runs it), then with
+    QUANT its 1xG quantization."""
+    _rms_norm_row(row, x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, BLOCK_H, INTERPRET)
     if QUANT:
         # The row is read back as [groups, G] (the program's own stores, visible after the barrier): nothing
-        # below depends on x, so the code above compiles exactly as `_rms_norm_kernel` does (reusing y in
-        # registers changed LLVM's FMA contraction of the sum of squares, and with it the bits).
+        # below depends on the norm's registers, so it compiles exactly as in `_rms_norm_kernel` (reusing the
+        # output in registers changed LLVM's FMA contraction of the sum of squares, and with it the bits).
         tl.debug_barrier()
         g = tl.arange(0, BLOCK_H // G)
         c = tl.arange(0, G)

@@ -340,10 +340,11 @@ def norm_warps(block_h: int) -> int:
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, BLOCK_H: tl.constexpr,
-                     INTERPRET: tl.constexpr):
-    """HF Llama: h = (x32 * rsqrt(mean(x32^2) + eps)).to(x.dtype); out = weight * h (torch's promotion)."""
-    row = tl.program_id(0).to(tl.int64)
+def _rms_norm_row(row, x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, BLOCK_H: tl.constexpr,
+                  INTERPRET: tl.constexpr):
+    """HF Llama on one row: h = (x32 * rsqrt(mean(x32^2) + eps)).to(x.dtype); out = weight * h (torch's
+    promotion), stored. Every RMSNorm launch runs these statements (`triton_fused_quant`'s quantizing and
+    residual-adding ones too), so a row gets the same bits from each."""
     offs = tl.arange(0, BLOCK_H)
     mask = offs < H
     x_in = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
@@ -352,6 +353,14 @@ def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, BLOCK_H: t
     h = _round(x * inv, x_in.dtype, INTERPRET).to(tl.float32)
     w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(o_ptr + row * stride_o + offs, _round(w * h, o_ptr.dtype.element_ty, INTERPRET), mask=mask)
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, BLOCK_H: tl.constexpr,
+                     INTERPRET: tl.constexpr):
+    """`_rms_norm_row`, one program per row."""
+    _rms_norm_row(tl.program_id(0).to(tl.int64), x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, BLOCK_H,
+                  INTERPRET)
 
 
 def _rms_norm_launch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -135,13 +135,14 @@ def register(app: typer.Typer) -> None:
                 decode: Annotated[bool, typer.Option("--decode", help="The decode forward (M = 1, 16, 64) instead: "
                                                      "one read of the FP8 weight's bytes against BF16's GEMM.")]
                 = False,
-                tokens: Annotated[str | None, typer.Option("--tokens", help="With --decode: comma-separated token "
-                                                           "counts from 1 to 64 (default 1,16,64).")] = None) -> None:
+                tokens: Annotated[str | None, typer.Option("--tokens", help="Comma-separated token counts: above 64 "
+                                                           "(default 8192,16384), or with --decode 1 to 64 (default "
+                                                           "1,16,64).")] = None) -> None:
         """How far an FP8 linear could get ahead of BF16 on this GPU, against issue 12's targets, same run.
 
-        For each 8B projection shape at 8192/16384 tokens (--quick: two shapes at 8192), the training step's
-        three GEMMs are timed in BF16, in FP8 with one scale per tensor and fast accumulation (cuBLAS's fastest
-        FP8 GEMM), and in FP8 with the Jet-RL block scales on cuBLAS's block-scaled GEMM and, where DeepGEMM is
+        For each 8B projection shape at 8192/16384 tokens (or --tokens; --quick: two shapes at 8192), the training
+        step's three GEMMs are timed in BF16, in FP8 with one scale per tensor and fast accumulation (cuBLAS's
+        fastest FP8 GEMM), and in FP8 with the Jet-RL block scales on cuBLAS's block-scaled GEMM and, where DeepGEMM is
         installed on a Hopper GPU, on DeepGEMM's (its wgrad accumulates into an FP32 dW, as with FP32 main
         grads), and the copy bandwidth is measured. Each ceiling per pass is printed twice: with the GEMMs alone,
         and with the fewest bytes the FP8 dataflow's quantizers must move added at copy bandwidth. The
@@ -157,16 +158,17 @@ def register(app: typer.Typer) -> None:
         Examples:
           precision bench ceiling --out bench_ceiling.json
           precision bench ceiling --decode --out bench_decode_ceiling.json
+          precision bench ceiling --tokens 4096
           precision bench ceiling --decode --tokens 24,40,48,56
         """
-        ms = _decode_tokens(tokens, decode)
+        ms = _ceiling_tokens(tokens, decode)
         require_gpu(out, "precision bench ceiling")
         if decode:
             from precision_engine.bench import decode_ceiling as bench_ceiling
             run = functools.partial(bench_ceiling.bench_decode_ceiling, ms=ms)
         else:
             from precision_engine.bench import ceiling as bench_ceiling
-            run = bench_ceiling.bench_ceiling
+            run = functools.partial(bench_ceiling.bench_ceiling, ms=ms)
         rows = run(quick=quick, on_row=lambda row: typer.echo(bench_ceiling.format_row(row)))
         _report(bench_ceiling.format_table(rows), rows, out)
 
@@ -174,18 +176,20 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="bench")
 
 
-def _decode_tokens(tokens: str | None, decode: bool) -> tuple[int, ...] | None:
-    """`bench ceiling --tokens`: decode sizes only (1..64), and only with --decode; a UsageError otherwise."""
+def _ceiling_tokens(tokens: str | None, decode: bool) -> tuple[int, ...] | None:
+    """`bench ceiling --tokens`: decode sizes (1..64) with --decode, training sizes (above 64) without; a
+    UsageError otherwise."""
     if tokens is None:
         return None
-    if not decode:
-        raise UsageError(f"--tokens {tokens!r} needs --decode (the training ceiling runs 8192 and 16384 tokens)")
     from precision_engine.bench.linear import parse_tokens
 
     ms = parse_tokens(tokens)
-    if max(ms) > 64:
-        raise UsageError(f"--tokens {tokens!r}: the decode ceiling takes 1 to 64 tokens (wider is training: "
-                         "drop --decode)")
+    if decode and max(ms) > 64:
+        raise UsageError(f"--tokens {tokens!r}: the decode ceiling takes 1 to 64 tokens (drop --decode for "
+                         "training sizes)")
+    if not decode and min(ms) <= 64:
+        raise UsageError(f"--tokens {tokens!r}: the training ceiling takes more than 64 tokens (add --decode for "
+                         "decode sizes)")
     return ms
 
 

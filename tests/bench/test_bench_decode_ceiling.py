@@ -73,20 +73,24 @@ def test_decode_ceiling_without_gpu_is_one_clear_error():
     assert result.exit_code == 2 and "needs a CUDA GPU" in result.output and "Traceback" not in result.output
 
 
-def test_cli_tokens_pick_the_decode_rows(monkeypatch):
-    """--tokens reaches the decode loop as its M list (the target is M = 1 .. 64, the default three of them)."""
+def test_cli_tokens_pick_the_rows_of_either_ceiling(monkeypatch):
+    """--tokens reaches the decode loop as its M list (the target is M = 1 .. 64, the default three of them), and
+    the training one's without --decode."""
+    import precision_engine.bench.ceiling as ceiling
     import precision_engine.cli.bench as cli_bench
 
     seen = []
-    monkeypatch.setattr(D, "bench_decode_ceiling", lambda **kwargs: seen.append(kwargs["ms"]) or [])
+    monkeypatch.setattr(D, "bench_decode_ceiling", lambda **kwargs: seen.append(("decode", kwargs["ms"])) or [])
+    monkeypatch.setattr(ceiling, "bench_ceiling", lambda **kwargs: seen.append(("train", kwargs["ms"])) or [])
     monkeypatch.setattr(cli_bench, "require_gpu", lambda out, verb: None)
-    result = CliRunner().invoke(app, ["bench", "ceiling", "--decode", "--tokens", "24,40,48,56"])
-    assert result.exit_code == 0, result.output
-    assert seen == [(24, 40, 48, 56)]
+    for args in (["--decode", "--tokens", "24,40,48,56"], ["--tokens", "4096"], ["--decode"]):
+        result = CliRunner().invoke(app, ["bench", "ceiling", *args])
+        assert result.exit_code == 0, result.output
+    assert seen == [("decode", (24, 40, 48, 56)), ("train", (4096,)), ("decode", None)]
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--tokens", "48"], "--tokens '48' needs --decode"),
+    (["--tokens", "48"], "the training ceiling takes more than 64 tokens"),
     (["--decode", "--tokens", "16,65"], "the decode ceiling takes 1 to 64 tokens"),
     (["--decode", "--tokens", "1,x"], "expected comma-separated positive token counts"),
 ])

@@ -151,7 +151,19 @@ def format_row(r: dict) -> str:
             f"{c['target']:.2f}x {verdict}")
 
 
+def summary(rows: list[dict]) -> str:
+    """The target's count over the rows: met, short and beyond the whole linear's ceiling, short within reach
+    (named: what is left to do)."""
+    met = [r for r in rows if r["achieved"]["fp8_bi"] >= TARGET]
+    short = [r for r in rows if r["achieved"]["fp8_bi"] < TARGET]
+    within = [r for r in short if r["ceilings"]["reachable"]]
+    named = "".join(f"; {r['n']}x{r['k']} M = {r['m']} ({r['achieved']['fp8_bi']:.2f}x against "
+                    f"{r['ceilings']['with_quant_x']:.2f}x)" for r in within)
+    return (f"target {TARGET:.2f}x: met on {len(met)} of {len(rows)} rows; short and beyond the whole linear's "
+            f"ceiling on {len(short) - len(within)}; short within reach on {len(within)}{named}")
+
+
 def format_table(rows: list[dict]) -> str:
     head = (f"{'N x K':>13} {'M':>4}  x BF16, same run, CUDA-graph replays; ceilings: the FP8 weight's bytes "
             "streamed (the faster of a read and a copy) / and x cast to FP8 first (the whole linear)")
-    return "\n".join([head, *map(format_row, rows)])
+    return "\n".join([head, *map(format_row, rows), summary(rows)])

@@ -56,6 +56,18 @@ def test_the_whole_linear_ceiling_judges_the_target(cast_ms, reachable):
     assert ("within reach" in line) is reachable and ("beyond" in line) is not reachable
 
 
+def test_the_summary_counts_the_target_and_names_what_is_within_reach():
+    def row(n, m, achieved, cast_ms):
+        r = {"n": n, "k": 4096, "m": m, "bf16_ms": 10.0, "read_ms": 5.0, "copy_ms": 5.0, "read_cast_ms": cast_ms,
+             "copy_cast_ms": cast_ms, "achieved": {"fp8_bi": achieved}}
+        return {**r, "ceilings": D.ceilings(r)}
+
+    rows = [row(4096, 1, 1.52, 6.0), row(4096, 48, 1.41, 6.0), row(1024, 1, 0.98, 7.0), row(6144, 64, 1.5, 6.5)]
+    assert D.summary(rows) == ("target 1.50x: met on 2 of 4 rows; short and beyond the whole linear's ceiling on "
+                               "1; short within reach on 1; 4096x4096 M = 48 (1.41x against 1.67x)")
+    assert D.format_table(rows).splitlines()[-1] == D.summary(rows)
+
+
 def test_the_loop_runs_end_to_end_at_toy_size_on_the_cpu():
     """The wiring at a toy size, eagerly on the CPU: not a measurement."""
     seen = []
@@ -64,7 +76,7 @@ def test_the_loop_runs_end_to_end_at_toy_size_on_the_cpu():
     for row in rows:
         assert all(row[f"{kind}_ms"] > 0 for kind in D.KINDS) and row["achieved"]["fp8_bi"] > 0
         assert row["ceilings"]["weights_x"] == row["bf16_ms"] / min(row["read_ms"], row["copy_ms"])
-    assert len(D.format_table(rows).splitlines()) == 3
+    assert len(D.format_table(rows).splitlines()) == 4  # the header, two rows, the summary
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")

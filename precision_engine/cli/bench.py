@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
@@ -165,11 +164,11 @@ def register(app: typer.Typer) -> None:
         require_gpu(out, "precision bench ceiling")
         if decode:
             from precision_engine.bench import decode_ceiling as bench_ceiling
-            run = functools.partial(bench_ceiling.bench_decode_ceiling, ms=ms)
+            run = bench_ceiling.bench_decode_ceiling
         else:
             from precision_engine.bench import ceiling as bench_ceiling
-            run = functools.partial(bench_ceiling.bench_ceiling, ms=ms)
-        rows = run(quick=quick, on_row=lambda row: typer.echo(bench_ceiling.format_row(row)))
+            run = bench_ceiling.bench_ceiling
+        rows = run(quick=quick, ms=ms, on_row=lambda row: typer.echo(bench_ceiling.format_row(row)))
         _report(bench_ceiling.format_table(rows), rows, out)
 
     bench_rollout.register(group)
@@ -181,15 +180,16 @@ def _ceiling_tokens(tokens: str | None, decode: bool) -> tuple[int, ...] | None:
     UsageError otherwise."""
     if tokens is None:
         return None
+    from precision_engine.bench.gemm import DECODE_M
     from precision_engine.bench.linear import parse_tokens
 
-    ms = parse_tokens(tokens)
-    if decode and max(ms) > 64:
-        raise UsageError(f"--tokens {tokens!r}: the decode ceiling takes 1 to 64 tokens (drop --decode for "
+    ms, widest = parse_tokens(tokens), DECODE_M[-1]  # `bench linear`'s line between decode and training rows
+    if decode and max(ms) > widest:
+        raise UsageError(f"--tokens {tokens!r}: the decode ceiling takes 1 to {widest} tokens (drop --decode for "
                          "training sizes)")
-    if not decode and min(ms) <= 64:
-        raise UsageError(f"--tokens {tokens!r}: the training ceiling takes more than 64 tokens (add --decode for "
-                         "decode sizes)")
+    if not decode and min(ms) <= widest:
+        raise UsageError(f"--tokens {tokens!r}: the training ceiling takes more than {widest} tokens (add --decode "
+                         "for decode sizes)")
     return ms
 
 

@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from precision_engine.bench.gemm import QUICK_SHAPES, SHAPES_8B, TRAIN_M, timed
+from precision_engine.bench.gemm import GRAPHED, QUICK_SHAPES, SHAPES_8B, TRAIN_M, timed
 from precision_engine.bench.quant import activation_bytes, grad_output_bytes, requantize_bytes, weight_bytes
 from precision_engine.bench.timing import rotation
 from precision_engine.errors import UnsupportedError
@@ -247,11 +247,14 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
 
 
 def format_row(r: dict) -> str:
-    """Per pass: our variants' ratios, the ceilings (GEMMs only / with quantizers; per-tensor, then the fastest
-    block-scaled) and the target with its verdict; then why an FP8 family did not run, where one did not."""
+    """Per pass: our variants' ratios (eager, then graphed where timed), the ceilings (GEMMs only / with
+    quantizers; per-tensor, then the fastest block-scaled) and the target with its verdict; then why an FP8 family
+    did not run, where one did not."""
     cells = []
     for pass_, c in r["ceilings"].items():
-        ours = ", ".join(f"{v} {x:.2f}x" for v, x in r.get("achieved", {}).get(pass_, {}).items())
+        ours = "; ".join(f"{how}{', '.join(f'{v} {x:.2f}x' for v, x in got.items())}"
+                         for how, got in (("", r.get("achieved", {}).get(pass_)),
+                                          ("graphed ", r.get("achieved", {}).get(pass_ + GRAPHED))) if got)
         found = [f"ceiling {_pair(c, '')}"] if "gemm_x" in c else []
         if "fastest_gemm_x" in c:
             found.append(f"block-scaled {_pair(c, 'fastest_')}{_block_scaled_detail(c)}")
@@ -276,9 +279,8 @@ def _block_scaled_detail(cell: dict) -> str:
 
 
 def _verdict(cell: dict) -> str:
-    """Whether a pass's target is within reach: of the fastest block-scaled GEMMs where they ran, else of the
-    per-tensor; out of reach, which GEMMs it is beyond."""
-    reachable = cell.get("fastest_reachable", cell.get("reachable"))
+    """Whether a pass's target is within reach (`_reachable`); out of reach, which GEMMs it is beyond."""
+    reachable = _reachable(cell)
     if reachable is None:
         return "not judged"
     if reachable:
@@ -290,10 +292,39 @@ def _verdict(cell: dict) -> str:
     return f"beyond {per_tensor}the block-scaled GEMMs measured here ({measured})"
 
 
+def summary(rows: list[dict], variant: str = "fp8_bi") -> list[str]:
+    """Issue 12's targets are the batch-invariant linear's: a line per pass (eager, and graphed where timed) that
+    counts its rows met, short and beyond the ceiling, short within reach (named, with the ceiling: what is left to
+    do) and short but not judged (no FP8 GEMM ran)."""
+    lines = []
+    for pass_ in dict.fromkeys(p for r in rows for p, got in r["achieved"].items() if variant in got):
+        timed = [(r, r["achieved"][pass_][variant], r["ceilings"][pass_.removesuffix(GRAPHED)]) for r in rows
+                 if variant in r["achieved"].get(pass_, {})]
+        short = [(r, x, cell, _reachable(cell)) for r, x, cell in timed if x < cell["target"]]
+        within = "".join(f"; {r['n']}x{r['k']} M = {r['m']} ({x:.2f}x against {_ceiling(cell):.2f}x)"
+                         for r, x, cell, reachable in short if reachable)
+        counts = {verdict: sum(reachable is verdict for *_, reachable in short) for verdict in (True, False, None)}
+        lines.append(f"{variant} {pass_}: target met on {len(timed) - len(short)} of {len(timed)} rows; short and "
+                     f"beyond the ceiling on {counts[False]}; short within reach on {counts[True]}{within}"
+                     + (f"; short, not judged, on {counts[None]}" if counts[None] else ""))
+    return lines
+
+
+def _reachable(cell: dict) -> bool | None:
+    """Whether a pass's target is within reach of the fastest block-scaled GEMMs with the quantizers where they
+    ran, else of the per-tensor GEMMs alone; None where no FP8 GEMM ran."""
+    return cell.get("fastest_reachable", cell.get("reachable"))
+
+
+def _ceiling(cell: dict) -> float:
+    """The ratio `_reachable` judges by."""
+    return cell.get("fastest_with_quant_x", cell.get("gemm_x"))
+
+
 def format_table(rows: list[dict]) -> str:
     """A line per row: each pass's achieved ratios, its ceilings with GEMMs only / with quantizer bytes (per-tensor
-    FP8, then the fastest block-scaled GEMM per GEMM), and the issue's target."""
+    FP8, then the fastest block-scaled GEMM per GEMM), and the issue's target; then the targets' `summary`."""
     head = (f"{'N x K':>13} {'M':>6}  x BF16, same run; ceilings: GEMMs only / with quantizers at "
             f"{rows[0]['copy_gbps']:.0f} GB/s copy bandwidth; block-scaled: each GEMM on the fastest that ran of "
             f"{' and '.join(BLOCK_SCALED.values())}" if rows else "no rows")
-    return "\n".join([head, *map(format_row, rows)])
+    return "\n".join([head, *map(format_row, rows), *summary(rows)])

@@ -146,9 +146,11 @@ def register(app: typer.Typer) -> None:
         grads), and the copy bandwidth is measured. Each ceiling per pass is printed twice: with the GEMMs alone,
         and with the fewest bytes the FP8 dataflow's quantizers must move added at copy bandwidth. The
         block-scaled ceiling takes each GEMM's fastest of cuBLAS and DeepGEMM (with each one's own where both
-        ran). Beside them are our FP8 linear's own ratios (fp8_cublas, fp8_bi) on the same shape. A target above
-        the block-scaled ceiling is out of reach for any linear on the block-scaled GEMMs measured; above the
-        per-tensor GEMMs-only one, for any FP8 GEMM cuBLAS has.
+        ran). Beside them are our FP8 linear's own ratios (fp8_cublas, fp8_bi; eager, and graphed) on the same
+        shape. A target above the block-scaled ceiling is out of reach for any linear on the block-scaled GEMMs
+        measured; above the per-tensor GEMMs-only one, for any FP8 GEMM cuBLAS has. Last, a line per pass counts
+        fp8_bi's rows (the batch-invariant linear, whose targets they are): met, short and beyond the ceiling,
+        short within reach (named).
 
         --decode times the whole linear's decode forward instead (M = 1, 16, 64, or --tokens; --quick: M = 1):
         BF16's GEMM against one read of the FP8 weight's bytes, alone and followed by x cast to FP8 (the cheapest

@@ -229,6 +229,39 @@ def test_a_deep_gemm_that_fails_gets_a_note_and_the_others_run(monkeypatch):
     assert "deep_gemm: RuntimeError: NVCC" in line and "DeepGEMM" not in line
 
 
+def test_the_summary_counts_each_pass_and_names_what_is_within_reach():
+    """Per pass of the batch-invariant linear, eager and graphed: met, short beyond the ceiling, short within
+    reach (named with the ceiling it is judged by); the per-row line shows the graphed ratios too."""
+    def row(n, achieved, blocks):
+        r = _row(n, 4096, (1.0, 1.0, 1.0), (0.6, 0.6, 0.6), blocks=blocks)
+        r["achieved"] = {p: {"fp8_cublas": x + 0.01, "fp8_bi": x} for p, x in achieved.items()}
+        return {**r, "ceilings": C.ceilings(r)}
+
+    fast, slow = (0.6, 0.6, 0.6), (0.7, 0.7, 0.7)  # block-scaled: 1.67x / 1.43x GEMMs only
+    rows = [row(4096, {"fwd": 1.50, "fwd+bwd": 1.40, "fwd/graph": 1.52, "fwd+bwd/graph": 1.46}, fast),
+            row(14336, {"fwd": 1.40, "fwd+bwd": 1.35, "fwd/graph": 1.41, "fwd+bwd/graph": 1.38}, slow)]
+    mlp = rows[1]["ceilings"]["fwd+bwd"]
+    assert not mlp["fastest_reachable"] and rows[0]["ceilings"]["fwd+bwd"]["fastest_reachable"]
+    within = rows[0]["ceilings"]["fwd+bwd"]["fastest_with_quant_x"]
+    assert C.summary(rows) == [
+        "fp8_bi fwd: target met on 1 of 2 rows; short and beyond the ceiling on 1; short within reach on 0",
+        f"fp8_bi fwd+bwd: target met on 0 of 2 rows; short and beyond the ceiling on 1; short within reach on 1; "
+        f"4096x4096 M = 8192 (1.40x against {within:.2f}x)",
+        "fp8_bi fwd/graph: target met on 1 of 2 rows; short and beyond the ceiling on 1; short within reach on 0",
+        "fp8_bi fwd+bwd/graph: target met on 1 of 2 rows; short and beyond the ceiling on 1; short within reach "
+        "on 0"]
+    table = C.format_table(rows).splitlines()
+    assert table[-4:] == C.summary(rows)
+    assert "fwd+bwd: fp8_cublas 1.41x, fp8_bi 1.40x; graphed fp8_cublas 1.47x, fp8_bi 1.46x;" in table[1]
+
+
+def test_a_pass_no_fp8_gemm_ran_is_counted_short_and_not_judged():
+    r = {"n": 4096, "k": 4096, "m": 8192, "achieved": {"fwd": {"fp8_bi": 1.2}},
+         "ceilings": {"fwd": {"target": 1.45}, "fwd+bwd": {"target": 1.45}}}
+    assert C.summary([r]) == ["fp8_bi fwd: target met on 0 of 1 rows; short and beyond the ceiling on 0; short "
+                              "within reach on 0; short, not judged, on 1"]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 def test_ceiling_without_gpu_is_one_clear_error():
     result = CliRunner().invoke(app, ["bench", "ceiling", "--quick"])

@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from precision_engine.bench.gemm import GRAPHED, QUICK_SHAPES, SHAPES_8B, TRAIN_M, timed
+from precision_engine.bench.gemm import GRAPHED, QUICK_SHAPES, SHAPES_8B, TRAIN_M, target, timed
 from precision_engine.bench.quant import activation_bytes, grad_output_bytes, requantize_bytes, weight_bytes
 from precision_engine.bench.timing import rotation
 from precision_engine.errors import UnsupportedError
@@ -60,9 +60,6 @@ from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
 GEMMS = ("fprop", "dgrad", "wgrad")
 BLOCK_SCALED = {"blocks": "cuBLAS", "deep_gemm": "DeepGEMM"}  # the Jet-RL block scales: kind -> whose GEMMs
 FP8_KINDS = ("fp8", *BLOCK_SCALED)  # per-tensor with fast accumulation first
-TARGETS = {"fwd": 1.45, "fwd+bwd": 1.45}  # issue 12; fwd+bwd on the MLP shapes: MLP_TARGET
-MLP_TARGET = 1.6
-MLP_FEATURES = (14336, 28672, 12288)  # the 8B MLPs' intermediate sizes (Llama up, fused gate+up; Qwen3 up)
 BLOCK = 128
 ACHIEVED = ("fp8_cublas", "fp8_bi")  # our linear's variants timed beside the ceilings (bench linear's)
 
@@ -102,19 +99,17 @@ def ceilings(row: dict) -> dict:
     for pass_, gemms in (("fwd", GEMMS[:1]), ("fwd+bwd", GEMMS)):
         bf16 = sum(row[f"bf16_{g}_ms"] for g in gemms)
         quant_ms = row[f"{pass_}_bytes"] / (row["copy_gbps"] * 1e6)  # GB/s = 1e6 bytes per ms
-        target = MLP_TARGET if pass_ == "fwd+bwd" and (row["n"] in MLP_FEATURES or row["k"] in MLP_FEATURES) \
-            else TARGETS[pass_]
-        cell = {"target": target}
+        cell = {"target": target(row["n"], row["k"], row["m"], pass_)}
         for kind in FP8_KINDS:
             if all(f"{kind}_{g}_ms" in row for g in gemms):
                 prefix = "" if kind == "fp8" else f"{kind}_"
                 cell |= _ratios(prefix, bf16, sum(row[f"{kind}_{g}_ms"] for g in gemms), quant_ms)
         cell |= _fastest_block_scaled(row, gemms, bf16, quant_ms)
         if "gemm_x" in cell:
-            cell["reachable"] = cell["gemm_x"] >= target
+            cell["reachable"] = cell["gemm_x"] >= cell["target"]
         for kind in (*BLOCK_SCALED, "fastest"):
             if f"{kind}_with_quant_x" in cell:
-                cell[f"{kind}_reachable"] = cell[f"{kind}_with_quant_x"] >= target
+                cell[f"{kind}_reachable"] = cell[f"{kind}_with_quant_x"] >= cell["target"]
         out[pass_] = cell
     return out
 

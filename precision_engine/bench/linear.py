@@ -47,6 +47,7 @@ from precision_engine.bench.gemm import (
     TRAIN_M,
     host_cell,
     notes,
+    target,
     timed,
     variant_cells,
 )
@@ -228,10 +229,38 @@ def progress(r: dict) -> str:
     return f"{format_row(r)}  first call s: {firsts}"
 
 
+def summary(rows: list[dict], ours: str = "fp8_bi") -> list[str]:
+    """Issue 12's targets, which are the batch-invariant linear's: per pass (decode rows apart) the rows that meet
+    `gemm.target`, the short ones named; then, where torchao ran, the rows `ours` is ahead of both its variants on,
+    the others named."""
+    def name(r: dict) -> str:
+        return f"{r['n']}x{r['k']} M = {r['m']}"
+
+    by_pass: dict[str, list[dict]] = {}
+    for r in rows:
+        if f"{ours}_x" in r:
+            by_pass.setdefault("decode" if r["m"] <= DECODE_M[-1] else r["pass"], []).append(r)
+    lines = []
+    for pass_, timed in by_pass.items():
+        short = [r for r in timed if r[f"{ours}_x"] < target(r["n"], r["k"], r["m"], r["pass"])]
+        named = ", ".join(f"{name(r)} {r[f'{ours}_x']:.2f}x of {target(r['n'], r['k'], r['m'], r['pass']):.2f}x"
+                          for r in short)
+        lines.append(f"{ours} {pass_}: target met on {len(timed) - len(short)} of {len(timed)} rows"
+                     + (f"; short: {named}" if short else ""))
+    against = [(r, max(r[f"{v}_x"] for v in torchao_ref.VARIANTS if f"{v}_x" in r)) for r in rows
+               if f"{ours}_x" in r and any(f"{v}_x" in r for v in torchao_ref.VARIANTS)]
+    behind = [(r, theirs) for r, theirs in against if r[f"{ours}_x"] <= theirs]
+    if against:
+        named = ", ".join(f"{name(r)} {r['pass']} {r[f'{ours}_x']:.2f}x against {theirs:.2f}x" for r, theirs in behind)
+        lines.append(f"{ours} ahead of torchao on {len(against) - len(behind)} of {len(against)} rows"
+                     + (f"; not ahead: {named}" if behind else ""))
+    return lines
+
+
 def format_table(rows: list[dict]) -> str:
     """The header and a line per row, each variant's first-call seconds summed over the rows (where compilation
-    and autotuning went), then the notes saying why a variant did not run."""
+    and autotuning went), the notes saying why a variant did not run, then the targets' `summary`."""
     firsts = {v: sum(r[f"{v}_warmup_s"] for r in rows if f"{v}_warmup_s" in r) for v in VARIANTS
               if any(f"{v}_warmup_s" in r for r in rows)}
     total = "first calls s (all rows): " + ", ".join(f"{v} {s:.1f}" for v, s in firsts.items())
-    return "\n".join([format_header(), *map(format_row, rows), total, *notes(rows)])
+    return "\n".join([format_header(), *map(format_row, rows), total, *notes(rows), *summary(rows)])

@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
         GPU time ("host / GPU ms"), marked host-bound where the host's is longer. Beside ours, torchao's
         Float8BlockwiseLinear (cuBLAS and Triton GEMMs) at training sizes, where torchao is importable and runs
         ("-" and a note otherwise); its first calls autotune for minutes, so ours run at every shape first. Each
-        row is printed as it is measured and, with --out, written at once.
+        row is printed as it is measured and, with --out, written at once. Last, fp8_bi (the batch-invariant
+        linear) against issue 12's targets per pass, the short rows named, and the rows it is ahead of torchao on.
 
         Examples:
           precision bench linear --out bench_linear.json

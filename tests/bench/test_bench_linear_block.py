@@ -16,6 +16,7 @@ from precision_engine.bench import torchao_ref
 from precision_engine.bench.block import bench_block, format_table
 from precision_engine.bench.linear import bench_linear, choose_variants
 from precision_engine.bench.linear import format_table as linear_table
+from precision_engine.bench.linear import summary
 from precision_engine.bench.rollout import random_decoder
 from precision_engine.cli.app import app
 from precision_engine.errors import UsageError
@@ -91,6 +92,9 @@ def test_linear_rows_at_toy_size():
     assert table.count("host / GPU ms: bf16 ") == 2
     assert "note (torchao): torchao" in table and " - " in table
     assert "first calls s (all rows): bf16 " in table and "fp8_bi " in table
+    lines = summary(rows)  # fwd, fwd+bwd, decode; no torchao line: it did not run
+    assert [line.split(":")[0] for line in lines] == ["fp8_bi fwd", "fp8_bi fwd+bwd", "fp8_bi decode"]
+    assert table.splitlines()[-3:] == lines
 
 
 def test_linear_row_marks_a_variant_host_bound_where_issuing_outlasts_its_gpu_time():
@@ -102,6 +106,26 @@ def test_linear_row_marks_a_variant_host_bound_where_issuing_outlasts_its_gpu_ti
     line = format_row(row)
     assert line.endswith("host / GPU ms: bf16 0.240 / 1.030, fp8_bi 1.750 / 0.820 (host-bound)")
     assert "host" not in format_row({k: v for k, v in row.items() if "host" not in k and "gpu" not in k})
+
+
+def test_linear_summary_judges_the_batch_invariant_linear_against_issue_12():
+    """Per pass, decode rows apart: met against `gemm.target` (1.6x for the step on an MLP shape, 1.5x at decode
+    sizes), the short rows named; then ahead of both torchao variants, a tie not counted ahead."""
+    def row(n, m, pass_, ours, *torchao):
+        r = {"n": n, "k": 4096, "m": m, "pass": pass_, "fp8_bi_x": ours}
+        r.update({f"{v}_x": x for v, x in zip(("torchao", "torchao_triton"), torchao)})
+        return r
+
+    rows = [row(4096, 8192, "fwd", 1.57, 1.34, 1.40), row(4096, 8192, "fwd+bwd", 1.46, 1.13),
+            row(14336, 8192, "fwd+bwd", 1.49, 1.39, 1.49), row(6144, 8192, "fwd+bwd/graph", 1.42, 1.44),
+            row(4096, 1, "fwd", 1.52), row(4096, 64, "fwd", 1.26)]
+    assert summary(rows) == [
+        "fp8_bi fwd: target met on 1 of 1 rows",
+        "fp8_bi fwd+bwd: target met on 1 of 2 rows; short: 14336x4096 M = 8192 1.49x of 1.60x",
+        "fp8_bi fwd+bwd/graph: target met on 0 of 1 rows; short: 6144x4096 M = 8192 1.42x of 1.45x",
+        "fp8_bi decode: target met on 1 of 2 rows; short: 4096x4096 M = 64 1.26x of 1.50x",
+        "fp8_bi ahead of torchao on 2 of 4 rows; not ahead: 14336x4096 M = 8192 fwd+bwd 1.49x against 1.49x, "
+        "6144x4096 M = 8192 fwd+bwd/graph 1.42x against 1.44x"]
 
 
 def test_linear_variants_pick_the_columns_and_bf16_always_runs():

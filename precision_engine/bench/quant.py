@@ -42,6 +42,8 @@ DUAL_SWEEP = [(32, 64, 4), (64, 64, 4), (16, 64, 4), (32, 32, 4), (64, 64, 8), (
               (64, 32, 4), (64, 16, 4)]
 # SiLU-mul configs (BLOCK_M rows x GROUPS groups per program, warps).
 SILU_SWEEP = [(64, 1, 8), (32, 1, 8), (32, 2, 8), (16, 1, 4), (128, 1, 8)]
+# Rows with a bandwidth target, % of copy: issue 3's activation quantizer and issue 12's wgrad re-quantizer.
+TARGETS = {"1x128 act (triton)": 80.0, "requant fp8 -> tokens^T": 80.0}
 NORM_SHAPES = [(8192, 4096), (16384, 4096), (8192, 8192)]  # tokens x hidden (8B; 70B)
 MLP_SHAPES = [(8192, 14336), (16384, 14336)]  # tokens x intermediate (8B)
 
@@ -229,8 +231,20 @@ def table_row(row: dict) -> str:
     return f"{row['kernel']:<36} {shape:>13} {row['ms']:>8.3f} {row['gbps']:>7.0f} {row['pct_copy']:>6.1f}%"
 
 
+def summary(rows: list[dict]) -> list[str]:
+    """A line per kernel with a target (`TARGETS`) among `rows`: on how many shapes it reaches it, and its range."""
+    lines = []
+    for kernel, target in TARGETS.items():
+        pct = [r["pct_copy"] for r in rows if r["kernel"] == kernel]
+        if pct:
+            lines.append(f"{kernel}: >= {target:.0f}% of copy on {sum(p >= target for p in pct)} of {len(pct)} "
+                         f"shapes ({min(pct):.1f}-{max(pct):.1f}%)")
+    return lines
+
+
 def format_table(result: dict) -> str:
-    return "\n".join([table_header(result["meta"], result["copy_gbps"])] + [table_row(r) for r in result["rows"]])
+    return "\n".join([table_header(result["meta"], result["copy_gbps"]), *map(table_row, result["rows"]),
+                      *summary(result["rows"])])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -248,6 +262,8 @@ def main(argv: list[str] | None = None) -> None:
     print(table_header(_meta(args.reps), copy_gbps), flush=True)
     result = run(reps=args.reps, sweep=args.sweep, only=tuple(p for p in args.only.split(",") if p),
                  copy_gbps=copy_gbps, on_row=lambda row: print(table_row(row), flush=True))
+    for line in summary(result["rows"]):
+        print(line)
     if args.json:
         from precision_engine.rl.runs.files import write_atomic
 

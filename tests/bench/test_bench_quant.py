@@ -41,8 +41,16 @@ def test_rows_print_as_measured_and_the_json_holds_them(fake_gpu, tmp_path):
     assert [r["pct_copy"] for r in doc["rows"]] == [50.0, 12.5]
     assert printed_before == [1, 2]  # the header before the first timing, the first row before the second
     assert printed[0].startswith("FakeGPU") and "device copy 4000 GB/s" in printed[0]
-    assert printed[1:] == [quant.table_row(r) for r in doc["rows"]]
+    assert printed[1:3] == [quant.table_row(r) for r in doc["rows"]]
+    assert printed[3] == "requant fp8 -> tokens^T: >= 80% of copy on 0 of 1 shapes (12.5-12.5%)"  # a target's row
     assert quant.format_table(doc).splitlines() == printed[0].splitlines() + printed[1:]
+
+
+def test_the_summary_counts_the_shapes_that_reach_each_target():
+    rows = [{"kernel": "requant fp8 -> tokens^T", "pct_copy": p} for p in (59.4, 81.0, 68.2)]
+    rows += [{"kernel": "1x128 act (triton)", "pct_copy": 85.5}, {"kernel": "requant c32 x1 v4 w2", "pct_copy": 90.0}]
+    assert quant.summary(rows) == ["1x128 act (triton): >= 80% of copy on 1 of 1 shapes (85.5-85.5%)",
+                                   "requant fp8 -> tokens^T: >= 80% of copy on 1 of 3 shapes (59.4-81.0%)"]
 
 
 def test_filter_keeps_only_the_named_kernels(fake_gpu):

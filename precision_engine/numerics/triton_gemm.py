@@ -171,6 +171,23 @@ def _tile(a_src, b_src, sa_ptr, sb_ptr, off_m, off_n, offs_k, M, N, stride_am, s
 
 
 @triton.jit
+def _sum_if_last(ws_ptr, count_ptr, tile, offs, mask, seg_elems, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A split tile's total, its segment sums added in increasing order, computed by the last of its programs to
+    arrive (`last`; the others get zeros). Each program stores its sum at ws[segment] (`seg_elems` apart, `offs`
+    within) before the call. The last resets the tile's arrival counter for the next launch."""
+    segments = tl.num_programs(1)
+    tl.debug_barrier()  # every thread's partial is written before the release below
+    arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+    last = arrived == segments - 1
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if last:
+        for s in range(0, segments):
+            total += tl.load(ws_ptr + s * seg_elems + offs, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
+    return last, total
+
+
+@triton.jit
 def _fp8_block_gemm_kernel(
     a_src, b_src, c_ptr, ws_ptr, count_ptr, sa_ptr, sb_ptr,
     M, N, K, SEG_KB,
@@ -212,15 +229,9 @@ def _fp8_block_gemm_kernel(
                              stride_ak, stride_bk, stride_sak, stride_sbk, TMA, EVEN_K, BLOCK_K)
         tl.store(ws_ptr + seg * M * N + c_offs, acc, mask=mask_c)
         if FUSED_SUM:
-            segments = tl.num_programs(1)
-            tl.debug_barrier()  # every thread's partial is written before the release below
-            arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel", scope="gpu")
-            if arrived == segments - 1:
-                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for s in range(0, segments):
-                    total += tl.load(ws_ptr + s * M * N + c_offs, mask=mask_c, other=0.0, cache_modifier=".cg")
+            last, total = _sum_if_last(ws_ptr, count_ptr, pid, c_offs, mask_c, M * N, BLOCK_M, BLOCK_N)
+            if last:
                 tl.store(c_ptr + c_offs, total.to(c_ptr.dtype.element_ty), mask=mask_c)
-                tl.atomic_xchg(count_ptr + pid, 0, sem="relaxed", scope="gpu")  # ready for the next launch
     else:
         # total = ((0 + seg_0) + seg_1) + ...: the same additions as the split launch plus its sum.
         total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)

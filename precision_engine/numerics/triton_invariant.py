@@ -47,7 +47,7 @@ import triton.language as tl
 from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, fp8_dtype
 from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
-from precision_engine.numerics.triton_gemm import WHOLE_TILES_MIN, _sm_count, _tile_counters
+from precision_engine.numerics.triton_gemm import WHOLE_TILES_MIN, _sm_count, _sum_if_last, _tile_counters
 from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
 from precision_engine.numerics.triton_quant import (
     _amax,
@@ -213,15 +213,9 @@ def _linear_kernel(x_src, w_src, c_ptr, ws_ptr, count_ptr, bias_ptr, M, N, K, SE
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         ws_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
         tl.store(ws_ptr + seg.to(tl.int64) * M * N + ws_offs, acc, mask=mask)
-        segments = tl.num_programs(1)
-        tl.debug_barrier()  # every thread's partial is written before the release below
-        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == segments - 1:
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for s in range(0, segments):
-                total += tl.load(ws_ptr + s * M * N + ws_offs, mask=mask, other=0.0, cache_modifier=".cg")
+        last, total = _sum_if_last(ws_ptr, count_ptr, tile, ws_offs, mask, M * N, BLOCK_M, BLOCK_N)
+        if last:
             _store_tile(c_ptr, bias_ptr, total, off_m, off_n, M, N, HAS_BIAS, INTERPRET, BLOCK_M, BLOCK_N)
-            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next launch
     else:
         if PERSISTENT:
             num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)

@@ -25,10 +25,7 @@ bf16_baseline in fast mode. Eager rows also get the host's time to issue one cal
 
 from __future__ import annotations
 
-import json
-import tempfile
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 
@@ -37,7 +34,7 @@ from precision_engine.bench.gemm import GRAPHED, host_cell, timed
 from precision_engine.bench.timing import host_and_gpu_ms, rotation
 from precision_engine.errors import UsageError
 from precision_engine.models.decoder import Decoder
-from precision_engine.models.loader import resolve_config
+from precision_engine.models.loader import config_spec, resolve_config
 from precision_engine.pipeline import prepare
 from precision_engine.rewrite import invalidate_weight_caches
 
@@ -72,51 +69,44 @@ def bench_block(model_spec: str = "llama-3.1-8b", *, policies: Sequence[str] = P
     modes = modes or known
     config = resolve_config(model_spec)
     config["num_hidden_layers"] = 1
-    spec = _config_file(config)  # the plan is compiled for the one-layer model
-    model = random_decoder(config, device=device, seed=seed)
-    hidden = model.config.hidden_size
+    with config_spec(config) as spec:  # the plan is compiled for the one-layer model
+        model = random_decoder(config, device=device, seed=seed)
+        hidden = model.config.hidden_size
 
-    def make():
-        x = torch.randn(batch, seq, hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
-        return x, torch.randn(batch, seq, hidden, device=device, dtype=torch.bfloat16)
+        def make():
+            x = torch.randn(batch, seq, hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
+            return x, torch.randn(batch, seq, hidden, device=device, dtype=torch.bfloat16)
 
-    sets = rotation(make, 2 * batch * seq * hidden * 2)
-    rows: list[dict] = []
-    for name in policies:
-        for mode, invariant in MODES:
-            if mode not in modes:
-                continue
-            base = {"policy": name, "mode": mode, "batch": batch, "seq": seq, "tokens": batch * seq}
-            try:
-                base["fp8_linears"] = _rewrite(model, spec, name, invariant, device)
-            except Exception as err:  # noqa: BLE001 (one policy failing must not lose the others)
-                base["error"] = f"{type(err).__name__}: {err}"
-            for pass_, step in zip(PASSES, (_forward, _train_step, _train_step)):
-                graphed = pass_.endswith(GRAPHED)
-                if graphed and torch.device(device).type != "cuda":
+        sets = rotation(make, 2 * batch * seq * hidden * 2)
+        rows: list[dict] = []
+        for name in policies:
+            for mode, invariant in MODES:
+                if mode not in modes:
                     continue
-                row = {**base, "pass": pass_}
-                if "error" not in row:
-                    call = lambda x, dy, step=step: step(model, x, dy)  # noqa: E731
-                    try:
-                        row["ms"] = timed(call, sets, graphed=graphed, warmup=warmup, reps=reps)
-                        if not graphed:  # a layer step queues hundreds of launches: two calls fit CUDA's queue
-                            row["host_ms"], row["gpu_ms"] = host_and_gpu_ms(call, sets, warmup=warmup, reps=reps,
-                                                                            calls=2)
-                    except Exception as err:  # noqa: BLE001
-                        row["error"] = f"{type(err).__name__}: {err}"
-                rows.append(row)
-                if on_row is not None:
-                    on_row(row)
+                base = {"policy": name, "mode": mode, "batch": batch, "seq": seq, "tokens": batch * seq}
+                try:
+                    base["fp8_linears"] = _rewrite(model, spec, name, invariant, device)
+                except Exception as err:  # noqa: BLE001 (one policy failing must not lose the others)
+                    base["error"] = f"{type(err).__name__}: {err}"
+                for pass_, step in zip(PASSES, (_forward, _train_step, _train_step)):
+                    graphed = pass_.endswith(GRAPHED)
+                    if graphed and torch.device(device).type != "cuda":
+                        continue
+                    row = {**base, "pass": pass_}
+                    if "error" not in row:
+                        call = lambda x, dy, step=step: step(model, x, dy)  # noqa: E731
+                        try:
+                            row["ms"] = timed(call, sets, graphed=graphed, warmup=warmup, reps=reps)
+                            if not graphed:  # a layer step queues hundreds of launches: two calls fit CUDA's queue
+                                row["host_ms"], row["gpu_ms"] = host_and_gpu_ms(call, sets, warmup=warmup, reps=reps,
+                                                                                calls=2)
+                        except Exception as err:  # noqa: BLE001
+                            row["error"] = f"{type(err).__name__}: {err}"
+                    rows.append(row)
+                    if on_row is not None:
+                        on_row(row)
     _add_ratios(rows)
     return rows
-
-
-def _config_file(config: dict) -> str:
-    """A config.json holding `config`, as a model spec the plan compiler reads."""
-    path = Path(tempfile.mkdtemp(prefix="bench_block.")) / "config.json"
-    path.write_text(json.dumps(config))
-    return str(path)
 
 
 def _rewrite(model: Decoder, spec: str, policy: str, invariant: bool, device: str) -> int:

@@ -16,14 +16,13 @@ import gc
 import json
 import random
 import statistics
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from precision_engine.bench.rollout import random_decoder
-from precision_engine.models.loader import resolve_config
+from precision_engine.models.loader import config_spec, resolve_config
 from precision_engine.pipeline import compile_for_model
 from precision_engine.rl.trainer import GRPOConfig, GRPOTrainer
 
@@ -57,18 +56,16 @@ def bench_rl_step(model_spec: str = "llama-3.1-8b", *, layers: int | None = 8, p
     config = dict(resolve_config(model_spec))
     if layers is not None:
         config["num_hidden_layers"] = layers
-    spec_dir = Path(tempfile.mkdtemp(prefix="rl_step."))
-    (spec_dir / "config.json").write_text(json.dumps(config))  # the plan is compiled for the cut model
-    model_spec = str(spec_dir / "config.json")
+    overrides = () if master_weights is None else (f"master_weights={master_weights}",)
+    with config_spec(config) as spec:  # the plans are compiled for the cut model
+        plans = {name: compile_for_model(name, spec, overrides=overrides) for name in POLICIES}
     generator = torch.Generator().manual_seed(0)
     problems = [_Prompt(tuple(torch.randint(1, config["vocab_size"], (prompt,), generator=generator).tolist()))
                 for _ in range(prompts)]
     grpo = replace(GRPOConfig(), prompts_per_step=prompts, samples_per_prompt=samples, max_new_tokens=gen,
                    micro_batch_size=micro_batch)
     rows = []
-    for name in POLICIES:
-        overrides = () if master_weights is None else (f"master_weights={master_weights}",)
-        plan = compile_for_model(name, model_spec, overrides=overrides)
+    for name, plan in plans.items():
         policy = plan.policy
         dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[policy.master_weights.value]
         model = random_decoder(config, device=device, dtype=dtype, batch_invariant=policy.numerics.batch_invariant)

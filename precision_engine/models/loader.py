@@ -8,6 +8,9 @@ says how to get its config.json instead.
 from __future__ import annotations
 
 import json
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +52,16 @@ def resolve_config(spec: str) -> dict:
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise ModelError(f"{path}: not an HF config.json (no 'model_type' key)")
     return config
+
+
+@contextmanager
+def config_spec(config: dict) -> Iterator[str]:
+    """A spec for `config` (e.g. a built-in model cut to fewer layers): a config.json in a temporary directory,
+    removed on exit, since plans are compiled from specs."""
+    with tempfile.TemporaryDirectory(prefix="precision-config.") as folder:
+        path = Path(folder) / "config.json"
+        path.write_text(json.dumps(config))
+        yield str(path)
 
 
 def _unknown_spec_message(spec: str) -> str:

@@ -7,6 +7,7 @@ cannot do in one line."""
 import importlib.util
 import json
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -48,9 +49,11 @@ def test_layer_forward_is_the_decoders_training_forward(invariant, fp8_kv):
     assert model.model.embed_tokens is embed and model.compute_dtype is None
 
 
-def test_block_rows_at_toy_size():
+def test_block_rows_at_toy_size(tmp_path, monkeypatch):
     """One layer of tiny-llama, two policies and a missing one, fast mode, 2 x 32 tokens: every row of the real
-    policies has a time and ratios against bf16_baseline of the same run, the missing policy fails alone."""
+    policies has a time and ratios against bf16_baseline of the same run, the missing policy fails alone; the
+    one-layer model's config.json is removed."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     seen = []
     rows = bench_block("tiny-llama", policies=("bf16_baseline", "jetrl_unified_kv", "no_such_policy"),
                        modes=("fast",), batch=2, seq=32, reps=1, warmup=0, device="cpu", on_row=seen.append)
@@ -64,6 +67,7 @@ def test_block_rows_at_toy_size():
     assert all(r["host_ms"] > 0 and r["gpu_ms"] > 0 for r in good)  # eager rows (no graphed ones on a CPU)
     table = format_table(rows)
     assert "1.00x" in table and "failed" in table and "host / GPU ms" in table
+    assert not list(tmp_path.rglob("config.json"))
 
 
 def test_block_rejects_an_unknown_mode():

@@ -188,10 +188,10 @@ def attention_decode(out: str, reps: int) -> None:
     KV): the invariant launch over num_stages (a scheduling choice: bytes checked against 2 stages) and fast
     mode's launch over KV slots per step, warps and stages (checked against the invariant launch within 8e-3,
     norm-relative; named n<slots>w<warps>s<stages>)."""
-    from precision_engine.numerics import triton_invariant as TI
+    from precision_engine.numerics import triton_attention as TA
 
     b, cap, d = 64, 512, 128
-    shipped = (TI.ATTN_STAGES, TI.ATTN_DECODE_STAGES, TI.FAST_KV_BLOCK, TI.FAST_ATTN_WARPS)
+    shipped = (TA.ATTN_STAGES, TA.ATTN_DECODE_STAGES, TA.FAST_KV_BLOCK, TA.FAST_ATTN_WARPS)
     result = {"env": environment(), "rows": [], "shipped": {
         "stages": shipped[1], "fast_kv_block": {"fp8": shipped[2][True], "bf16": shipped[2][False]},
         "fast_warps": shipped[3]}}
@@ -208,22 +208,22 @@ def attention_decode(out: str, reps: int) -> None:
         kw = {"k_scale": one, "v_scale": one} if fp8 else {}
 
         def launch(fast):
-            return lambda q, k, v, p, n: TI.attention_forward(q, k, v, p, n, scale=d ** -0.5, fast=fast, **kw)
+            return lambda q, k, v, p, n: TA.attention_forward(q, k, v, p, n, scale=d ** -0.5, fast=fast, **kw)
 
-        TI.ATTN_DECODE_STAGES = 2
+        TA.ATTN_DECODE_STAGES = 2
         ref = launch(False)(*sets[0])
         row = {"fp8_kv": fp8, "context": ctx, "invariant": {}, "fast": {}}
         for stages in (2, 3, 4):
-            TI.ATTN_DECODE_STAGES = stages
+            TA.ATTN_DECODE_STAGES = stages
             row["invariant"][stages] = measure(
                 lambda: torch.equal(launch(False)(*sets[0]).view(torch.int16), ref.view(torch.int16)),
                 launch(False), sets, reps)
         for block_n, warps, stages in itertools.product((32, 64, 128), (4, 8), (2, 3, 4)):
-            TI.FAST_KV_BLOCK, TI.FAST_ATTN_WARPS, TI.ATTN_DECODE_STAGES = {fp8: block_n}, warps, stages
+            TA.FAST_KV_BLOCK, TA.FAST_ATTN_WARPS, TA.ATTN_DECODE_STAGES = {fp8: block_n}, warps, stages
             row["fast"][f"n{block_n}w{warps}s{stages}"] = measure(
                 lambda: ((launch(True)(*sets[0]).float() - ref.float()).norm() / ref.float().norm()).item() < 8e-3,
                 launch(True), sets, reps, "close")
-        TI.ATTN_STAGES, TI.ATTN_DECODE_STAGES, TI.FAST_KV_BLOCK, TI.FAST_ATTN_WARPS = shipped
+        TA.ATTN_STAGES, TA.ATTN_DECODE_STAGES, TA.FAST_KV_BLOCK, TA.FAST_ATTN_WARPS = shipped
         result["rows"].append(row)
         save(out, result)
         timed_ = {name: v["ms"] for name, v in row["fast"].items() if "ms" in v and v["close"]}

@@ -7,7 +7,7 @@ returns the op's output, bit for bit what the unfused op gives, and its `quantiz
 for bit what quantizing that output gives; an FP8 linear that takes the quantized input then skips its own
 quantizer. The output stays in the graph with the unfused op's gradients, bit for bit: the fused SiLU
 product's backward is one Triton kernel (`triton_fused_quant.silu_mul_backward`), the RMSNorm's is the
-unfused norm's own (`triton_invariant.rms_norm_backward` on the GPU); the FP8 half carries no gradient. A fused
+unfused norm's own (`triton_norm.rms_norm_backward` on the GPU); the FP8 half carries no gradient. A fused
 gate/up GEMM hands its output over whole (`silu_mul_quantize_packed`), so its gradient needs no concatenation
 of two halves.
 
@@ -199,10 +199,10 @@ def _silu_mul_packed_backward(gate_up, _, eps, grad, wanted, fused):
 
 
 def _rms_norm_backward(x, weight, eps, grad, wanted, fused):
-    """The unfused norm's own backward: `triton_invariant.rms_norm_backward` on the GPU, autograd through
+    """The unfused norm's own backward: `triton_norm.rms_norm_backward` on the GPU, autograd through
     invariant.rms_norm's torch ops elsewhere."""
     if x.is_cuda:
-        from precision_engine.numerics.triton_invariant import rms_norm_backward
+        from precision_engine.numerics.triton_norm import rms_norm_backward
 
         return rms_norm_backward(x, weight, eps, grad)
     with torch.enable_grad():

@@ -8,7 +8,7 @@ unfused pair reads the output back (RMSNorm on 8B shapes: 5 bytes per element in
 instead of 9, plus one launch fewer). The output's bits are the unfused op's and the quantization is
 `triton_quant`'s 1xG arithmetic on those bits, so both halves equal the two separate kernels byte for byte:
 
-- `_rms_norm_quant_kernel` (`_rms_norm_quant_row`) runs `triton_invariant._rms_norm_row`, the RMSNorm kernel's
+- `_rms_norm_quant_kernel` (`_rms_norm_quant_row`) runs `triton_norm._rms_norm_row`, the RMSNorm kernel's
   statements, with its block size, warp count and compile options (one program per row, the same reduction
   tree), then reads the row back as [BLOCK_H/G, G] groups for the quantization.
 - `_add_rms_norm_kernel` adds the residual first, ``RN(x + y)`` in fp32 as torch's add of two bf16 tensors,
@@ -38,7 +38,8 @@ from triton.language.extra.cuda import libdevice
 
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, fp8_dtype
 from precision_engine.numerics.formats import QuantFormat
-from precision_engine.numerics.triton_invariant import _rms_norm_row, _round, _round_opaque, norm_warps
+from precision_engine.numerics.triton_exact import _round, _round_opaque
+from precision_engine.numerics.triton_norm import _rms_norm_row, norm_warps
 from precision_engine.numerics.triton_quant import (
     _INTERPRET,
     _amax,
@@ -56,7 +57,7 @@ def _rms_norm_quant_row(row, x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, q_
                         BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr, QUANT: tl.constexpr, G: tl.constexpr,
                         FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
                         POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
-    """HF Llama RMSNorm of one row (`triton_invariant._rms_norm_row`, as `_rms_norm_kernel` runs it), then with
+    """HF Llama RMSNorm of one row (`triton_norm._rms_norm_row`, as `_rms_norm_kernel` runs it), then with
     QUANT its 1xG quantization."""
     _rms_norm_row(row, x_ptr, w_ptr, o_ptr, H, stride_x, stride_o, eps, BLOCK_H, INTERPRET)
     if QUANT:
@@ -225,7 +226,7 @@ def rms_norm_fits(h: int, fmt: QuantFormat) -> bool:
 
 def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, fmt: QuantFormat, *,
                       exact_round: bool | None = None) -> tuple[torch.Tensor, Quantized]:
-    """x [M, H] (row-major rows) -> (rms_norm(x) as `triton_invariant.rms_norm`, its 1xG quantization)."""
+    """x [M, H] (row-major rows) -> (rms_norm(x) as `triton_norm.rms_norm`, its 1xG quantization)."""
     m, h = x.shape
     y = torch.empty((m, h), dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
     q, scale = _rows_buffers(m, h, fmt, x.device)
@@ -247,7 +248,7 @@ def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: fl
                  fmt: QuantFormat | None = None, *, exact_round: bool | None = None,
                  ) -> tuple[torch.Tensor, torch.Tensor, Quantized | None]:
     """x, y [M, H] (row-major rows, one dtype) -> (x + y as torch adds
-    them, rms_norm of that sum as `triton_invariant.rms_norm`, with `fmt` its 1xG quantization as
+    them, rms_norm of that sum as `triton_norm.rms_norm`, with `fmt` its 1xG quantization as
     `rms_norm_quantize`), in one launch."""
     m, h = x.shape
     r = torch.empty((m, h), dtype=x.dtype, device=x.device)

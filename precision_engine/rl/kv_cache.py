@@ -6,7 +6,7 @@ holds the key of that row's position p, the layout `numerics.invariant.attention
 to whole attention blocks.
 
 Cost per step: a write touches only the new tokens' slots (an index_put of [B, T] positions; on the GPU one
-Triton launch, `triton_invariant.kv_write`, with the same bytes); a read returns
+Triton launch, `triton_attention.kv_write`, with the same bytes); a read returns
 views of the first `length` slots (rounded up to a block), without copying, concatenating or dequantizing:
 FP8 blocks are dequantized by attention as it reads them. Nothing depends on how many tokens are cached
 beyond what attention itself reads.
@@ -74,7 +74,7 @@ class KVCache:
         b, _, t, d = k.shape
         if k.is_cuda and not d & (d - 1) and (self.is_fp8 or k.dtype == self.k.dtype):
             # One launch for both (quantize_kv's bytes when FP8) where the torch ops below launch up to 18.
-            from precision_engine.numerics.triton_invariant import kv_write
+            from precision_engine.numerics.triton_attention import kv_write
 
             scales = (self.scales.k[layer], self.scales.v[layer]) if self.is_fp8 else (None, None)
             kv_write(k, v, positions, self.k[layer], self.v[layer], *scales)

@@ -139,16 +139,16 @@ from collections import Counter
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from precision_engine.numerics import triton_invariant as TI
+from precision_engine.numerics import triton_attention as TA
 
 def float_ops(quant, kv, block_m, fold, stages):
     """The kernel's float instructions (sm_90 PTX) by opcode, a paired rounding (to bf16x2, f16x2) or NaN test
     counted as two (the same instruction on each value: LLVM packs them or not by context)."""
     types = ["*bf16", kv, kv, "*bf16", "*fp8e4nv", "*fp32", "*i64", "*i64", "*fp32", "*fp32", "fp32"] + ["i32"] * 17
-    fmt = dict(FMAX=448.0, RFMAX=1 / 448.0, MBITS=3, EMIN=-6, POW2=False, EXACT_ROUND=False) if quant else TI._NO_QUANT
+    fmt = dict(FMAX=448.0, RFMAX=1 / 448.0, MBITS=3, EMIN=-6, POW2=False, EXACT_ROUND=False) if quant else TA._NO_QUANT
     constexprs = dict(G=4, D=128, BLOCK_M=block_m, BLOCK_N=64, FP8_KV=kv != "*bf16", SCALE_PER_HEAD=True,
                       FOLD_SCALES=fold, INTERPRET=False, QUANT=quant, **fmt)
-    fn = TI._attention_kernel
+    fn = TA._attention_kernel
     sig = dict(zip(fn.arg_names, types + ["constexpr"] * len(constexprs)))
     attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(types) if t.startswith("*")}
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)

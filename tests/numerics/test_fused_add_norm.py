@@ -166,7 +166,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from precision_engine.numerics import triton_fused_quant as TF
-from precision_engine.numerics import triton_invariant as TI
+from precision_engine.numerics import triton_norm as TN
 
 def float_ops(fn, types, constexprs, num_warps):
     """The kernel's float instructions in PTX order, registers renamed by first use."""
@@ -210,8 +210,8 @@ def after_first_barrier(ops):
 fmt = dict(G=128, FMAX=448.0, RFMAX=1 / 448.0, MBITS=3, EMIN=-6, POW2=False, EXACT_ROUND=False)
 norm = ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"]
 add = ["*bf16"] * 5 + ["i32"] * 5 + ["fp32", "*fp8e4nv", "*fp32", "i32"]
-warps = TI.norm_warps(4096)  # as every launch at an 8B model's 4096 columns
-plain = float_ops(TI._rms_norm_kernel, norm, dict(BLOCK_H=4096, INTERPRET=False), warps)
+warps = TN.norm_warps(4096)  # as every launch at an 8B model's 4096 columns
+plain = float_ops(TN._rms_norm_kernel, norm, dict(BLOCK_H=4096, INTERPRET=False), warps)
 quant = float_ops(TF._rms_norm_quant_kernel, norm + ["*fp8e4nv", "*fp32", "i32"],
                   dict(BLOCK_H=4096, INTERPRET=False, **fmt), warps)
 for q, alone in ((False, plain), (True, quant)):

@@ -90,7 +90,7 @@ import collections, re
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from precision_engine.numerics import triton_invariant as TI
+from precision_engine.numerics import triton_rope as TR
 
 def float_ops(fn, types, constexprs):
     sig = dict(zip(fn.arg_names, types + ["constexpr"] * len(constexprs)))
@@ -101,9 +101,9 @@ def float_ops(fn, types, constexprs):
     return collections.Counter(op for op in ops if any(t in op for t in (".f32", ".bf16", ".f16")))
 
 one = ["*bf16"] * 4 + ["i32"] * 7
-q = float_ops(TI._rope_kernel, one, dict(D=128, BLOCK_H=32, INTERPRET=False))
-k = float_ops(TI._rope_kernel, one, dict(D=128, BLOCK_H=8, INTERPRET=False))
-qk = float_ops(TI._rope_qk_kernel, ["*bf16"] * 6 + ["i32"] * 11,
+q = float_ops(TR._rope_kernel, one, dict(D=128, BLOCK_H=32, INTERPRET=False))
+k = float_ops(TR._rope_kernel, one, dict(D=128, BLOCK_H=8, INTERPRET=False))
+qk = float_ops(TR._rope_qk_kernel, ["*bf16"] * 6 + ["i32"] * 11,
                dict(D=128, BLOCK_HQ=32, BLOCK_HK=8, INTERPRET=False))
 saved = q + k - qk  # Triton 3.9 shares the two launches' sign select, 3.6 (the GPU image) keeps both
 assert not qk - (q + k) and saved <= collections.Counter({"selp.f32": 1}), (q + k, qk)

@@ -8,6 +8,7 @@ queries; and equals its torch twin. ~2 s on one core.
 import pytest
 import torch
 
+from precision_engine.errors import UnsupportedError
 from precision_engine.numerics import triton_invariant as TI
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
 from precision_engine.numerics.specs import KVScale
@@ -49,5 +50,5 @@ def test_fp8_cache_read_in_place_equals_dequantized_copy(per_head):
 
 def test_fp8_cache_needs_its_scales():
     q, kq, vq, ks, vs, kv_len = _case(4, False)
-    with pytest.raises(TI.UnsupportedError):
+    with pytest.raises(UnsupportedError):
         TI.attention(q, kq, vq, torch.arange(80).expand(2, 80), kv_len, scale=0.25)

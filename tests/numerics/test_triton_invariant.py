@@ -23,6 +23,7 @@ import torch
 
 pytest.importorskip("triton")
 
+from precision_engine.numerics import triton_attention, triton_linear  # noqa: E402
 from precision_engine.numerics import triton_invariant as TI  # noqa: E402
 from precision_engine.numerics.contract import TRITON_INTERPRET  # noqa: E402
 
@@ -60,9 +61,9 @@ def test_runs_in_the_interpreter_without_a_gpu():
 def test_segments_depend_on_n_and_k_only():
     """8B shapes split K into >= 1024-wide segments; a weight too short to split keeps one segment."""
     for n, k in [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]:
-        assert TI.segment_kb(n, k) * TI.BLOCK_K >= 1024 and TI.segment_kb(n, k) <= TI.segment_kb(n, k * 2)
-    assert TI.segment_kb(128256, 4096) * TI.BLOCK_K == 4096  # the lm_head has programs enough: one segment
-    assert TI.segment_kb(64, 256) * TI.BLOCK_K == 256
+        assert TI.segment_kb(n, k) * triton_linear.BLOCK_K >= 1024 and TI.segment_kb(n, k) <= TI.segment_kb(n, k * 2)
+    assert TI.segment_kb(128256, 4096) * triton_linear.BLOCK_K == 4096  # the lm_head has programs enough: one segment
+    assert TI.segment_kb(64, 256) * triton_linear.BLOCK_K == 256
 
 
 @pytest.mark.parametrize("m,n,k,bias", [(67, 64, 1024, True), (5, 200, 320, False), (16, 130, 72, True)])
@@ -82,7 +83,7 @@ def test_linear_rows_bitwise_batch_invariant():
     x = _randn(67, 2048, seed=1)
     w = _randn(64, 2048, seed=2, scale=0.05)
     b = _randn(64, seed=3)
-    assert TI.segment_kb(64, 2048) * TI.BLOCK_K < 2048
+    assert TI.segment_kb(64, 2048) * triton_linear.BLOCK_K < 2048
     full = TI.linear(x, w, b)
     for m in ROWS:
         assert _same_bits(TI.linear(x[:m], w, b), full[:m]), m
@@ -102,12 +103,12 @@ def test_linear_launches_give_the_same_bits():
     ref = TI.linear_forward(x, w, split=False)
     assert _same_bits(TI.linear_forward(x, w, split=True), ref)
     assert _same_bits(TI.linear_forward(x, w, split=False, config=replace(TI.LINEAR, persistent=True)), ref)
-    original = TI._tma_ok
+    original = triton_linear._tma_ok
     try:
-        TI._tma_ok = lambda t: False
+        triton_linear._tma_ok = lambda t: False
         assert _same_bits(TI.linear_forward(x, w, split=True), ref)
     finally:
-        TI._tma_ok = original
+        triton_linear._tma_ok = original
 
 
 def test_linear_backward_matches_float64():
@@ -269,7 +270,7 @@ def test_kv_write_gives_the_bytes_of_quantize_kv_and_index_put(per_head, heads_p
     block): the bytes of torch's quantize_kv and advanced-index write."""
     from precision_engine.numerics.kv_cache import quantize_kv
 
-    monkeypatch.setattr(TI, "KV_WRITE_HEADS", {True: heads_per_program, False: heads_per_program})
+    monkeypatch.setattr(triton_attention, "KV_WRITE_HEADS", {True: heads_per_program, False: heads_per_program})
 
     g = torch.Generator().manual_seed(14)
     for fp8 in (False, True):
@@ -396,7 +397,10 @@ _COMPILE_FOR_SM90 = r'''
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from precision_engine.numerics import triton_invariant as TI
+from precision_engine.numerics import triton_attention as TA
+from precision_engine.numerics import triton_linear as TL
+from precision_engine.numerics import triton_norm as TN
+from precision_engine.numerics import triton_rope as TR
 
 def compile_(fn, types, constexprs, **opts):
     sig = dict(zip(fn.arg_names, types + ["constexpr"] * len(constexprs)))
@@ -406,30 +410,30 @@ def compile_(fn, types, constexprs, **opts):
 
 lin = ["tensordesc<bf16[64, 128]>", "tensordesc<bf16[128, 128]>", "*bf16", "*fp32", "*i32", "*bf16"] + ["i32"] * 6
 for split, persistent in ((False, False), (True, False), (False, True)):
-    ptx = compile_(TI._linear_kernel, lin, dict(HAS_BIAS=True, SPLIT=split, PERSISTENT=persistent, TMA=True,
+    ptx = compile_(TL._linear_kernel, lin, dict(HAS_BIAS=True, SPLIT=split, PERSISTENT=persistent, TMA=True,
                    INTERPRET=False, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8), num_warps=4, num_stages=4)
     assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
 att = ["*bf16"] * 4 + ["*fp8e4nv", "*fp32", "*i64", "*i64", "*fp32", "*fp32", "fp32"] + ["i32"] * 17
-ptx = compile_(TI._attention_kernel, att, dict(G=4, D=128, BLOCK_M=64, BLOCK_N=64, FP8_KV=False,
-               SCALE_PER_HEAD=False, FOLD_SCALES=False, INTERPRET=False, QUANT=False, **TI._NO_QUANT),
+ptx = compile_(TA._attention_kernel, att, dict(G=4, D=128, BLOCK_M=64, BLOCK_N=64, FP8_KV=False,
+               SCALE_PER_HEAD=False, FOLD_SCALES=False, INTERPRET=False, QUANT=False, **TA._NO_QUANT),
                num_warps=4, num_stages=2)
 assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
 att_fp8 = ["*bf16", "*fp8e4nv", "*fp8e4nv", "*bf16"] + att[4:]
 e4m3 = dict(FMAX=448.0, RFMAX=1 / 448.0, MBITS=3, EMIN=-6, POW2=False, EXACT_ROUND=False)
-compile_(TI._attention_kernel, att_fp8, dict(G=4, D=128, BLOCK_M=16, BLOCK_N=64, FP8_KV=True, SCALE_PER_HEAD=True,
+compile_(TA._attention_kernel, att_fp8, dict(G=4, D=128, BLOCK_M=16, BLOCK_N=64, FP8_KV=True, SCALE_PER_HEAD=True,
          FOLD_SCALES=True, INTERPRET=False, QUANT=True, **e4m3), num_warps=4, num_stages=3)  # fast decode, o_proj's Q
-compile_(TI._rms_norm_kernel, ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"],
+compile_(TN._rms_norm_kernel, ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"],
          dict(BLOCK_H=4096, INTERPRET=False), num_warps=8)
-compile_(TI._rms_norm_backward_kernel, ["*bf16"] * 4 + ["*fp32"] + ["i32"] * 5 + ["fp32"],
-         dict(ROWS=TI.RMS_BACKWARD_ROWS, BLOCK_H=4096, INTERPRET=False), num_warps=32)
+compile_(TN._rms_norm_backward_kernel, ["*bf16"] * 4 + ["*fp32"] + ["i32"] * 5 + ["fp32"],
+         dict(ROWS=TN.RMS_BACKWARD_ROWS, BLOCK_H=4096, INTERPRET=False), num_warps=32)
 from precision_engine.numerics import triton_fused_quant as TF
 compile_(TF._silu_mul_backward_kernel, ["*bf16"] * 5 + ["i32"] * 7,
          dict(WANT_G=True, WANT_U=True, BLOCK_M=1, BLOCK_K=1024, INTERPRET=False), num_warps=4,
          **TF._exact_options())
-compile_(TI._rope_kernel, ["*bf16"] * 4 + ["i32"] * 7, dict(D=128, BLOCK_H=32, INTERPRET=False), num_warps=4)
-compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*fp8e4nv", "*fp8e4nv", "*fp32", "*fp32"] + ["i32"] * 13,
+compile_(TR._rope_kernel, ["*bf16"] * 4 + ["i32"] * 7, dict(D=128, BLOCK_H=32, INTERPRET=False), num_warps=4)
+compile_(TA._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*fp8e4nv", "*fp8e4nv", "*fp32", "*fp32"] + ["i32"] * 13,
          dict(D=128, HB=2, BLOCK_H=2, FP8_KV=True, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
-compile_(TI._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*bf16", "*bf16", "*i64", "*i64"] + ["i32"] * 13,
+compile_(TA._kv_write_kernel, ["*bf16", "*bf16", "*i64", "*bf16", "*bf16", "*i64", "*i64"] + ["i32"] * 13,
          dict(D=128, HB=8, BLOCK_H=8, FP8_KV=False, SCALE_PER_HEAD=False, EXACT_ROUND=False), num_warps=4)
 from precision_engine.numerics import triton_quant as TQ
 # Q(W), and Q(W) with Q(W)^T in the same pass: as bytes, and as words of four rows

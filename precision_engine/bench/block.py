@@ -41,6 +41,9 @@ from precision_engine.rewrite import invalidate_weight_caches
 POLICIES = ("bf16_baseline", "jetrl_unified", "jetrl_unified_kv", "fp8rl_rollout_tis")
 BASELINE = "bf16_baseline"  # the policy every ratio is relative to
 PASSES = ("fwd", "fwd+bwd", "fwd+bwd" + GRAPHED)
+# Issue 12: the 8B block's training step under jetrl_unified against the BF16 block, both in the shipped
+# policies' own mode (batch-invariant).
+TARGET = ("jetrl_unified", "batch-invariant", 1.35)
 
 
 def _forward(model: Decoder, x: torch.Tensor, dy: torch.Tensor) -> None:
@@ -134,7 +137,8 @@ def _add_ratios(rows: list[dict]) -> None:
 
 
 def format_table(rows: list[dict]) -> str:
-    """policy, mode, pass, ms and both ratios (or the error), then an eager row's host / GPU ms."""
+    """policy, mode, pass, ms and both ratios (or the error), then an eager row's host / GPU ms; last, the
+    target's `summary`."""
     lines = [f"{'policy':20} {'mode':16} {'pass':13} {'fp8 lin':>7} {'ms':>9} {'vs bf16':>8} {'vs bf16 fast':>12}"
              f"  host / GPU ms"]
     for r in rows:
@@ -146,4 +150,13 @@ def format_table(rows: list[dict]) -> str:
                          for key, width in (("vs_bf16", 8), ("vs_bf16_fast", 12)))
         host = f"  {host_cell(r['host_ms'], r['gpu_ms'])}" if "host_ms" in r else ""
         lines.append(f"{lead} {r['ms']:9.3f}{ratios}{host}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *summary(rows)])
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """`TARGET` judged on the rows that time it: the training step, eager and graphed."""
+    policy, mode, target = TARGET
+    steps = [r for r in rows if (r["policy"], r["mode"]) == (policy, mode) and r["pass"].startswith("fwd+bwd")
+             and "vs_bf16" in r]
+    return [f"{policy} {r['pass']} ({mode}): {r['vs_bf16']:.2f}x the BF16 block, target {target:.2f}x "
+            f"{'met' if r['vs_bf16'] >= target else 'not met'}" for r in steps]

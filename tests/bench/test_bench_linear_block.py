@@ -70,6 +70,23 @@ def test_block_rows_at_toy_size(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("config.json"))
 
 
+def test_block_summary_judges_jetrl_unified_in_its_own_mode():
+    from precision_engine.bench.block import summary
+
+    rows = [{"policy": p, "mode": m, "pass": s, "ms": 1.0, "vs_bf16": x}
+            for p, m, s, x in (("jetrl_unified", "batch-invariant", "fwd", 2.3),
+                               ("jetrl_unified", "batch-invariant", "fwd+bwd", 1.45),
+                               ("jetrl_unified", "batch-invariant", "fwd+bwd/graph", 1.30),
+                               ("jetrl_unified", "fast", "fwd+bwd", 1.2), ("bf16_baseline", "batch-invariant",
+                                                                           "fwd+bwd", 1.0))]
+    assert summary(rows) == [
+        "jetrl_unified fwd+bwd (batch-invariant): 1.45x the BF16 block, target 1.35x met",
+        "jetrl_unified fwd+bwd/graph (batch-invariant): 1.30x the BF16 block, target 1.35x not met"]
+    assert format_table(rows).splitlines()[-2:] == summary(rows)
+    failed = {k: v for k, v in rows[1].items() if k not in ("ms", "vs_bf16")} | {"error": "OutOfMemoryError"}
+    assert summary([failed]) == []  # a step that failed has no ratio to judge
+
+
 def test_block_rejects_an_unknown_mode():
     from precision_engine.errors import UsageError
 

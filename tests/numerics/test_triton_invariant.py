@@ -1,4 +1,5 @@
-"""Batch-invariant Triton kernels (numerics/triton_invariant.py) in Triton's CPU interpreter, tiny shapes.
+"""Batch-invariant Triton kernels (`numerics.triton_invariant`'s ops: triton_linear, triton_norm, triton_rope,
+triton_attention, triton_sampling's log_softmax) in Triton's CPU interpreter, tiny shapes.
 
 What is measured:
 - each kernel against float64 (tolerances below) and against its pure-torch twin;

@@ -293,14 +293,14 @@ def summary(rows: list[dict], variant: str = "fp8_bi") -> list[str]:
     do) and short but not judged (no FP8 GEMM ran)."""
     lines = []
     for pass_ in dict.fromkeys(p for r in rows for p, got in r["achieved"].items() if variant in got):
-        timed = [(r, r["achieved"][pass_][variant], r["ceilings"][pass_.removesuffix(GRAPHED)]) for r in rows
-                 if variant in r["achieved"].get(pass_, {})]
-        short = [(r, x, cell, _reachable(cell)) for r, x, cell in timed if x < cell["target"]]
+        measured = [(r, r["achieved"][pass_][variant], r["ceilings"][pass_.removesuffix(GRAPHED)]) for r in rows
+                    if variant in r["achieved"].get(pass_, {})]
+        short = [(r, x, cell, _reachable(cell)) for r, x, cell in measured if x < cell["target"]]
         within = "".join(f"; {r['n']}x{r['k']} M = {r['m']} ({x:.2f}x against {_ceiling(cell):.2f}x)"
                          for r, x, cell, reachable in short if reachable)
         counts = {verdict: sum(reachable is verdict for *_, reachable in short) for verdict in (True, False, None)}
-        lines.append(f"{variant} {pass_}: target met on {len(timed) - len(short)} of {len(timed)} rows; short and "
-                     f"beyond the ceiling on {counts[False]}; short within reach on {counts[True]}{within}"
+        lines.append(f"{variant} {pass_}: target met on {len(measured) - len(short)} of {len(measured)} rows; "
+                     f"short and beyond the ceiling on {counts[False]}; short within reach on {counts[True]}{within}"
                      + (f"; short, not judged, on {counts[None]}" if counts[None] else ""))
     return lines
 

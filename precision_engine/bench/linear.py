@@ -241,11 +241,11 @@ def summary(rows: list[dict], ours: str = "fp8_bi") -> list[str]:
         if f"{ours}_x" in r:
             by_pass.setdefault("decode" if r["m"] <= DECODE_M[-1] else r["pass"], []).append(r)
     lines = []
-    for pass_, timed in by_pass.items():
-        short = [r for r in timed if r[f"{ours}_x"] < target(r["n"], r["k"], r["m"], r["pass"])]
+    for pass_, measured in by_pass.items():
+        short = [r for r in measured if r[f"{ours}_x"] < target(r["n"], r["k"], r["m"], r["pass"])]
         named = ", ".join(f"{name(r)} {r[f'{ours}_x']:.2f}x of {target(r['n'], r['k'], r['m'], r['pass']):.2f}x"
                           for r in short)
-        lines.append(f"{ours} {pass_}: target met on {len(timed) - len(short)} of {len(timed)} rows"
+        lines.append(f"{ours} {pass_}: target met on {len(measured) - len(short)} of {len(measured)} rows"
                      + (f"; short: {named}" if short else ""))
     against = [(r, max(r[f"{v}_x"] for v in torchao_ref.VARIANTS if f"{v}_x" in r)) for r in rows
                if f"{ours}_x" in r and any(f"{v}_x" in r for v in torchao_ref.VARIANTS)]

@@ -22,18 +22,24 @@ batch-invariant and need not be (only forward logprobs are compared).
 from precision_engine.numerics.triton_attention import (
     KV_BLOCK,
     attention,
-    attention_forward,
     attention_quantize_fits,
     attention_reference,
     attention_twin,
     kv_write,
 )
-from precision_engine.numerics.triton_linear import LINEAR, LinearConfig, linear, linear_forward, linear_twin, segment_kb
+from precision_engine.numerics.triton_linear import (
+    LINEAR,
+    LinearConfig,
+    linear,
+    linear_forward,
+    linear_twin,
+    segment_kb,
+)
 from precision_engine.numerics.triton_norm import rms_norm, rms_norm_backward, rms_norm_twin
 from precision_engine.numerics.triton_rope import rope, rope_qk
 from precision_engine.numerics.triton_sampling import log_softmax, log_softmax_twin
 
-__all__ = ["KV_BLOCK", "LINEAR", "LinearConfig", "attention", "attention_forward", "attention_quantize_fits",
+__all__ = ["KV_BLOCK", "LINEAR", "LinearConfig", "attention", "attention_quantize_fits",
            "attention_reference", "attention_twin", "kv_write", "linear", "linear_forward", "linear_twin",
            "log_softmax", "log_softmax_twin", "rms_norm", "rms_norm_backward", "rms_norm_twin", "rope", "rope_qk",
            "segment_kb"]

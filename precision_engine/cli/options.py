@@ -8,7 +8,6 @@ import typer
 
 _POLICY_HELP = "A policy file, or the name of a shipped policy (bf16_baseline, jetrl_unified, ...)."
 
-PolicyArg = Annotated[str, typer.Argument(metavar="POLICY", help=_POLICY_HELP, show_default=False)]
 PolicyOpt = Annotated[str, typer.Option("--policy", "-p", metavar="POLICY", help=_POLICY_HELP, show_default=False)]
 SetOpt = Annotated[
     Optional[list[str]],

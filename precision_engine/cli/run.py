@@ -5,7 +5,6 @@ torch loads inside the command bodies, never at import (`precision validate` sha
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -217,7 +216,6 @@ class _Progress:
                              TimeElapsedColumn(), TextColumn("{task.fields[line]}"), console=self.console)
         self._task = self._bar.add_task(label, total=total, line="")
         self._label, self._done, self._accuracy = label, 0, None
-        self._started = time.perf_counter()
 
     def __enter__(self) -> _Progress:
         self._bar.start()

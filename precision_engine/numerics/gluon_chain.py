@@ -39,29 +39,52 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.gluon_gemm import (BLOCK_K, WARPGROUP_ROWS, _descriptor, _device,
-                                                  _fill, _ring, _wait_for_producer)
+from precision_engine.numerics.gluon_gemm import (BLOCK_K, WARPGROUP_ROWS, _descriptor, _device, _ring,
+                                                  _wait_for_producer)
 from precision_engine.numerics.pdl import launch_options
 
 SM_SHARED_BYTES = 228 * 1024  # a Hopper SM's shared memory, which its resident programs split
 SM_REGISTERS = 65536
-NARROW_WEIGHT_ROWS = 32  # a program's weight rows above 32 tokens, where the tiles fit in one wave (`chain_config`)
+MAX_NARROW_WEIGHT_ROWS = 64  # on wgmma's narrow side: a 128-row slot spills (ptxas, Triton 3.6; `chain_config`)
 PROGRAM_THREADS = 8 * 32  # the MMA warpgroup and the TMA warp, padded to a warpgroup (.reqntid 256)
+GRAIN = gl.constexpr(8)  # rows of the TMA boxes that finish a tile's live rows (one 128-byte swizzle atom)
 
 
 @gluon.jit
-def _chain_load_partition(w_desc, x_desc, w_bufs, x_bufs, ready, empty, num_kb, STAGES: gl.constexpr):
-    """The TMA warp: this program's weight tile and token tile, K block by K block, into the ring. (Sending the
-    first ring's weight tiles before the wait for the token quantizer gained nothing on the GEMM alone, sixteenth
-    session, and lost up to 7% on 14 of 18 whole-linear rows, twenty-third session's call 3.)"""
-    off_w = gl.program_id(0) * w_desc.block_type.shape[0]
-    off_t = gl.program_id(1) * x_desc.block_type.shape[0]
+def _land_rows(desc, grain, dst, row, col, bar, COPIES: gl.constexpr):
+    """A tile's live rows of one K block into its ring slot `dst`: a box of the descriptor's rows, then COPIES
+    boxes of GRAIN rows after it, so that no box reaches past the rows the tile holds (a box past the tensor's
+    last row is zero-filled by the copy engine, which cost the launch up to 40%: 33.5 against 23.8 us with 32 of
+    a 64-row token tile live, twenty-third session's call 4). The slot's rows past them are never stored."""
+    HEAD: gl.constexpr = desc.block_type.shape[0]
+    tma.async_copy_global_to_shared(desc, [row, col], bar, dst.slice(0, HEAD))
+    for i in gl.static_range(COPIES):
+        tma.async_copy_global_to_shared(grain, [row + HEAD + i * GRAIN, col], bar, dst.slice(HEAD + i * GRAIN, GRAIN))
+
+
+@gluon.jit
+def _chain_load_partition(w_desc, w_grain, x_desc, x_grain, w_bufs, x_bufs, ready, empty, num_kb,
+                          STAGES: gl.constexpr, W_COPIES: gl.constexpr, X_COPIES: gl.constexpr):
+    """The TMA warp: this program's weight tile and token tile, K block by K block, into the ring, each slot
+    once its wgmma has released it. (Sending the first ring's weight tiles before the wait for the token
+    quantizer gained nothing on the GEMM alone, sixteenth session, and lost up to 7% on 14 of 18 whole-linear
+    rows, twenty-third session's call 3.)"""
+    off_w = gl.program_id(0) * (w_desc.block_type.shape[0] + W_COPIES * GRAIN)
+    off_t = gl.program_id(1) * x_bufs.type.shape[1]
+    nbytes: gl.constexpr = (w_desc.block_type.nbytes + W_COPIES * w_grain.block_type.nbytes
+                            + x_desc.block_type.nbytes + X_COPIES * x_grain.block_type.nbytes)
+    BLOCK: gl.constexpr = w_desc.block_type.shape[1]
     _wait_for_producer()  # launched with PDL (`pdl`): the tokens and their scales are written
     for kb in range(num_kb):
-        _fill(w_desc, x_desc, w_bufs, x_bufs, ready, empty, kb, off_w, off_t, kb, STAGES)
+        slot = kb % STAGES
+        mbarrier.wait(empty.index(slot), ((kb // STAGES) & 1) ^ 1)
+        bar = ready.index(slot)
+        mbarrier.expect(bar, nbytes)
+        _land_rows(w_desc, w_grain, w_bufs.index(slot), off_w, kb * BLOCK, bar, W_COPIES)
+        _land_rows(x_desc, x_grain, x_bufs.index(slot), off_t, kb * BLOCK, bar, X_COPIES)
 
 
 @gluon.jit
@@ -140,11 +163,13 @@ def _promote(chain, d, sw, sx, WEIGHT_ON_M: gl.constexpr):
 @gluon.jit
 def _chain_mma_partition(w_bufs, x_bufs, ready, empty, sw_smem, sx_smem, c_ptr, sx_ptr, sw_ptr, M, N, num_kb,
                          stride_cm, stride_sxm, stride_sxk, stride_swn, stride_swk, SCALE_BN: gl.constexpr,
-                         STAGES: gl.constexpr, TRIP: gl.constexpr, AHEAD: gl.constexpr, WEIGHT_ON_M: gl.constexpr):
+                         STAGES: gl.constexpr, TRIP: gl.constexpr, AHEAD: gl.constexpr, WEIGHT_ON_M: gl.constexpr,
+                         W_LIVE: gl.constexpr):
     """The MMA warpgroup: K blocks in trips of TRIP (unrolled), each block's wgmma issued AHEAD blocks before it
     joins the chain; every trip drains (ptxas serialises wgmmas in flight across a loop's back edge, and an
     unrolled K loop keeps every block's descriptors live and spills). Then the chain, rounded once, is stored
-    into c [M, N] (transposed where the weight rows are the accumulator's rows, WEIGHT_ON_M)."""
+    into c [M, N] (transposed where the weight rows are the accumulator's rows, WEIGHT_ON_M): the program's
+    W_LIVE weight rows of its tile's, and its tokens."""
     _wait_for_producer()
     BLOCK_W: gl.constexpr = w_bufs.type.shape[1]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
@@ -152,7 +177,7 @@ def _chain_mma_partition(w_bufs, x_bufs, ready, empty, sw_smem, sx_smem, c_ptr, 
     NARROW: gl.constexpr = BLOCK_T if WEIGHT_ON_M else BLOCK_W
     ACC: gl.constexpr = [BLOCK_W, BLOCK_T] if WEIGHT_ON_M else [BLOCK_T, BLOCK_W]
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, NARROW, 32])
-    off_w = gl.program_id(0) * BLOCK_W
+    off_w = gl.program_id(0) * W_LIVE
     off_t = gl.program_id(1) * BLOCK_T
     offs_w = off_w + gl.arange(0, BLOCK_W, layout=gl.SliceLayout(W_DIM, mma))
     offs_t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1 - W_DIM, mma))
@@ -199,32 +224,33 @@ def _chain_mma_partition(w_bufs, x_bufs, ready, empty, sw_smem, sx_smem, c_ptr, 
         sw0, sx0, sw1, sx1 = sw1, sx1, sw2, sx2
         it += 1
     w_out, t_out = _outer(offs_w, offs_t.to(gl.int64), WEIGHT_ON_M)
-    gl.store(c_ptr + t_out * stride_cm + w_out, chain.to(c_ptr.dtype.element_ty), mask=(t_out < M) & (w_out < N))
+    mask = (t_out < M) & (w_out < N)
+    if W_LIVE < BLOCK_W:  # the tile's last rows are the next program's
+        mask &= w_out < off_w + W_LIVE
+    gl.store(c_ptr + t_out * stride_cm + w_out, chain.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @gluon.jit
-def _gluon_chain_decode_kernel(w_desc, x_desc, c_ptr, sx_ptr, sw_ptr, M, N, K, stride_cm, stride_sxm, stride_sxk,
-                               stride_swn, stride_swk, SCALE_BN: gl.constexpr, STAGES: gl.constexpr,
-                               TRIP: gl.constexpr, AHEAD: gl.constexpr, KB_PAD: gl.constexpr,
-                               WEIGHT_ON_M: gl.constexpr):
+def _gluon_chain_decode_kernel(w_desc, w_grain, x_desc, x_grain, c_ptr, sx_ptr, sw_ptr, M, N, K, stride_cm,
+                               stride_sxm, stride_sxk, stride_swn, stride_swk, SCALE_BN: gl.constexpr,
+                               STAGES: gl.constexpr, TRIP: gl.constexpr, AHEAD: gl.constexpr, KB_PAD: gl.constexpr,
+                               WEIGHT_ON_M: gl.constexpr, BLOCK_W: gl.constexpr, BLOCK_T: gl.constexpr,
+                               W_COPIES: gl.constexpr, X_COPIES: gl.constexpr):
     """One program per (weight tile, token tile): one TMA warp, one MMA warpgroup. WEIGHT_ON_M: 64-row weight
     tiles on wgmma's 64-row side, the tokens on its narrow side; else tiles of 64 tokens on the 64-row side and
-    narrow weight tiles (8..256 rows, a power of two). KB_PAD: K blocks, rounded up to a power of two (the scales'
-    shared-memory rows)."""
-    BLOCK_W: gl.constexpr = w_desc.block_type.shape[0]
-    BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
-    if WEIGHT_ON_M:
-        w_bufs, x_bufs, ready, empty = _ring(w_desc, x_desc, BLOCK_W, STAGES, 1)
-    else:
-        x_bufs, w_bufs, ready, empty = _ring(x_desc, w_desc, BLOCK_T, STAGES, 1)
+    narrow weight tiles. BLOCK_W x BLOCK_T: the accumulator's sides (powers of two); of them, the rows a program
+    owns (its weight rows, the tokens) land as a box of the descriptor's rows and W_COPIES / X_COPIES boxes of
+    GRAIN rows (`_land_rows`). KB_PAD: K blocks, rounded up to a power of two (the scales' shared-memory rows)."""
+    w_bufs, x_bufs, ready, empty = _ring(w_desc, x_desc, BLOCK_W, BLOCK_T, STAGES, 1)  # `_issue` orders them
     sw_smem = _scale_rows(KB_PAD, BLOCK_W)
     sx_smem = _scale_rows(KB_PAD, BLOCK_T)
     num_kb = gl.cdiv(K, w_desc.block_type.shape[1])
     gl.warp_specialize([
         (_chain_mma_partition, (w_bufs, x_bufs, ready, empty, sw_smem, sx_smem, c_ptr, sx_ptr, sw_ptr, M, N, num_kb,
                                 stride_cm, stride_sxm, stride_sxk, stride_swn, stride_swk, SCALE_BN, STAGES, TRIP,
-                                AHEAD, WEIGHT_ON_M)),
-        (_chain_load_partition, (w_desc, x_desc, w_bufs, x_bufs, ready, empty, num_kb, STAGES)),
+                                AHEAD, WEIGHT_ON_M, w_desc.block_type.shape[0] + W_COPIES * GRAIN)),
+        (_chain_load_partition, (w_desc, w_grain, x_desc, x_grain, w_bufs, x_bufs, ready, empty, num_kb, STAGES,
+                                 W_COPIES, X_COPIES)),
     ], [1], [40])
 
 
@@ -233,7 +259,8 @@ class ChainConfig:
     """Ring slots (at most; fewer where they do not fit), K blocks per unrolled trip, wgmmas in flight behind the
     promoted one (1 to 3), tokens per program (0: all M in one), programs resident per SM (1, or 2: each at
     most 128 registers a thread and half the SM's shared memory), and weight rows per program (0: 64, on
-    wgmma's 64-row side; else 8..256, a power of two, on its narrow side, the tokens in one tile of 64 on the other).
+    wgmma's 64-row side; else 8..64 in steps of 8 on its narrow side, the tokens in one tile of 64 on the other;
+    a count that is not a power of two takes a tile of the next one, whose last rows are never stored).
     Numerics-neutral."""
 
     stages: int = 12
@@ -250,10 +277,10 @@ class ChainConfig:
             raise ValueError(f"ChainConfig: need 1 <= ahead <= 3, ahead < trip and ahead < stages; got {self}")
         if self.per_sm not in (1, 2):
             raise ValueError(f"ChainConfig: per_sm must be 1 or 2; got {self.per_sm}")
-        if self.weight_rows and (self.weight_rows not in (8, 16, 32, 64, 128, 256)
+        if self.weight_rows and (self.weight_rows % GRAIN.value or not 0 < self.weight_rows <= 64
                                  or self.token_block not in (0, WARPGROUP_ROWS.value)):
-            raise ValueError(f"ChainConfig: weight_rows must be a power of two in 8..256 (wgmma's narrow side, "
-                             f"a tensor's), with 64-token tiles; got {self}")
+            raise ValueError(f"ChainConfig: weight_rows must be a multiple of 8 in 8..64 (wgmma's narrow side; a "
+                             f"128-row slot spills, ptxas), with 64-token tiles; got {self}")
 
 
 def token_tile(m: int) -> int:
@@ -290,8 +317,9 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
     flight (twenty-third session, calls 6-7, 12288x4096 at M = 64: GEMM alone 1.52 -> 1.57x, the whole linear
     1.50 -> 1.55x over three alternations; on the fused qkv's 96 tiles, one wave at one an SM, 1.38 -> 1.27x)."""
     block = token_tile(m)
-    if block == 64 and triton.cdiv(n, NARROW_WEIGHT_ROWS) <= sms:
-        return ChainConfig(stages=12, trip=4, ahead=3, weight_rows=NARROW_WEIGHT_ROWS)
+    fitted = triton.cdiv(triton.cdiv(n, sms), GRAIN.value) * GRAIN.value
+    if block == 64 and fitted <= MAX_NARROW_WEIGHT_ROWS:
+        return ChainConfig(stages=12, trip=4, ahead=3, weight_rows=fitted)
     if block == 8:
         config = ChainConfig(stages=16, trip=16, ahead=3, token_block=8)
     elif block == 64:
@@ -314,6 +342,26 @@ def tiles(config: ChainConfig, m: int) -> tuple[int, int]:
     return WARPGROUP_ROWS.value, config.token_block or token_tile(m)
 
 
+def slots(config: ChainConfig, m: int) -> tuple[int, int]:
+    """A ring slot's weight rows and token rows: the tiles, each a power of two (wgmma's and a tensor's sides)."""
+    block_w, block_t = tiles(config, m)
+    return triton.next_power_of_2(block_w), block_t
+
+
+def live_token_rows(config: ChainConfig, m: int) -> int:
+    """The token rows a program's copies land per K block: all M, rounded up to GRAIN (a slot is cut no finer:
+    Gluon splits no 128-byte swizzle atom), where one tile holds them; else a whole tile."""
+    block_t = tiles(config, m)[1]
+    return min(block_t, triton.cdiv(m, GRAIN.value) * GRAIN.value) if m <= block_t else block_t
+
+
+def pieces(rows: int) -> tuple[int, int]:
+    """`rows` (a multiple of GRAIN) as TMA boxes: the largest power of two within it, and the count of GRAIN-row
+    boxes after it (`_land_rows`)."""
+    head = 1 << (rows.bit_length() - 1)
+    return head, (rows - head) // GRAIN.value
+
+
 def grid(config: ChainConfig, m: int, n: int) -> tuple[int, int]:
     """The launch's programs: (weight tiles, token tiles)."""
     block_w, block_t = tiles(config, m)
@@ -331,7 +379,7 @@ def ring_slots(config: ChainConfig, m: int, k: int) -> int:
     """The ring slots a launch gets: config.stages, or fewer where they would not fit beside every K block's
     scales (staged in shared memory) in the program's share of the SM's shared memory: 228 KiB over `per_sm`
     programs, less 1 KiB the hardware keeps per program and 1 KiB for the barriers."""
-    slot_rows = sum(tiles(config, m))  # a slot: a weight tile and a token tile, each a row of scales per K block
+    slot_rows = sum(slots(config, m))  # a slot: a weight tile and a token tile, each a row of scales per K block
     free = SM_SHARED_BYTES // config.per_sm - 2048 - kb_pad(k) * slot_rows * 4
     return min(config.stages, free // (slot_rows * BLOCK_K))
 
@@ -348,17 +396,21 @@ def gluon_chain_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
     if m == 0 or n == 0:
         return c
     config = config or chain_config(m, n, k, _device(a.device.index or 0).multi_processor_count)
-    block_w, block_t = tiles(config, m)
     stages = ring_slots(config, m, k)
     if stages <= config.ahead:
         raise OperandError(f"gluon_chain: K = {k} leaves {stages} ring slots for {config} (the scales of every K "
                            f"block take shared memory); `triton_gemm.chain_decodes` keeps such K off this launch")
     registers = {} if config.per_sm == 1 else {"maxnreg": SM_REGISTERS // (config.per_sm * PROGRAM_THREADS)}
+    slot_w, slot_t = slots(config, m)
+    w_head, w_copies = pieces(tiles(config, m)[0])
+    x_head, x_copies = pieces(live_token_rows(config, m))
+    w_desc, x_desc = _descriptor(b, w_head), _descriptor(a, x_head)
     _gluon_chain_decode_kernel[grid(config, m, n)](
-        _descriptor(b, block_w), _descriptor(a, block_t), c, a_scale, b_scale, m, n,
+        w_desc, _descriptor(b, GRAIN.value) if w_copies else w_desc, x_desc,
+        _descriptor(a, GRAIN.value) if x_copies else x_desc, c, a_scale, b_scale, m, n,
         k, c.stride(0), a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
         SCALE_BN=b_scale_rows, STAGES=stages, TRIP=config.trip, AHEAD=config.ahead,
-        KB_PAD=kb_pad(k), WEIGHT_ON_M=not config.weight_rows, num_warps=4,
-        **registers, **launch_options(m, a.device),
+        KB_PAD=kb_pad(k), WEIGHT_ON_M=not config.weight_rows, BLOCK_W=slot_w, BLOCK_T=slot_t, W_COPIES=w_copies,
+        X_COPIES=x_copies, num_warps=4, **registers, **launch_options(m, a.device),
     )
     return c

@@ -395,13 +395,13 @@ def _tile_product(a_bufs, b_bufs, ready, empty, total, zero, base, num_kb, SEG_K
 
 
 @gluon.jit
-def _ring(a_desc, b_desc, A_ROWS: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
-    """The load ring both kernels share: STAGES slots of an A_ROWS-row `a` tile and a `b` tile, a `ready`
-    barrier per slot (the TMA warp's one arrival) and an `empty` one (one arrival per MMA warpgroup)."""
+def _ring(a_desc, b_desc, A_ROWS: gl.constexpr, B_ROWS: gl.constexpr, STAGES: gl.constexpr,
+          CONSUMERS: gl.constexpr):
+    """The load ring the kernels share: STAGES slots of an A_ROWS-row `a` tile and a B_ROWS-row `b` tile, a
+    `ready` barrier per slot (the TMA warp's one arrival) and an `empty` one (one arrival per MMA warpgroup)."""
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, A_ROWS, BLOCK_K], a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, B_ROWS, BLOCK_K], b_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -424,7 +424,7 @@ def _gluon_block_gemm_kernel(
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    a_bufs, b_bufs, ready, empty = _ring(a_desc, b_desc, BLOCK_M, STAGES, BLOCK_M // WARPGROUP_ROWS)
+    a_bufs, b_bufs, ready, empty = _ring(a_desc, b_desc, BLOCK_M, BLOCK_N, STAGES, BLOCK_M // WARPGROUP_ROWS)
     if TMA_STORE:
         C_COLS: gl.constexpr = c_desc.block_type.shape[1]
         c_bufs = gl.allocate_shared_memory(
@@ -541,7 +541,7 @@ def _gluon_decode_gemm_kernel(
     [segments, M, N] for its reader, or WHOLE, c [M, N] to out."""
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    a_bufs, b_bufs, ready, empty = _ring(a_desc, b_desc, WARPGROUP_ROWS, STAGES, 1)
+    a_bufs, b_bufs, ready, empty = _ring(a_desc, b_desc, WARPGROUP_ROWS, BLOCK_N, STAGES, 1)
     if WHOLE:
         total = gl.allocate_shared_memory(
             gl.float32, [WARPGROUP_ROWS, BLOCK_N],

@@ -187,7 +187,9 @@ def quantize_rows_and_tokens_transposed(
     launch runs both quantizers' programs side by side over each region of dy, so dy comes from memory once
     (`triton_quant._grad_output_kernel`), with the bytes of the two separate quantizers. Both layouts need their
     own division per element, so it saves the second read and a launch, not instructions: 4-9% faster than the
-    two kernels on the H200 (bench/quant.py's "dy 1x128+tokens^T" rows, 2026-12-03).
+    two kernels on the H200 (bench/quant.py's "dy 1x128+tokens^T" rows, 2026-12-03). On Hopper with Triton 3.6
+    and 128-wide groups, a TMA-fed kernel reads each tile of dy into shared memory once and quantizes it both
+    ways from there (`gluon_grad_output`), with the same bytes.
     """
     _check_fp8(rows_fmt, Granularity.GROUP)
     _check_fp8(tokens_fmt, Granularity.GROUP)
@@ -201,8 +203,10 @@ def quantize_rows_and_tokens_transposed(
     if backend == "auto" and custom_ops.routes(x):
         return custom_ops.quantize_grad_output(x, rows_fmt, tokens_fmt)
     if _use_triton(x, backend):
-        from precision_engine.numerics import triton_quant
+        from precision_engine.numerics import gluon_grad_output, triton_quant
 
+        if gluon_grad_output.runs(x, rows_fmt, tokens_fmt):  # the same bytes, TMA-fed (Hopper, Triton 3.6)
+            return gluon_grad_output.quantize_rows_and_tokens_transposed(x, rows_fmt, tokens_fmt)
         return triton_quant.quantize_rows_and_tokens_transposed(x, rows_fmt, tokens_fmt)
     return _ref_rows(x, rows_fmt), _ref_tokens_t(x, tokens_fmt)
 

@@ -100,7 +100,7 @@ def _reciprocal(scale, POW2: tl.constexpr):
         inv = (0x7F000000 - scale.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
         inv = tl.where(scale == scale, inv, scale)
     else:
-        inv = tl.math.div_rn(tl.zeros_like(scale) + 1.0, scale)
+        inv = tl.math.div_rn(scale * 0.0 + 1.0, scale)  # 1.0 (scales are finite or NaN), in Gluon's kernels too
     return inv
 
 

@@ -269,14 +269,43 @@ def test_chain_config_narrows_the_weight_tiles_only_while_they_fit_in_one_wave()
     assert tiles == {(1, 4096): (64, 8), (8, 4096): (64, 8), (9, 4096): (64, 16), (16, 4096): (64, 16),
                      (32, 4096): (64, 32), (33, 4096): (32, 64), (64, 4096): (32, 64), (1, 6144): (64, 8),
                      (8, 6144): (64, 8), (9, 6144): (64, 16), (16, 6144): (64, 16), (32, 6144): (64, 32),
-                     (33, 6144): (64, 64), (64, 6144): (64, 64)}
-    assert gluon_chain.tiles(chain_config(64, 4096, 4096, 100), 64) == (64, 64)  # 128 32-row tiles: two waves
+                     (33, 6144): (48, 64), (64, 6144): (48, 64)}
+    assert gluon_chain.tiles(chain_config(64, 4096, 4096, 100), 64) == (48, 64)  # 86 48-row tiles: one wave
+    assert gluon_chain.tiles(chain_config(64, 1024, 4096, 132), 64) == (8, 64)
+    assert chain_config(64, 12288, 4096, 132).per_sm == 2  # 96 rows a program would spill: two an SM instead
     for bad in ({"trip": 2, "ahead": 3}, {"stages": 3, "ahead": 3}, {"ahead": 0}):  # would deadlock or not issue
         with pytest.raises(ValueError, match="ahead"):
             gluon_chain.ChainConfig(**bad)
-    for bad in ({"weight_rows": 48}, {"weight_rows": 512}, {"weight_rows": 32, "token_block": 32}):
+    for bad in ({"weight_rows": 44}, {"weight_rows": 128}, {"weight_rows": 32, "token_block": 32}):
         with pytest.raises(ValueError, match="weight_rows"):
             gluon_chain.ChainConfig(**bad)
+
+
+def test_chain_launch_lands_only_the_rows_its_tiles_hold():
+    """A chain program's TMA boxes (`gluon_chain.pieces` of its live rows) cover its tokens, rounded up to 8,
+    and its own weight rows, and never reach past them: a power of two, then 8-row boxes, inside the ring slot
+    (a power of two: wgmma's side). 48 weight rows (the fused qkv's 6144 over 128 programs) take a 64-row slot."""
+    gluon_chain = pytest.importorskip("precision_engine.numerics.gluon_chain")
+    C = gluon_chain
+
+    def boxes(rows):
+        head, copies = C.pieces(rows)
+        return [head] + [8] * copies
+
+    for m in range(1, 65):
+        for cfg in (C.chain_config(m, 4096, 4096, 132), C.chain_config(m, 6144, 4096, 132),
+                    C.ChainConfig(weight_rows=48), C.ChainConfig(weight_rows=8)):
+            slot_w, slot_t = C.slots(cfg, m)
+            live = C.live_token_rows(cfg, m)
+            assert live == -(-m // 8) * 8 and sum(boxes(live)) == live <= slot_t, (m, cfg)
+            weight = C.tiles(cfg, m)[0]
+            assert sum(boxes(weight)) == weight <= slot_w, (m, cfg)
+            assert slot_t & (slot_t - 1) == 0 and slot_w & (slot_w - 1) == 0
+    assert [boxes(r) for r in (8, 16, 24, 40, 48, 56, 64)] == [[8], [16], [16, 8], [32, 8], [32, 8, 8],
+                                                               [32, 8, 8, 8], [64]]
+    qkv = C.ChainConfig(weight_rows=48)
+    assert C.slots(qkv, 64) == (64, 64) and C.grid(qkv, 64, 6144) == (128, 1)
+    assert C.live_token_rows(C.ChainConfig(token_block=16), 64) == 16  # four token tiles: each whole
 
 
 def test_chain_config_fits_every_launch_it_is_given():

@@ -14,13 +14,18 @@ import subprocess
 import pytest
 import torch
 
+from precision_engine.numerics.formats import DType
+
+FP8_TORCH = {DType.FLOAT8_E4M3: torch.float8_e4m3fn, DType.FLOAT8_E5M2: torch.float8_e5m2}
+
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.skipif(tuple(int(p) for p in triton.__version__.split(".")[:2]) != (3, 6),
                                 reason="the Gluon kernel is Triton 3.6's (no GPU needed)")
 
 
 def _ptxas_report(tmp_path, fn, rows_a: int, block_n: int, constexprs: dict, pointers: dict, c_cols=None,
-                  fp8_descs: dict | None = None, options: dict | None = None) -> str:
+                  fp8_descs: dict | None = None, options: dict | None = None,
+                  fp8_dtype: torch.dtype = torch.float8_e4m3fn) -> str:
     """ptxas -v's report on Gluon kernel `fn` compiled for sm_90: FP8 descriptors of rows_a / block_n rows (or
     `fp8_descs`, rows by argument name) and a BF16 one for its output where it takes one, `pointers` the types
     of its pointer arguments, every other argument an i32; `options` beside num_warps = 4 (e.g. maxnreg)."""
@@ -30,7 +35,7 @@ def _ptxas_report(tmp_path, fn, rows_a: int, block_n: int, constexprs: dict, poi
 
     from precision_engine.numerics import gluon_gemm as G
 
-    fp8 = torch.empty(512, 512, dtype=torch.float8_e4m3fn)
+    fp8 = torch.empty(512, 512, dtype=fp8_dtype)
     descs = {"a_desc": G._descriptor(fp8, rows_a), "b_desc": G._descriptor(fp8, block_n),
              "c_desc": G._descriptor(torch.empty(512, 512, dtype=torch.bfloat16), 64, c_cols or block_n)}
     descs.update({name: G._descriptor(fp8, rows) for name, rows in (fp8_descs or {}).items()})
@@ -102,28 +107,109 @@ def test_decode_config_keeps_wgmma_async(tmp_path, whole):
 
 @pytest.mark.parametrize("m, n, weight_rows", [(1, 4096, 0), (16, 4096, 0), (64, 4096, 0), (64, 6144, 0),
                                                 (1, 12288, 0), (16, 12288, 0), (32, 12288, 0), (64, 12288, 0),
-                                                (64, 6144, 64), (64, 12288, 32)])
+                                                (20, 4096, 0), (48, 6144, 0), (56, 4096, 0), (64, 6144, 64),
+                                                (64, 12288, 32), (64, 6144, 48), (8, 1024, 8)])
 def test_chain_decode_keeps_wgmma_async(tmp_path, m, n, weight_rows):
     """The one-chain decode (`gluon_chain`) as `chain_config` launches it for M tokens against a narrow weight
-    (token tiles of 8, 16, 32 and 64; two programs an SM at 128 registers for the 12288-row weight; 32-row weight
-    tiles on wgmma's narrow side at 64 tokens on 4096 rows, 64-row ones two an SM on 12288), and others: no
-    serialised wgmma; no spill for token tiles of up to 32, 40 bytes at 64 (2 wgmmas in flight over trips of 4
-    blocks; trips of 8 spilled 1.9 KB there, and a K loop unrolled whole spilled at every width), none with the
-    weight on the narrow side."""
+    (token tiles of 8, 16, 32 and 64, the tokens landed in 8-row boxes past a power of two at M = 20, 48, 56;
+    two programs an SM at 128 registers for the 12288-row weight; 32-row weight tiles on wgmma's narrow side at
+    64 tokens on 4096 rows, 64-row ones two an SM on 12288), and others (48 weight rows in a 64-row slot; 8-row
+    weight tiles): no serialised wgmma; no spill for token tiles of up to 32, 40 bytes at 64 (2 wgmmas in flight
+    over trips of 4 blocks; trips of 8 spilled 1.9 KB there, and a K loop unrolled whole spilled at every
+    width), none with the weight on the narrow side."""
     from precision_engine.numerics import gluon_chain as C
 
     cfg = C.chain_config(m, n, 14336, 132)
     if weight_rows:
         cfg = C.ChainConfig(stages=12, trip=4, ahead=3, weight_rows=weight_rows)
-    block_w, block_t = C.tiles(cfg, m)
+    slot_w, slot_t = C.slots(cfg, m)
+    (w_head, w_copies), (x_head, x_copies) = C.pieces(C.tiles(cfg, m)[0]), C.pieces(C.live_token_rows(cfg, m))
     cap = C.SM_REGISTERS // (cfg.per_sm * C.PROGRAM_THREADS)
     report = _ptxas_report(
-        tmp_path, C._gluon_chain_decode_kernel, 64, block_t,
+        tmp_path, C._gluon_chain_decode_kernel, 64, slot_t,
         {"SCALE_BN": 128, "STAGES": cfg.stages, "TRIP": cfg.trip, "AHEAD": cfg.ahead, "KB_PAD": 128,
-         "WEIGHT_ON_M": not cfg.weight_rows},
+         "WEIGHT_ON_M": not cfg.weight_rows, "BLOCK_W": slot_w, "BLOCK_T": slot_t, "W_COPIES": w_copies,
+         "X_COPIES": x_copies},
         {"c_ptr": "*bf16", "sx_ptr": "*fp32", "sw_ptr": "*fp32"},
-        fp8_descs={"w_desc": block_w, "x_desc": block_t}, options={"maxnreg": cap} if cfg.per_sm > 1 else None)
+        fp8_descs={"w_desc": w_head, "x_desc": x_head, "w_grain": C.GRAIN.value, "x_grain": C.GRAIN.value},
+        options={"maxnreg": cap} if cfg.per_sm > 1 else None)
     if not weight_rows:  # chain_config's own: two an SM where its programs outnumber the SMs
         assert cfg.per_sm == (2 if n == 12288 else 1)
     spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
-    assert "C7514" not in report and spilled <= (40 if block_t == 64 and not cfg.weight_rows else 0), report
+    assert "C7514" not in report and spilled <= (40 if slot_t == 64 and not cfg.weight_rows else 0), report
+
+
+_REQUANT_SM90 = r"""
+import re, sys, tempfile
+from dataclasses import replace
+from pathlib import Path
+sys.path.insert(0, "tests/numerics")
+from test_gluon_compile import FP8_TORCH, _ptxas_report
+from precision_engine.numerics import gluon_requant as R
+from precision_engine.numerics.formats import PRESET_FORMATS, DType, ScaleKind
+from precision_engine.numerics.triton_quant import _fmt_args
+
+for dtype in (DType.FLOAT8_E4M3, DType.FLOAT8_E5M2):
+    for scale in ScaleKind:
+        args = _fmt_args(replace(PRESET_FORMATS["fp8_group_tokens"], dtype=dtype, scale=scale), False)
+        report = _ptxas_report(
+            Path(tempfile.mkdtemp()), R._gluon_requant_kernel, 128, 128,
+            {name: args[name] for name in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")}
+            | {"STAGES": R.STAGES, "COL_TILES": 112},
+            {"s_in_ptr": "*fp32", "s_out_ptr": "*fp32"}, fp8_descs={"x_desc": 128, "q_desc": 128},
+            options={"num_warps": R.WARPS, "enable_fp_fusion": False}, fp8_dtype=FP8_TORCH[dtype])
+        registers = int(re.search(r"Used (\d+) registers", report).group(1))
+        assert "0 bytes spill stores" in report, report
+        assert registers * R.WARPS * 32 * R.PER_SM <= 65536, (dtype, scale, registers)
+print("ok")
+"""
+
+
+_GRAD_OUTPUT_SM90 = r"""
+import re, sys, tempfile
+from dataclasses import replace
+from pathlib import Path
+sys.path.insert(0, "tests/numerics")
+from test_gluon_compile import FP8_TORCH, _ptxas_report
+from precision_engine.numerics import gluon_grad_output as D
+from precision_engine.numerics.formats import PRESET_FORMATS, DType, ScaleKind
+from precision_engine.numerics.triton_quant import _fmt_args
+
+for dtype in (DType.FLOAT8_E4M3, DType.FLOAT8_E5M2):
+    for scale in ScaleKind:
+        args = _fmt_args(replace(PRESET_FORMATS["fp8_group_act"], dtype=dtype, scale=scale), False)
+        constexprs = {"STAGES": D.STAGES, "COL_TILES": 48}
+        for side in ("R", "T"):
+            constexprs |= {f"{name}_{side}": args[name] for name in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")}
+        report = _ptxas_report(
+            Path(tempfile.mkdtemp()), D._gluon_grad_output_kernel, 128, 128, constexprs,
+            {"sr_ptr": "*fp32", "st_ptr": "*fp32"}, fp8_descs={"qr_desc": 128, "qt_desc": 128},
+            raw_descs={"x_desc": 128}, options={"num_warps": D.WARPS, "enable_fp_fusion": False},
+            fp8_dtype=FP8_TORCH[dtype])
+        registers = int(re.search(r"Used (\d+) registers", report).group(1))
+        assert "0 bytes spill stores" in report, report
+        assert registers * D.WARPS * 32 * D.PER_SM <= 65536, (dtype, scale, registers)
+print("ok")
+"""
+
+
+def test_gluon_grad_output_quantizer_fits_two_programs_an_sm():
+    """The TMA-fed grad-output quantizer (`gluon_grad_output`), E4M3 and E5M2 with either scale kind, compiles
+    without a spill within the registers that let PER_SM programs share an SM (ptxas: 128; ~11.3 SASS
+    instructions a value of each operand in its loop, 22.5 a value of dy). In a fresh interpreter, as the
+    re-quantizer's check below, for the same reason."""
+    from helpers import run_offline_compile
+
+    run_offline_compile(_GRAD_OUTPUT_SM90)
+
+
+def test_gluon_requantizer_fits_two_programs_an_sm():
+    """The TMA-fed re-quantizer (`gluon_requant`), E4M3 and E5M2 with either scale kind, compiles without a spill
+    within the registers that let PER_SM programs share an SM (ptxas: 128 with fp32 scales), its FP8 bytes packed
+    four to a word (with Triton's cast it moved bytes one by one: ~17 SASS instructions a value in its loop;
+    packed, ~14.4; with the column tiles a constant, no integer division, ~13.3). In a fresh interpreter: the
+    kernel calls `triton_quant`'s @triton.jit helpers, which the test session's TRITON_INTERPRET would turn into
+    interpreted functions."""
+    from helpers import run_offline_compile
+
+    run_offline_compile(_REQUANT_SM90)

@@ -188,8 +188,10 @@ def test_gluon_decode_gives_the_triton_kernels_bytes(n, k):
 def test_chain_decode_gives_the_one_segment_bits(n, k):
     """The one-chain decode (`gluon_chain`: AUTO's narrow weights at M <= 64) against the one-segment Triton
     tiles, which give pinned cuBLAS's bits (test above): every launch choice (ring depth, trips, wgmmas in
-    flight, tokens split over programs, two programs an SM, narrow weight tiles on wgmma's N side), M = 1 .. 64,
-    BF16 and FP32 out, -0 among the tokens, ragged N and K; and AUTO's dispatch to it."""
+    flight, tokens split over programs, two programs an SM, narrow weight tiles on wgmma's N side, 48 and 8 of
+    them), M = 1 .. 64 (tokens landed in 8-row boxes past a power of two at 20, 33, 48, 56), BF16 and FP32 out,
+    -0 among the tokens, ragged N and K; and AUTO's dispatch to it. ~3 minutes on the H200 with a cold Triton
+    cache (about 330 kernel builds)."""
     from precision_engine.numerics import triton_gemm
     from precision_engine.numerics.gluon_chain import ChainConfig, chain_config, gluon_chain_decode_gemm
 
@@ -203,11 +205,13 @@ def test_chain_decode_gives_the_one_segment_bits(n, k):
                ChainConfig(stages=12, trip=4, ahead=3, token_block=16, per_sm=2),
                ChainConfig(stages=12, trip=4, ahead=3, weight_rows=32), ChainConfig(stages=8, trip=4, ahead=2,
                                                                                     weight_rows=64),
-               ChainConfig(stages=12, trip=8, ahead=3, weight_rows=16, per_sm=2))
+               ChainConfig(stages=12, trip=8, ahead=3, weight_rows=16, per_sm=2),
+               ChainConfig(stages=12, trip=4, ahead=3, weight_rows=48), ChainConfig(stages=16, trip=8, ahead=3,
+                                                                                    weight_rows=8))
     for out_dtype in (torch.bfloat16, torch.float32):
         bits = torch.int16 if out_dtype == torch.bfloat16 else torch.int32
         want = triton_gemm.block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, out_dtype=out_dtype, **one)
-        for m in (1, 3, 8, 16, 17, 33, 64):
+        for m in (1, 3, 8, 16, 20, 33, 48, 56, 64):
             args = (xq.data[:m], xq.scale[:m], wq.data, wq.scale)
             for cfg in configs:
                 if cfg is None:

@@ -106,6 +106,67 @@ def test_fused_requantize_full_size(fmt):
         assert_bitwise(T.requantize_tokens_transposed(saved, ref.fmt, config=config), ref)
 
 
+@pytest.mark.parametrize("pow2", [False, True], ids=["fp32-scales", "pow2-scales"])
+@pytest.mark.parametrize("shape", [(8192, 4096), (8192 + 7, 4096), (1000, 3008), (77, 128)],
+                         ids=["even", "ragged-tokens", "ragged-both", "one-tile"])
+def test_gluon_requantizer_gives_the_triton_kernels_bytes(shape, pow2):
+    """The TMA-fed re-quantizer (`gluon_requant`, what AUTO runs on Hopper) against the Triton kernel: the same
+    data and scale bytes on ragged tokens and columns (TMA zero-fills past the edges; padding tokens written as
+    FP8 zeros), with FP8 zeros of both signs by the thousand and a NaN input group, over repeated launches."""
+    from precision_engine.numerics import gluon_requant as G
+    from precision_engine.numerics import triton_quant as T
+
+    fmt = replace(BASE[2], scale=ScaleKind.POW2 if pow2 else ScaleKind.FP32)  # 1x128 along K
+    x = random_input(shape, seed=shape[0] + shape[1])
+    x[::9, ::5] *= 1e-30  # FP8 underflow: signed zeros
+    x[-1, 7] = math.nan
+    saved = Q.quantize_rows_1xG(x, fmt)
+    tokens = replace(fmt, axis=Axis.TOKENS)
+    if not G.runs(saved, tokens):
+        pytest.skip("the Gluon re-quantizer runs on Hopper under Triton 3.6 only")
+    want = T.requantize_tokens_transposed(saved, tokens)
+    for _ in range(3):
+        assert_bitwise(G.requantize_tokens_transposed(saved, tokens), want)
+
+
+@pytest.mark.parametrize("formats", ["e4m3-fp32", "e5m2-pow2", "mixed"])
+@pytest.mark.parametrize("shape", [(8192, 6144), (8192 + 7, 4096), (1000, 3008), (77, 128), (300, 1000)],
+                         ids=["qkv-dy", "ragged-tokens", "ragged-both", "one-tile", "fp8-rows-not-tma-legal"])
+def test_gluon_grad_output_gives_the_triton_kernels_bytes(shape, formats, monkeypatch):
+    """The TMA-fed grad-output quantizer (`gluon_grad_output`, what AUTO runs on Hopper) against the Triton
+    kernel: the same data and scale bytes of both operands (1x128 rows, 128x1 tokens transposed) on ragged tokens
+    and columns (TMA zero-fills past the edges; padding tokens written as FP8 zeros), rows spanning 1e-7..1e7,
+    signed zeros by the thousand, a NaN, E4M3 and E5M2 with either scale kind (the two operands' formats apart),
+    over repeated launches into memory that held 0xFF bytes; and the public entry's dispatch to it, which sends
+    C = 1000 (Q_rows' FP8 rows not 16-byte aligned) to the Triton kernel."""
+    from precision_engine.numerics import gluon_grad_output as G
+    from precision_engine.numerics import triton_quant as T
+
+    e4m3, e5m2 = BASE[2], replace(BASE[2], dtype=DType.FLOAT8_E5M2, scale=ScaleKind.POW2)
+    rows_fmt, tokens_base = {"e4m3-fp32": (e4m3, e4m3), "e5m2-pow2": (e5m2, e5m2), "mixed": (e4m3, e5m2)}[formats]
+    tokens_fmt = replace(tokens_base, axis=Axis.TOKENS)
+    x = random_input(shape, seed=shape[0] + shape[1])
+    x[::9, ::5] *= 1e-30  # FP8 underflow: signed zeros
+    x[-1, 7] = math.nan
+    if not G.runs(x[:, :128], rows_fmt, tokens_fmt):
+        pytest.skip("the Gluon grad-output quantizer runs on Hopper under Triton 3.6 only")
+    want_r, want_t = T.quantize_rows_and_tokens_transposed(x, rows_fmt, tokens_fmt)
+    takes = shape[1] % 16 == 0
+    assert G.runs(x, rows_fmt, tokens_fmt) is takes
+    for _ in range(3 if takes else 0):
+        torch.full((4 * x.numel(),), 0xFF, dtype=torch.uint8, device="cuda")  # freed: the outputs reuse it
+        got_r, got_t = G.quantize_rows_and_tokens_transposed(x, rows_fmt, tokens_fmt)
+        assert_bitwise(got_r, want_r)
+        assert_bitwise(got_t, want_t)
+    calls = []
+    gluon = G.quantize_rows_and_tokens_transposed
+    monkeypatch.setattr(G, "quantize_rows_and_tokens_transposed", lambda *a: calls.append(1) or gluon(*a))
+    auto_r, auto_t = Q.quantize_rows_and_tokens_transposed(x, rows_fmt, tokens_fmt)
+    assert_bitwise(auto_r, want_r)
+    assert_bitwise(auto_t, want_t)
+    assert len(calls) == takes  # AUTO took the Gluon kernel exactly where it runs
+
+
 @pytest.mark.parametrize("shape", [(14336, 4096), (4096, 14336), (1000, 3000)], ids=["up", "down", "ragged"])
 def test_blocks_with_the_transposed_operand_full_size(shape):
     """Q(W)^T written in the quantizer's own pass (what the training step uses on every new weight version)

@@ -277,7 +277,7 @@ class ChainConfig:
             raise ValueError(f"ChainConfig: need 1 <= ahead <= 3, ahead < trip and ahead < stages; got {self}")
         if self.per_sm not in (1, 2):
             raise ValueError(f"ChainConfig: per_sm must be 1 or 2; got {self.per_sm}")
-        if self.weight_rows and (self.weight_rows % GRAIN.value or not 0 < self.weight_rows <= 64
+        if self.weight_rows and (self.weight_rows % GRAIN.value or not 0 < self.weight_rows <= MAX_NARROW_WEIGHT_ROWS
                                  or self.token_block not in (0, WARPGROUP_ROWS.value)):
             raise ValueError(f"ChainConfig: weight_rows must be a multiple of 8 in 8..64 (wgmma's narrow side; a "
                              f"128-row slot spills, ptxas), with 64-token tiles; got {self}")
@@ -299,14 +299,15 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
     - 16 tokens: 12 slots, trips of 4 (1.47x; 8 slots 1.38x, 12 slots in trips of 8 1.45x);
     - 17 to 32 tokens: one 32-token program per weight tile, 12 slots (1.45x at M = 32; the rule before, two
       16-token programs per tile where they fit in one wave and 8 slots, 1.35x);
-    - 33 to 64 tokens, where 32-row weight tiles fit on the SMs in one wave (4096 rows): the weight on wgmma's
-      narrow side, 32 rows per program, all 64 tokens on the other, 12 slots, so each weight byte is read by
-      one program (twenty-third session, call 4, M = 48 / 64: 4096x4096 1.33 -> 1.43 / 1.24 -> 1.32x,
-      4096x14336 1.38 -> 1.45 / 1.50 -> 1.61x, 4096x12288 1.40 -> 1.46 / 1.46 -> 1.59x, against the rule
-      before: two 32-token programs per 64-row tile, the second reading it from L2). Otherwise one 64-token
-      program, 10 slots, 2 wgmmas in flight (the fused qkv 1.46x, 8 slots 1.39x; a second wave of split
-      programs: 1.02x; 64- and 16-row weight tiles on the narrow side, one an SM: 0.84-1.45x against 1.40-1.55x
-      on 6144x4096 and 12288x4096).
+    - 33 to 64 tokens, where weight tiles of at most MAX_NARROW_WEIGHT_ROWS rows fit on the SMs in one wave: the
+      weight on wgmma's narrow side, the fewest rows a program (a multiple of 8) that do so (32 of 4096 rows, 48
+      of the fused qkv's 6144, 8 of 1024), all 64 tokens on the other side, 12 slots, so each weight byte is read
+      by one program (twenty-third session, call 4, M = 48 / 64, 32-row tiles: 4096x4096 1.33 -> 1.43 /
+      1.24 -> 1.32x, 4096x14336 1.38 -> 1.45 / 1.50 -> 1.61x, 4096x12288 1.40 -> 1.46 / 1.46 -> 1.59x, against
+      two 32-token programs per 64-row tile, the second reading it from L2; twenty-sixth session, s26_calls
+      call A, tiles landed in pieces: 6144x4096 1.40 -> 1.42 / 1.37 -> 1.41x and 1024x4096 1.16 -> 1.21 /
+      1.09 -> 1.14x against the 64-token program below). Otherwise one 64-token program, 10 slots, 2 wgmmas in
+      flight (a second wave of split programs: 1.02x).
     Every other width keeps 3 wgmmas in flight; the 64-wide tile spills with 3 (ptxas, `test_gluon_compile`).
 
     A program holds 8 warps (the MMA warpgroup, the TMA warp padded to a warpgroup) at up to 255 registers, so

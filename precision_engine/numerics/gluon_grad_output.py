@@ -4,12 +4,14 @@ dgrad) and Q_tokens^T (128x1 groups along tokens, [C, M_pad], for wgrad), readin
 
 The Triton kernel runs each 128x128 region's row programs and token programs side by side, the second reading dy
 from L2: latency-bound on the H200 (Nsight Compute, twenty-first session, the fused qkv's dy 8192x6144: 70.5 us,
-DRAM 54.5% of peak, 30% occupancy at 95 registers), and the largest of a training step's quantizers. Here, as in
-`gluon_requant`: persistent programs walk 128-token x 128-column tiles, TMA brings each tile into a ring in
-shared memory, and each tile is read from there twice, in two layouts: by rows (a warp holds whole 128-column
-rows, so a row's amax takes shuffles only) and by columns (`gluon_requant.TILE_LAYOUT`: a warp holds whole
-128-token columns). Both results leave by TMA stores, their bytes packed four to a word; the transposed one as
-`gluon_requant` stores its tile.
+DRAM 54.5% of peak, 30% occupancy at 95 registers), and the largest of a training step's quantizers. Here
+persistent programs walk 128-token x 128-column tiles, TMA brings each tile into a ring in shared memory, and
+each tile is read from there twice, in two layouts: by rows (a warp holds whole 128-column rows, so a row's amax
+takes shuffles only) and by columns (`TILE_LAYOUT`: a warp holds whole 128-token columns). Both results leave by
+TMA stores, their bytes packed four to a word. On the H200 it reaches 61-74% of a copy's bandwidth against the
+Triton kernel's 62-69%, ahead on three of four shapes (BENCHMARKS.md, twenty-sixth session). The same design
+for the wgrad re-quantizer ran slower than its Triton kernel (47-60% against 59-68%) and was left out
+(`benchmarks/2026-12-04/s23_calls/gluon_requant.patch`).
 
 The arithmetic is `triton_quant`'s @triton.jit helpers, called as `_quantize_row_groups` and `_tokens_t_program`
 call them (`_amax`, `_scale_from_amax`, `_reciprocal`, `_quotient`, and `_fp8_word`'s ``cvt.rn.satfinite``), so
@@ -32,12 +34,40 @@ from precision_engine.numerics import triton_quant as T
 from precision_engine.numerics.contract import Quantized, rows_buffers, tokens_buffers
 from precision_engine.numerics.formats import QuantFormat
 from precision_engine.numerics.gluon_gemm import _TRITON, GLUON_TRITON, _descriptor, _device
-from precision_engine.numerics.gluon_requant import TILE, TILE_LAYOUT, WARPS, WORDS_LAYOUT, _fp8_words, _load_tile
 
+TILE = gl.constexpr(128)  # tokens (one group of Q_tokens^T) and columns (one group of Q_rows) per tile
 STAGES = 2  # dy tiles in flight per program (32 KiB each in BF16)
 PER_SM = 2  # programs resident per SM: 2 x 32 KiB in and 2 x 16 KiB out each
+WARPS = 8
 # A thread: 4 rows x 16 columns (one row in each 32-row band); a warp: 4 whole rows of 128 columns.
 ROW_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [WARPS, 1], [1, 0]))
+# A thread: 16 tokens x 4 columns; a warp: the 128 tokens of 16 columns; the WARPS warps: 128 columns.
+TILE_LAYOUT = gl.constexpr(gl.BlockedLayout([16, 4], [8, 4], [1, WARPS], [1, 0]))
+# An FP8 output tile's bytes seen as 32-bit words [128, 32]: the same 128-byte swizzle as its FP8 view.
+WORDS_LAYOUT = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2))
+
+
+@gluon.jit
+def _fp8_words(y, out_ty: gl.constexpr, MBITS: gl.constexpr, EMIN: gl.constexpr):
+    """The quotients y [128 tokens, columns] as FP8 words [32, columns], word j holding tokens 4j .. 4j + 3 (the
+    lowest byte first): each thread's 16 consecutive tokens split into fours in registers, then packed as
+    `triton_quant._fp8_word` packs them (two ``cvt.rn.satfinite.*x2.f32``, a move), where a plain cast
+    packed two values at a time and then moved bytes one by one (about one PRMT and a LOP3 a value, ptxas)."""
+    quads = gl.reshape(gl.permute(gl.reshape(y, [TILE // 4, 4, TILE]), (0, 2, 1)), [TILE // 4, TILE, 2, 2])
+    even, odd = gl.split(quads)  # tokens 4j + {0, 2}, 4j + {1, 3}
+    y0, y2 = gl.split(even)
+    y1, y3 = gl.split(odd)
+    return T._fp8_word(y0, y1, y2, y3, out_ty, MBITS, EMIN, False, True)
+
+
+@gluon.jit
+def _load_tile(x_desc, bufs, ready, t, slot, col_tiles: gl.constexpr):
+    """Tile t (token tile t // col_tiles, column tile t % col_tiles) into ring slot `slot` by TMA, arriving on
+    its `ready` barrier; past the tensor's edges TMA writes zeros."""
+    bar = ready.index(slot)
+    mbarrier.expect(bar, x_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(x_desc, [(t // col_tiles) * TILE, (t % col_tiles) * TILE], bar,
+                                    bufs.index(slot))
 
 
 @gluon.jit
@@ -54,10 +84,10 @@ def _gluon_grad_output_kernel(x_desc, qr_desc, qt_desc, sr_ptr, st_ptr, M, C, ti
                               EMIN_R: gl.constexpr, POW2_R: gl.constexpr, FMAX_T: gl.constexpr,
                               RFMAX_T: gl.constexpr, MBITS_T: gl.constexpr, EMIN_T: gl.constexpr,
                               POW2_T: gl.constexpr, STAGES: gl.constexpr):
-    """Persistent: program p takes tiles p, p + programs, ... (`gluon_requant._gluon_requant_kernel`'s walk).
-    A tile's rows are quantized first and leave through `out_r`, then its columns through `out_t`; each buffer
-    is written again only after the store out of it a tile before has left it (one buffer each: two programs an
-    SM need the shared memory)."""
+    """Persistent: program p takes tiles p, p + programs, ..., STAGES - 1 of them in flight ahead of the one it
+    computes. A tile's rows are quantized first and leave through `out_r`, then its columns through `out_t`; each
+    buffer is written again only after the store out of it a tile before has left it (one buffer each: two
+    programs an SM need the shared memory)."""
     bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, TILE, TILE], x_desc.layout)
     out_r = gl.allocate_shared_memory(qr_desc.dtype, [TILE, TILE], qr_desc.layout)
     out_t = gl.allocate_shared_memory(qt_desc.dtype, [TILE, TILE], qt_desc.layout)

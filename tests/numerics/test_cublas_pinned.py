@@ -214,7 +214,6 @@ def test_auto_never_tries_pinned_cublas_where_its_extension_does_not_build(hoppe
 def test_auto_falls_back_to_triton_where_pinned_cublas_is_refused(hopper, monkeypatch):
     """No extension, or no algorithm without split-K: the Triton kernel's launch, the same bits, no error."""
     from precision_engine.numerics import gemm, triton_gemm
-    from precision_engine.numerics.formats import Kernel
 
     hopper()
 

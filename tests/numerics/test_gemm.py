@@ -258,9 +258,10 @@ def test_gluon_decode_runs_where_its_units_fill_the_sms():
 
 
 def test_chain_config_narrows_the_weight_tiles_only_while_they_fit_in_one_wave():
-    """`chain_config` on the H200's 132 SMs: up to 32 tokens one program per 64-row weight tile; above, 32-row
-    weight tiles against all the tokens where those fit on the SMs in one wave (4096 rows: 128 tiles), else one
-    program of 64 tokens per 64-row tile (the fused qkv's 96 tiles; 4096 rows on 100 SMs)."""
+    """`chain_config` on the H200's 132 SMs: up to 32 tokens one program per 64-row weight tile; above, weight
+    tiles on wgmma's narrow side against all the tokens, the fewest rows (a multiple of 8, at most 64) that put
+    them on the SMs in one wave (4096 rows: 32; the fused qkv's 6144: 48; k/v's 1024: 8; 4096 rows on 100 SMs:
+    48); where 64 rows do not fit one wave (12288 rows), two programs an SM."""
     gluon_chain = pytest.importorskip("precision_engine.numerics.gluon_chain")
     chain_config = gluon_chain.chain_config
 

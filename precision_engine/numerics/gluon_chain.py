@@ -351,9 +351,9 @@ def slots(config: ChainConfig, m: int) -> tuple[int, int]:
 
 def live_token_rows(config: ChainConfig, m: int) -> int:
     """The token rows a program's copies land per K block: all M, rounded up to GRAIN (a slot is cut no finer:
-    Gluon splits no 128-byte swizzle atom), where one tile holds them; else a whole tile."""
-    block_t = tiles(config, m)[1]
-    return min(block_t, triton.cdiv(m, GRAIN.value) * GRAIN.value) if m <= block_t else block_t
+    Gluon splits no 128-byte swizzle atom), where one tile holds them; else a whole tile (token tiles are
+    multiples of GRAIN)."""
+    return min(tiles(config, m)[1], triton.cdiv(m, GRAIN.value) * GRAIN.value)
 
 
 def pieces(rows: int) -> tuple[int, int]:

@@ -108,23 +108,30 @@ def test_decode_config_keeps_wgmma_async(tmp_path, whole):
     assert "C7514" not in report and spilled <= (8 if whole else 0), report
 
 
-@pytest.mark.parametrize("m, n, weight_rows", [(1, 4096, 0), (16, 4096, 0), (64, 4096, 0), (64, 6144, 0),
-                                                (1, 12288, 0), (16, 12288, 0), (32, 12288, 0), (64, 12288, 0),
-                                                (20, 4096, 0), (48, 6144, 0), (56, 4096, 0), (64, 6144, 64),
-                                                (64, 12288, 32), (64, 6144, 48), (8, 1024, 8)])
-def test_chain_decode_keeps_wgmma_async(tmp_path, m, n, weight_rows):
+_TOKENS_64 = {"stages": 10, "trip": 4, "ahead": 2, "token_block": 64}  # chain_config's 64-token program
+_NARROW = {"stages": 12, "trip": 4, "ahead": 3}
+
+
+@pytest.mark.parametrize("m, n, given", [(1, 4096, None), (16, 4096, None), (64, 4096, None), (64, 6144, None),
+                                         (1, 12288, None), (16, 12288, None), (32, 12288, None), (64, 12288, None),
+                                         (20, 4096, None), (48, 6144, None), (56, 4096, None), (48, 1024, None),
+                                         (64, 6144, _TOKENS_64), (48, 6144, _TOKENS_64),
+                                         (64, 6144, _NARROW | {"weight_rows": 64}),
+                                         (64, 12288, _NARROW | {"weight_rows": 32}),
+                                         (8, 1024, _NARROW | {"weight_rows": 8})])
+def test_chain_decode_keeps_wgmma_async(tmp_path, m, n, given):
     """The one-chain decode (`gluon_chain`) as `chain_config` launches it for M tokens against a narrow weight
-    (token tiles of 8, 16, 32 and 64, the tokens landed in 8-row boxes past a power of two at M = 20, 48, 56;
-    two programs an SM at 128 registers for the 12288-row weight; 32-row weight tiles on wgmma's narrow side at
-    64 tokens on 4096 rows, 64-row ones two an SM on 12288), and others (48 weight rows in a 64-row slot; 8-row
-    weight tiles): no serialised wgmma; no spill for token tiles of up to 32, 40 bytes at 64 (2 wgmmas in flight
-    over trips of 4 blocks; trips of 8 spilled 1.9 KB there, and a K loop unrolled whole spilled at every
-    width), none with the weight on the narrow side."""
+    (token tiles of 8, 16, 32, the tokens landed in 8-row boxes past a power of two at M = 20, 48, 56; two
+    programs an SM at 128 registers for the 12288-row weight; above 32 tokens the weight on wgmma's narrow side,
+    32 rows a program on 4096 rows, 48 in a 64-row slot on 6144, 8 on 1024, and 64-row tiles two an SM on 12288),
+    and launches it gives elsewhere or that are tried by hand (`given`: the 64-token program, which chain_config
+    takes where neither narrow tiles nor two programs an SM fit; 64-, 32- and 8-row weight tiles): no serialised
+    wgmma; no spill for token tiles of up to 32, 40 bytes for the 64-token program (2 wgmmas in flight over
+    trips of 4 blocks; trips of 8 spilled 1.9 KB there, and a K loop unrolled whole spilled at every width),
+    none with the weight on the narrow side."""
     from precision_engine.numerics import gluon_chain as C
 
-    cfg = C.chain_config(m, n, 14336, 132)
-    if weight_rows:
-        cfg = C.ChainConfig(stages=12, trip=4, ahead=3, weight_rows=weight_rows)
+    cfg = C.ChainConfig(**given) if given else C.chain_config(m, n, 14336, 132)
     slot_w, slot_t = C.slots(cfg, m)
     (w_head, w_copies), (x_head, x_copies) = C.pieces(C.tiles(cfg, m)[0]), C.pieces(C.live_token_rows(cfg, m))
     cap = C.SM_REGISTERS // (cfg.per_sm * C.PROGRAM_THREADS)
@@ -136,7 +143,7 @@ def test_chain_decode_keeps_wgmma_async(tmp_path, m, n, weight_rows):
         {"c_ptr": "*bf16", "sx_ptr": "*fp32", "sw_ptr": "*fp32"},
         fp8_descs={"w_desc": w_head, "x_desc": x_head, "w_grain": C.GRAIN.value, "x_grain": C.GRAIN.value},
         options={"maxnreg": cap} if cfg.per_sm > 1 else None)
-    if not weight_rows:  # chain_config's own: two an SM where its programs outnumber the SMs
+    if not given:  # chain_config's own: two an SM where its programs outnumber the SMs
         assert cfg.per_sm == (2 if n == 12288 else 1)
     spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
     assert "C7514" not in report and spilled <= (40 if slot_t == 64 and not cfg.weight_rows else 0), report

@@ -189,7 +189,8 @@ def test_chain_decode_gives_the_one_segment_bits(n, k):
     """The one-chain decode (`gluon_chain`: AUTO's narrow weights at M <= 64) against the one-segment Triton
     tiles, which give pinned cuBLAS's bits (test above): every launch choice (ring depth, trips, wgmmas in
     flight, tokens split over programs, two programs an SM, narrow weight tiles on wgmma's N side, 48 and 8 of
-    them), M = 1 .. 64 (tokens landed in 8-row boxes past a power of two at 20, 33, 48, 56), BF16 and FP32 out,
+    them, all 64 tokens in one program above 32, which `chain_config` now gives only at the widest K),
+    M = 1 .. 64 (tokens landed in 8-row boxes past a power of two at 20, 33, 48, 56), BF16 and FP32 out,
     -0 among the tokens, ragged N and K; and AUTO's dispatch to it. ~3 minutes on the H200 with a cold Triton
     cache (about 330 kernel builds)."""
     from precision_engine.numerics import triton_gemm
@@ -207,7 +208,8 @@ def test_chain_decode_gives_the_one_segment_bits(n, k):
                                                                                     weight_rows=64),
                ChainConfig(stages=12, trip=8, ahead=3, weight_rows=16, per_sm=2),
                ChainConfig(stages=12, trip=4, ahead=3, weight_rows=48), ChainConfig(stages=16, trip=8, ahead=3,
-                                                                                    weight_rows=8))
+                                                                                    weight_rows=8),
+               ChainConfig(stages=10, trip=4, ahead=2, token_block=64))
     for out_dtype in (torch.bfloat16, torch.float32):
         bits = torch.int16 if out_dtype == torch.bfloat16 else torch.int32
         want = triton_gemm.block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, out_dtype=out_dtype, **one)
@@ -217,7 +219,9 @@ def test_chain_decode_gives_the_one_segment_bits(n, k):
                 if cfg is None:
                     cfg = chain_config(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
                 elif not cfg.token_block and not cfg.weight_rows and m > 32:
-                    continue  # all 64 tokens in one program: the 64-wide config (chain_config's) only
+                    continue  # all 64 tokens in one program: the 64-token config only
+                elif cfg.token_block == 64 and m <= 32:
+                    continue  # chain_config's 64-token program, which it gives above 32 tokens only
                 out = gluon_chain_decode_gemm(*args, b_scale_rows=128, out_dtype=out_dtype, config=cfg)
                 assert torch.equal(out.view(bits), want[:m].view(bits)), (m, cfg, out_dtype)
             auto = fp8_gemm(Quantized(*args[:2], xq.fmt), wq, out_dtype=out_dtype)

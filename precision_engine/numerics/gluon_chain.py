@@ -67,12 +67,13 @@ def _land_rows(desc, grain, dst, row, col, bar, COPIES: gl.constexpr):
 
 @gluon.jit
 def _chain_load_partition(w_desc, w_grain, x_desc, x_grain, w_bufs, x_bufs, ready, empty, num_kb,
-                          STAGES: gl.constexpr, W_COPIES: gl.constexpr, X_COPIES: gl.constexpr):
+                          STAGES: gl.constexpr, W_COPIES: gl.constexpr, X_COPIES: gl.constexpr,
+                          W_LIVE: gl.constexpr):
     """The TMA warp: this program's weight tile and token tile, K block by K block, into the ring, each slot
     once its wgmma has released it. (Sending the first ring's weight tiles before the wait for the token
     quantizer gained nothing on the GEMM alone, sixteenth session, and lost up to 7% on 14 of 18 whole-linear
-    rows, twenty-third session's call 3.)"""
-    off_w = gl.program_id(0) * (w_desc.block_type.shape[0] + W_COPIES * GRAIN)
+    rows, twenty-third session's call 3.) W_LIVE: the weight rows a program owns."""
+    off_w = gl.program_id(0) * W_LIVE
     off_t = gl.program_id(1) * x_bufs.type.shape[1]
     nbytes: gl.constexpr = (w_desc.block_type.nbytes + W_COPIES * w_grain.block_type.nbytes
                             + x_desc.block_type.nbytes + X_COPIES * x_grain.block_type.nbytes)
@@ -245,12 +246,13 @@ def _gluon_chain_decode_kernel(w_desc, w_grain, x_desc, x_grain, c_ptr, sx_ptr, 
     sw_smem = _scale_rows(KB_PAD, BLOCK_W)
     sx_smem = _scale_rows(KB_PAD, BLOCK_T)
     num_kb = gl.cdiv(K, w_desc.block_type.shape[1])
+    W_LIVE: gl.constexpr = w_desc.block_type.shape[0] + W_COPIES * GRAIN
     gl.warp_specialize([
         (_chain_mma_partition, (w_bufs, x_bufs, ready, empty, sw_smem, sx_smem, c_ptr, sx_ptr, sw_ptr, M, N, num_kb,
                                 stride_cm, stride_sxm, stride_sxk, stride_swn, stride_swk, SCALE_BN, STAGES, TRIP,
-                                AHEAD, WEIGHT_ON_M, w_desc.block_type.shape[0] + W_COPIES * GRAIN)),
+                                AHEAD, WEIGHT_ON_M, W_LIVE)),
         (_chain_load_partition, (w_desc, w_grain, x_desc, x_grain, w_bufs, x_bufs, ready, empty, num_kb, STAGES,
-                                 W_COPIES, X_COPIES)),
+                                 W_COPIES, X_COPIES, W_LIVE)),
     ], [1], [40])
 
 

@@ -1,0 +1,93 @@
+"""SASS instructions per element of the shipped Triton token quantizers, compiled offline for sm_90, and the
+time the H200 needs just to issue them against the time a copy of the same bytes takes. Not part of the
+package: issue 12's re-quantizer (target: 80% of copy bandwidth) is bounded by both at once.
+
+Needs Triton 3.6 (the GPU image's; its ptxas and cuobjdump do the work, no GPU needed). Counts the main body,
+up to the last EXIT: the out-of-line subroutines after it (div.rn's slow path) run only for operands out of
+range. One program's threads run that body once (no loops), so the count is also the dynamic one.
+
+    PYTHONPATH=$PWD python scripts/sass_per_element.py [--m 8192 --c 4096 --copy-gbps 4230 --clock-ghz 1.98]
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import replace
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from precision_engine.numerics import triton_quant as T
+from precision_engine.numerics.formats import PRESET_FORMATS, ScaleKind
+
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+SMS, SCHEDULERS = 132, 4  # H200: warp instructions issued per cycle = SMs x schedulers
+GROUP = 128
+
+
+def sass_and_registers(fn, signature: dict, constexprs: dict, options: dict) -> tuple[list[str], int]:
+    """The opcodes of `fn`'s main body (to its last EXIT) and its registers a thread, compiled for sm_90a."""
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n] != "constexpr"}
+    source = ASTSource(fn=fn, signature=signature, attrs=attrs,
+                       constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(ptx, "w") as f:
+            f.write(kernel.asm["ptx"])
+        report = subprocess.run([os.path.join(BIN, "ptxas"), "-v", "-arch=sm_90a", ptx, "-o", cubin],
+                                capture_output=True, text=True, check=True).stderr
+        sass = subprocess.run([os.path.join(BIN, "cuobjdump"), "-sass", cubin],
+                              capture_output=True, text=True, check=True).stdout
+    ops = re.findall(r"^\s+/\*[0-9a-f]{4,5}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass, re.M)
+    body = ops[:len(ops) - ops[::-1].index("EXIT")]
+    return [op for op in body if op != "NOP"], int(re.search(r"Used (\d+) registers", report).group(1))
+
+
+def tokens_kernel(config: dict, dequant: bool, pow2: bool) -> tuple[int, int, float]:
+    """(registers, SASS a thread, SASS an element) of `_tokens_t_kernel` on whole 128-token groups: the
+    re-quantizer (FP8 input, `dequant`) or the BF16 tokens quantizer, fp32 or power-of-two scales."""
+    fmt = PRESET_FORMATS["fp8_group_tokens"]
+    fmt = replace(fmt, scale=ScaleKind.POW2) if pow2 else fmt
+    config = dict(config)
+    warps = config.pop("num_warps")
+    constexprs = dict(G=GROUP, G_IN=GROUP if dequant else 1, PACK=4, BLOCK_SUB=GROUP // 4, DEQUANT=dequant,
+                      EVEN_M=True, EVEN_C=True, IEEE_DIV=False, HW_PACK=True, **T._fmt_args(fmt, False), **config)
+    pointers = {"x_ptr": "*fp8e4nv" if dequant else "*bf16", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv",
+                "s_ptr": "*fp32"}
+    signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in T._tokens_t_kernel.arg_names}
+    options = {"num_warps": warps, **({"enable_fp_fusion": False} if dequant else {})}  # as `_launch_tokens_t`
+    body, registers = sass_and_registers(T._tokens_t_kernel, signature, constexprs, options)
+    elements = GROUP * config["BLOCK_C"] * config["CHUNKS"] / (32 * warps)
+    return registers, len(body), len(body) / elements
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--m", type=int, default=8192, help="tokens")
+    parser.add_argument("--c", type=int, default=4096, help="columns")
+    parser.add_argument("--copy-gbps", type=float, default=4230.0, help="a device copy's GB/s, measured")
+    parser.add_argument("--clock-ghz", type=float, default=1.98, help="the SM clock while it runs")
+    args = parser.parse_args()
+    elements = args.m * args.c
+    print(f"{args.m}x{args.c}: {SMS} SMs x {SCHEDULERS} warp instructions a cycle at {args.clock_ghz} GHz; "
+          f"copy at {args.copy_gbps:.0f} GB/s")
+    print("kernel | config | scales | registers | SASS/thread | SASS/element | issue us | copy us | issue/copy")
+    cases = [("re-quantizer", "shipped", T._REQUANT_CONFIG, True), ("re-quantizer", "64 cols", T._TOKENS_CONFIG, True),
+             ("tokens, bf16", "shipped", T._TOKENS_CONFIG, False)]
+    for name, label, config, dequant in cases:
+        in_bytes = 1 if dequant else 2
+        copy_us = elements * (in_bytes + 1) / (args.copy_gbps * 1e3)  # read and write, scales aside
+        for pow2 in (False, True):
+            registers, per_thread, per_element = tokens_kernel(config, dequant, pow2)
+            issue_us = elements * per_element / 32 / (SMS * SCHEDULERS * args.clock_ghz * 1e3)
+            print(f"{name} | {label} ({config['BLOCK_C']} cols, {config['num_warps']} warps) | "
+                  f"{'pow2' if pow2 else 'fp32'} | {registers} | {per_thread} | {per_element:.2f} | "
+                  f"{issue_us:.1f} | {copy_us:.1f} | {issue_us / copy_us:.2f}")
+
+
+if __name__ == "__main__":
+    main()

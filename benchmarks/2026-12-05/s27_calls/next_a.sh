@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in the twenty-seventh session (no device time left), for the next one: one call on main as it
+# Prepared in the twenty-seventh session (no device time left), for the next one: a call on main as it
 # lands, carry [".whl", ".dg"]. What the twenty-sixth session's tree changed without a GPU run:
 #   - the chain decode's 64-token program (10 slots, 2 wgmmas in flight) named in its bits test, and the TMA
 #     warp taking W_LIVE (PTX identical outside debug info on all of chain_config's 32 launches, Triton 3.6);

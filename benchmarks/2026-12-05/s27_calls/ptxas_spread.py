@@ -3,7 +3,8 @@
 Found offline in the twenty-seventh session (no device): Triton 3.6's ptxas 12.8 gives a different SASS every
 time it compiles the same PTX of chain_config's 16-slot program (M <= 8, one program an SM): 20 compiles, 20
 schedules, whose loops span 1,703-1,713 instructions. Under `setarch -R` (no address-space randomization) it
-gives the same one every time. Every other shipped kernel compiled the same 5 times out of 5.
+gives the same one every time. chain_config's other 26 launches compiled the same twice, and the 19 other
+kernels whose sm_90a PTX lay in the local Triton cache the same 5 times out of 5.
 
 This runs the whole-linear decode (`bench linear`'s fp8_bi against BF16, graph replays) at M = 8 on the three
 8B shapes short of 1.5x there, ROUNDS times, each in a fresh process with an empty Triton cache (a new compile,

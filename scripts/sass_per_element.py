@@ -4,7 +4,9 @@ package: issue 12's re-quantizer (target: 80% of copy bandwidth) is bounded by b
 
 Needs Triton 3.6 (the GPU image's; its ptxas and cuobjdump do the work, no GPU needed). Counts the main body,
 up to the last EXIT: the out-of-line subroutines after it (div.rn's slow path) run only for operands out of
-range. One program's threads run that body once (no loops), so the count is also the dynamic one.
+range. One program's threads run that body once (no loops), so the count is also the dynamic one. Where the
+Gluon re-quantizer is importable (`benchmarks/2026-12-05/s26_calls/gluon_requant_on_main.patch` applied), its
+persistent loop's body is counted too: one pass per 128x128 tile.
 
     PYTHONPATH=$PWD python scripts/sass_per_element.py [--m 8192 --c 4096 --copy-gbps 4230 --clock-ghz 1.98]
 """
@@ -28,11 +30,9 @@ SMS, SCHEDULERS = 132, 4  # H200: warp instructions issued per cycle = SMs x sch
 GROUP = 128
 
 
-def sass_and_registers(fn, signature: dict, constexprs: dict, options: dict) -> tuple[list[str], int]:
-    """The opcodes of `fn`'s main body (to its last EXIT) and its registers a thread, compiled for sm_90a."""
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n] != "constexpr"}
-    source = ASTSource(fn=fn, signature=signature, attrs=attrs,
-                       constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+def sass_and_registers(source, options: dict) -> tuple[list[tuple[int, str, str]], int]:
+    """(address, opcode, operands) of each instruction of `source` compiled for sm_90a, and its registers a
+    thread."""
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     with tempfile.TemporaryDirectory() as tmp:
         ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
@@ -42,9 +42,22 @@ def sass_and_registers(fn, signature: dict, constexprs: dict, options: dict) -> 
                                 capture_output=True, text=True, check=True).stderr
         sass = subprocess.run([os.path.join(BIN, "cuobjdump"), "-sass", cubin],
                               capture_output=True, text=True, check=True).stdout
-    ops = re.findall(r"^\s+/\*[0-9a-f]{4,5}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass, re.M)
-    body = ops[:len(ops) - ops[::-1].index("EXIT")]
-    return [op for op in body if op != "NOP"], int(re.search(r"Used (\d+) registers", report).group(1))
+    lines = re.findall(r"^\s+/\*([0-9a-f]{4,5})\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)\S*\s*([^;]*)", sass, re.M)
+    return [(int(a, 16), op, rest) for a, op, rest in lines], int(re.search(r"Used (\d+) registers", report).group(1))
+
+
+def main_body(instructions) -> list[str]:
+    """The opcodes up to the last EXIT, NOPs aside."""
+    ops = [op for _, op, _ in instructions]
+    return [op for op in ops[:len(ops) - ops[::-1].index("EXIT")] if op != "NOP"]
+
+
+def longest_loop(instructions) -> list[str]:
+    """The opcodes between the longest backward branch and its target, NOPs aside."""
+    spans = [(int(m.group(1), 16), a) for a, op, rest in instructions if op == "BRA"
+             for m in [re.search(r"0x([0-9a-f]+)", rest)] if m and int(m.group(1), 16) < a]
+    lo, hi = max(spans, key=lambda span: span[1] - span[0])
+    return [op for a, op, _ in instructions if lo <= a <= hi and op != "NOP"]
 
 
 def tokens_kernel(config: dict, dequant: bool, pow2: bool) -> tuple[int, int, float]:
@@ -60,9 +73,42 @@ def tokens_kernel(config: dict, dequant: bool, pow2: bool) -> tuple[int, int, fl
                 "s_ptr": "*fp32"}
     signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in T._tokens_t_kernel.arg_names}
     options = {"num_warps": warps, **({"enable_fp_fusion": False} if dequant else {})}  # as `_launch_tokens_t`
-    body, registers = sass_and_registers(T._tokens_t_kernel, signature, constexprs, options)
+    fn = T._tokens_t_kernel
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n] != "constexpr"}
+    source = ASTSource(fn=fn, signature=signature, attrs=attrs,
+                       constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    instructions, registers = sass_and_registers(source, options)
+    body = main_body(instructions)
     elements = GROUP * config["BLOCK_C"] * config["CHUNKS"] / (32 * warps)
     return registers, len(body), len(body) / elements
+
+
+def gluon_requant(pow2: bool) -> tuple[int, int, float] | None:
+    """(registers, SASS a thread per tile, SASS an element) of the Gluon re-quantizer's persistent loop, or None
+    where the patch that restores it is not applied."""
+    try:
+        from precision_engine.numerics import gluon_requant as R
+    except ImportError:
+        return None
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    import torch
+    from precision_engine.numerics.gluon_gemm import _descriptor
+
+    fmt = replace(PRESET_FORMATS["fp8_group_tokens"], scale=ScaleKind.POW2 if pow2 else ScaleKind.FP32)
+    args = T._fmt_args(fmt, False)
+    constexprs = {n: args[n] for n in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {"STAGES": R.STAGES,
+                                                                                   "COL_TILES": 32}
+    fp8 = torch.empty(512, 512, dtype=torch.float8_e4m3fn)
+    descriptors = {"x_desc": _descriptor(fp8, GROUP, GROUP), "q_desc": _descriptor(fp8, GROUP, GROUP)}
+    fn = R._gluon_requant_kernel
+    signature = {n: mangle_type(descriptors[n]) if n in descriptors else "constexpr" if n in constexprs
+                 else {"s_in_ptr": "*fp32", "s_out_ptr": "*fp32"}.get(n, "i32") for n in fn.arg_names}
+    source = GluonASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    instructions, registers = sass_and_registers(source, {"num_warps": R.WARPS, "enable_fp_fusion": False})
+    loop = longest_loop(instructions)
+    return registers, len(loop), len(loop) / (GROUP * GROUP / (32 * R.WARPS))
 
 
 def main() -> None:
@@ -76,17 +122,20 @@ def main() -> None:
     print(f"{args.m}x{args.c}: {SMS} SMs x {SCHEDULERS} warp instructions a cycle at {args.clock_ghz} GHz; "
           f"copy at {args.copy_gbps:.0f} GB/s")
     print("kernel | config | scales | registers | SASS/thread | SASS/element | issue us | copy us | issue/copy")
-    cases = [("re-quantizer", "shipped", T._REQUANT_CONFIG, True), ("re-quantizer", "64 cols", T._TOKENS_CONFIG, True),
-             ("tokens, bf16", "shipped", T._TOKENS_CONFIG, False)]
-    for name, label, config, dequant in cases:
-        in_bytes = 1 if dequant else 2
-        copy_us = elements * (in_bytes + 1) / (args.copy_gbps * 1e3)  # read and write, scales aside
-        for pow2 in (False, True):
-            registers, per_thread, per_element = tokens_kernel(config, dequant, pow2)
+    cases = [("re-quantizer", "shipped (32 cols, 2 warps)", T._REQUANT_CONFIG, True),
+             ("re-quantizer", "64 cols, 4 warps", T._TOKENS_CONFIG, True),
+             ("tokens, bf16", "shipped (64 cols, 4 warps)", T._TOKENS_CONFIG, False)]
+    for pow2 in (False, True):
+        counts = [(name, label, 1 if dequant else 2, tokens_kernel(config, dequant, pow2))
+                  for name, label, config, dequant in cases]
+        gluon = gluon_requant(pow2)
+        if gluon is not None:
+            counts.append(("re-quantizer", "Gluon, a 128x128 tile", 1, gluon))
+        for name, label, in_bytes, (registers, per_thread, per_element) in counts:
+            copy_us = elements * (in_bytes + 1) / (args.copy_gbps * 1e3)  # read and write, scales aside
             issue_us = elements * per_element / 32 / (SMS * SCHEDULERS * args.clock_ghz * 1e3)
-            print(f"{name} | {label} ({config['BLOCK_C']} cols, {config['num_warps']} warps) | "
-                  f"{'pow2' if pow2 else 'fp32'} | {registers} | {per_thread} | {per_element:.2f} | "
-                  f"{issue_us:.1f} | {copy_us:.1f} | {issue_us / copy_us:.2f}")
+            print(f"{name} | {label} | {'pow2' if pow2 else 'fp32'} | {registers} | {per_thread} | "
+                  f"{per_element:.2f} | {issue_us:.1f} | {copy_us:.1f} | {issue_us / copy_us:.2f}")
 
 
 if __name__ == "__main__":

@@ -18,11 +18,15 @@ import subprocess
 import tempfile
 from dataclasses import replace
 
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.runtime.jit import mangle_type
 
 from precision_engine.numerics import triton_quant as T
+from precision_engine.numerics.gluon_gemm import _descriptor
 from precision_engine.numerics.formats import PRESET_FORMATS, ScaleKind
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -90,12 +94,6 @@ def gluon_requant(pow2: bool) -> tuple[int, int, float] | None:
         from precision_engine.numerics import gluon_requant as R
     except ImportError:
         return None
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
-    import torch
-    from precision_engine.numerics.gluon_gemm import _descriptor
-
     fmt = replace(PRESET_FORMATS["fp8_group_tokens"], scale=ScaleKind.POW2 if pow2 else ScaleKind.FP32)
     args = T._fmt_args(fmt, False)
     constexprs = {n: args[n] for n in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {"STAGES": R.STAGES,

@@ -512,7 +512,9 @@ _INTERPRET_ROWS = {"BLOCK_M": 8, "GROUPS": 2}
 # loads VEC elements wide. Chosen by SASS instruction count per element (sm_90, triton 3.9, compiled offline):
 # 64 columns, 4 warps, 4-wide loads: 13 instructions per element for bf16 input, 15 for the FP8
 # re-quantization (10 with power-of-two scales), against 20 and 46 for the previous kernels, which ran at
-# 59-67% and 22-24% of copy on the H200. 2 warps on the same tile take 11 and 12 but 168 registers. Timed on
+# 59-67% and 22-24% of copy on the H200. 2 warps on the same tile take 11 and 12 but 168 registers. (Triton
+# 3.6, the GPU image's, gives the shipped configs below 13.5 and 15.1 at 95 registers: `scripts/sass_per_element.py`,
+# whose issue time alone is 0.96 of a copy's for the re-quantizer, BENCHMARKS 2026-12-05.) Timed on
 # the H200 (2026-12-01, `bench.quant --sweep --only requant,dy`, 8192..16384 x 4096..14336): the re-quantizer
 # at 43-51% of copy with fp32 scales (div.rn; the best neighbour, 32 columns and 2 warps, 44-53%) and 67-79%
 # with power-of-two scales; no swept neighbour is faster on every shape. On the Markstein division (2026-12-03):

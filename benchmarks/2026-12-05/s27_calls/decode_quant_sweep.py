@@ -26,7 +26,8 @@ MS = (8, 16, 32, 48, 64)
 CONFIGS = [{"BLOCK_M": 16, "GROUPS": 1, "num_warps": 4},  # shipped
            {"BLOCK_M": 16, "GROUPS": 1, "num_warps": 2}, {"BLOCK_M": 8, "GROUPS": 1, "num_warps": 4},
            {"BLOCK_M": 8, "GROUPS": 1, "num_warps": 2}, {"BLOCK_M": 8, "GROUPS": 1, "num_warps": 1},
-           {"BLOCK_M": 4, "GROUPS": 1, "num_warps": 1}, {"BLOCK_M": 16, "GROUPS": 2, "num_warps": 4}]
+           {"BLOCK_M": 4, "GROUPS": 1, "num_warps": 1}, {"BLOCK_M": 16, "GROUPS": 2, "num_warps": 4},
+           {"BLOCK_M": 8, "GROUPS": 4, "num_warps": 4}]
 
 
 def name(config: dict) -> str:

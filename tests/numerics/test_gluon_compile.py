@@ -14,10 +14,6 @@ import subprocess
 import pytest
 import torch
 
-from precision_engine.numerics.formats import DType
-
-FP8_TORCH = {DType.FLOAT8_E4M3: torch.float8_e4m3fn, DType.FLOAT8_E5M2: torch.float8_e5m2}
-
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.skipif(tuple(int(p) for p in triton.__version__.split(".")[:2]) != (3, 6),
                                 reason="the Gluon kernel is Triton 3.6's (no GPU needed)")
@@ -154,7 +150,8 @@ import re, sys, tempfile
 from dataclasses import replace
 from pathlib import Path
 sys.path.insert(0, "tests/numerics")
-from test_gluon_compile import FP8_TORCH, _ptxas_report
+from test_gluon_compile import _ptxas_report
+from precision_engine.numerics.contract import FP8_TORCH_DTYPE
 from precision_engine.numerics import gluon_grad_output as D
 from precision_engine.numerics.formats import PRESET_FORMATS, DType, ScaleKind
 from precision_engine.numerics.triton_quant import _fmt_args
@@ -169,7 +166,7 @@ for dtype in (DType.FLOAT8_E4M3, DType.FLOAT8_E5M2):
             Path(tempfile.mkdtemp()), D._gluon_grad_output_kernel, 128, 128, constexprs,
             {"sr_ptr": "*fp32", "st_ptr": "*fp32"}, fp8_descs={"qr_desc": 128, "qt_desc": 128},
             raw_descs={"x_desc": 128}, options={"num_warps": D.WARPS, "enable_fp_fusion": False},
-            fp8_dtype=FP8_TORCH[dtype])
+            fp8_dtype=FP8_TORCH_DTYPE[dtype])
         registers = int(re.search(r"Used (\d+) registers", report).group(1))
         assert "0 bytes spill stores" in report, report
         assert registers * D.WARPS * 32 * D.PER_SM <= 65536, (dtype, scale, registers)

@@ -11,7 +11,7 @@ takes shuffles only) and by columns (`TILE_LAYOUT`: a warp holds whole 128-token
 TMA stores, their bytes packed four to a word. On the H200 it reaches 61-74% of a copy's bandwidth against the
 Triton kernel's 62-69%, ahead on three of four shapes (BENCHMARKS.md, twenty-sixth session). The same design
 for the wgrad re-quantizer ran slower than its Triton kernel (47-60% against 59-68%) and was left out
-(`benchmarks/2026-12-04/s23_calls/gluon_requant.patch`).
+(`benchmarks/2026-12-05/s26_calls/gluon_requant_on_main.patch` restores it on main).
 
 The arithmetic is `triton_quant`'s @triton.jit helpers, called as `_quantize_row_groups` and `_tokens_t_program`
 call them (`_amax`, `_scale_from_amax`, `_reciprocal`, `_quotient`, and `_fp8_word`'s ``cvt.rn.satfinite``), so

@@ -64,20 +64,24 @@ def longest_loop(instructions) -> list[str]:
     return [op for a, op, _ in instructions if lo <= a <= hi and op != "NOP"]
 
 
+def tokens_format_args(pow2: bool) -> dict:
+    """The Jet-RL 128x1 tokens format's kernel constants, with fp32 or power-of-two scales."""
+    scale = ScaleKind.POW2 if pow2 else ScaleKind.FP32
+    return T._fmt_args(replace(PRESET_FORMATS["fp8_group_tokens"], scale=scale), False)
+
+
 def tokens_kernel(config: dict, dequant: bool, pow2: bool) -> tuple[int, int, float]:
     """(registers, SASS a thread, SASS an element) of `_tokens_t_kernel` on whole 128-token groups: the
     re-quantizer (FP8 input, `dequant`) or the BF16 tokens quantizer, fp32 or power-of-two scales."""
-    fmt = PRESET_FORMATS["fp8_group_tokens"]
-    fmt = replace(fmt, scale=ScaleKind.POW2) if pow2 else fmt
+    fn = T._tokens_t_kernel
     config = dict(config)
     warps = config.pop("num_warps")
     constexprs = dict(G=GROUP, G_IN=GROUP if dequant else 1, PACK=4, BLOCK_SUB=GROUP // 4, DEQUANT=dequant,
-                      EVEN_M=True, EVEN_C=True, IEEE_DIV=False, HW_PACK=True, **T._fmt_args(fmt, False), **config)
+                      EVEN_M=True, EVEN_C=True, IEEE_DIV=False, HW_PACK=True, **tokens_format_args(pow2), **config)
     pointers = {"x_ptr": "*fp8e4nv" if dequant else "*bf16", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv",
                 "s_ptr": "*fp32"}
-    signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in T._tokens_t_kernel.arg_names}
+    signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in fn.arg_names}
     options = {"num_warps": warps, **({"enable_fp_fusion": False} if dequant else {})}  # as `_launch_tokens_t`
-    fn = T._tokens_t_kernel
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n] != "constexpr"}
     source = ASTSource(fn=fn, signature=signature, attrs=attrs,
                        constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
@@ -94,8 +98,7 @@ def gluon_requant(pow2: bool) -> tuple[int, int, float] | None:
         from precision_engine.numerics import gluon_requant as R
     except ImportError:
         return None
-    fmt = replace(PRESET_FORMATS["fp8_group_tokens"], scale=ScaleKind.POW2 if pow2 else ScaleKind.FP32)
-    args = T._fmt_args(fmt, False)
+    args = tokens_format_args(pow2)
     constexprs = {n: args[n] for n in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {"STAGES": R.STAGES,
                                                                                    "COL_TILES": 32}
     fp8 = torch.empty(512, 512, dtype=torch.float8_e4m3fn)

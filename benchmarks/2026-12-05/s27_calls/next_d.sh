@@ -11,8 +11,6 @@
 set -u
 cd "$(dirname "$0")/../../.."
 source scripts/device_env.sh
-T="python3 -m pytest -q -rf -p no:cacheprovider"
-timeout 200 $T -m gpu tests/numerics/gpu/test_gemm_gpu.py -k chain_quantize -v > "$OUT/tests_one_launch.log" 2>&1
-echo "one-launch bits rc=$?"; grep -E "PASSED|FAILED|passed|failed|Error|assert" "$OUT/tests_one_launch.log" | tail -n 10 | cut -c1-300
+gpu_tests tests_one_launch 200 tests/numerics/gpu/test_gemm_gpu.py -k chain_quantize
 timeout 150 python3 benchmarks/2026-12-04/s23_calls/fused_probe.py "$OUT/fused.json" > "$OUT/fused.log" 2>&1
 echo "probe rc=$?"; grep -E "M=|Error" "$OUT/fused.log" | cut -c1-250

@@ -53,7 +53,8 @@ def bytes_differ() -> list[str]:
         g = torch.Generator(device="cuda").manual_seed(n + k)
         x = torch.randn(64, k, device="cuda", generator=g, dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", generator=g, dtype=torch.bfloat16) * 0.02
-        xq, wq = quantize_rows_1xG(x, PRESET_FORMATS["fp8_group_act"]), quantize_blocks(w, PRESET_FORMATS["fp8_block_weight"])
+        xq = quantize_rows_1xG(x, PRESET_FORMATS["fp8_group_act"])
+        wq = quantize_blocks(w, PRESET_FORMATS["fp8_block_weight"])
         for m in MS:
             args = (xq.data[:m], xq.scale[:m], wq.data, wq.scale)
             outs = {name: G.gluon_chain_decode_gemm(*args, b_scale_rows=128, config=cfg)

@@ -7,7 +7,8 @@ weight on the narrow side, 32 rows a program take 4096 rows over 128 SMs, 48 row
 rows two an SM take 14336 over 256 programs, every SM but 8 holding two. The tokens then sit on the 64-row side,
 only their live rows landed (`live_token_rows`). This checks each candidate's bytes against the shipped launch's,
 then times `bench linear`'s whole-linear decode (fp8_bi against BF16, graph replays) with each, in two rounds that
-alternate them.
+alternate them. (Its 14336x4096 timings never reach the chain launch: AUTO keeps that weight off it,
+`triton_gemm.CHAIN_MAX_TILES`; `gate_chain.py` times the chain there.)
 
     python3 benchmarks/2026-12-05/s28_calls/swapped_sweep.py [out.json]   (~3 minutes)
 """

@@ -408,6 +408,8 @@ def block_scaled_gemm(
     """
     m, k = a.shape
     n = b.shape[0]
+    if not (m and n and k):  # nothing to launch (and no K block to segment); an empty K sums to zero
+        return torch.zeros((m, n), dtype=out_dtype, device=a.device)
     seg = seg_kb or segment_kb(n, k)
     gluon = config is None and split is None and b_scale_rows % BLOCK_K == 0 and _gluon_runs(a, b)
     if gluon and m > SMALL_M_MAX:
@@ -424,8 +426,6 @@ def block_scaled_gemm(
     cfg = config or config_for(m, n, k)
     segments = triton.cdiv(triton.cdiv(k, BLOCK_K), seg)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
-    if m == 0 or n == 0:
-        return c
     # The kernel computes c_k = a_k @ b_k^T; swap_ab makes it c^T = b @ a^T (same products, same sums).
     a_k, sa_k, rows_a, b_k, sb_k, rows_b, c_k = a, a_scale, 1, b, b_scale, b_scale_rows, c
     if cfg.swap_ab:

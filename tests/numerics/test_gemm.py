@@ -113,6 +113,20 @@ def test_zero_operands_give_zeros_not_nan():
     assert torch.equal(fp8_gemm(xq, wq, out_dtype=torch.float32), torch.zeros(3, 128))
 
 
+@needs_interpreter
+@pytest.mark.parametrize("kernel", [Kernel.AUTO, Kernel.TRITON, Kernel.REFERENCE, Kernel.EMULATED])
+@pytest.mark.parametrize("m,n,k", [(3, 128, 0), (0, 128, 256), (3, 0, 256)])
+def test_empty_operands_give_an_empty_or_zero_product(kernel, m, n, k):
+    """No rows, no weight rows, or no K (a sum of nothing: zeros) on every kernel this machine runs, and the Triton
+    launch called directly, which once divided by K's block count."""
+    from precision_engine.numerics.triton_gemm import block_scaled_gemm
+
+    xq, wq = quantize_rows_1xG(torch.randn(m, k), ACT), quantize_blocks(torch.randn(n, k), WEIGHT)
+    assert torch.equal(fp8_gemm(xq, wq, kernel=kernel, out_dtype=torch.float32), torch.zeros(m, n))
+    out = block_scaled_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128, out_dtype=torch.float32)
+    assert torch.equal(out, torch.zeros(m, n))
+
+
 @pytest.mark.parametrize("m,n,k", [(16, 128, 256), (5, 160, 200)])
 @needs_interpreter
 def test_triton_matches_reference(m, n, k):

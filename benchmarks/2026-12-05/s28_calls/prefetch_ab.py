@@ -63,13 +63,17 @@ def run(tree: str, label: str) -> list:
 def main() -> None:
     tree = patched_tree()
     site = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p and os.path.abspath(p) != REPO]
-    tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-         "tests/numerics/gpu/test_gemm_gpu.py", "-k", "(rows_bitwise or matches_reference) and (TRITON or AUTO)"],
-        cwd=tree, env={**os.environ, "PYTHONPATH": ":".join([tree, *site])}, capture_output=True, text=True,
-        timeout=330)
-    print("patched bits tests:", tests.stdout.strip().splitlines()[-1] if tests.stdout.strip() else tests.stderr[-300:],
-          flush=True)
+    # Kernel TRITON at M <= 16 is the patched launch; its rows are checked against the same rows of 4096 (Gluon's
+    # bits on Hopper). AUTO is left out: its pinned cuBLAS would build its extension first.
+    try:
+        tests = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
+             "tests/numerics/gpu/test_gemm_gpu.py", "-k", "(rows_bitwise or matches_reference) and TRITON"],
+            cwd=tree, env={**os.environ, "PYTHONPATH": ":".join([tree, *site])}, capture_output=True, text=True,
+            timeout=240)
+        print("patched bits tests:", (tests.stdout.strip() or tests.stderr).splitlines()[-1], flush=True)
+    except subprocess.TimeoutExpired:
+        print("patched bits tests: timed out after 240 s", flush=True)
     results = {"main": [], "patched": []}
     for round_ in range(2):
         for label, where in (("main", REPO), ("patched", tree)) if round_ == 0 else (("patched", tree), ("main", REPO)):

@@ -17,7 +17,7 @@ python3 -c "import precision_engine.policy, precision_engine.cli.app" || { echo 
 gpu_tests() {
   local name=$1 limit=$2
   shift 2
-  timeout "$limit" python3 -m pytest -q -rf -p no:cacheprovider -m gpu -v "$@" > "$OUT/$name.log" 2>&1
+  timeout "$limit" python3 -m pytest -rf -p no:cacheprovider -m gpu -v "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$?"
   grep -E "PASSED|FAILED|passed|failed|Error|assert" "$OUT/$name.log" | tail -n 10 | cut -c1-300
 }

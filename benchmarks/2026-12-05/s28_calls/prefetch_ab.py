@@ -46,11 +46,15 @@ def patched_tree() -> str:
     sys.exit("could not apply scale_prefetch.patch (neither git nor patch)")
 
 
-def run(tree: str, label: str) -> list:
+def env_for(tree: str) -> dict:
+    """The environment with `tree`'s package first on PYTHONPATH, the carried wheels' folders after it."""
     site = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p and os.path.abspath(p) != REPO]
-    env = {**os.environ, "PYTHONPATH": ":".join([tree, *site])}
-    done = subprocess.run([sys.executable, "-c", ROUND], cwd=tree, env=env, capture_output=True, text=True,
-                          timeout=200)
+    return {**os.environ, "PYTHONPATH": ":".join([tree, *site])}
+
+
+def run(tree: str, label: str) -> list:
+    done = subprocess.run([sys.executable, "-c", ROUND], cwd=tree, env=env_for(tree), capture_output=True,
+                          text=True, timeout=200)
     if done.returncode:
         print(f"{label}: rc {done.returncode}: {done.stderr.strip().splitlines()[-3:]}", flush=True)
         return []
@@ -62,15 +66,13 @@ def run(tree: str, label: str) -> list:
 
 def main() -> None:
     tree = patched_tree()
-    site = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p and os.path.abspath(p) != REPO]
     # Kernel TRITON at M <= 16 is the patched launch; its rows are checked against the same rows of 4096 (Gluon's
     # bits on Hopper). AUTO is left out: its pinned cuBLAS would build its extension first.
     try:
         tests = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
              "tests/numerics/gpu/test_gemm_gpu.py", "-k", "(rows_bitwise or matches_reference) and TRITON"],
-            cwd=tree, env={**os.environ, "PYTHONPATH": ":".join([tree, *site])}, capture_output=True, text=True,
-            timeout=240)
+            cwd=tree, env=env_for(tree), capture_output=True, text=True, timeout=240)
         print("patched bits tests:", (tests.stdout.strip() or tests.stderr).splitlines()[-1], flush=True)
     except subprocess.TimeoutExpired:
         print("patched bits tests: timed out after 240 s", flush=True)

@@ -336,8 +336,8 @@ def _pinned_bits_from_triton(a: Quantized, b: Quantized, b_scale_rows: int) -> b
     - below cuBLAS's 16-row minimum, where cuBLAS pays for padding copies (M = 1: 0.40-1.14x BF16, the Triton
       launch 0.81-1.88x);
     - up to decode sizes where a Gluon launch takes the shape: the chain launch for narrow weights (1.06-1.55x
-      BF16 against cuBLAS's 0.80-1.38x, sixteenth session), whole tiles for weights of >= 14336 rows
-      (1.61-1.68x at M = 64 against 1.39-1.54x)."""
+      BF16 against cuBLAS's 0.80-1.38x, sixteenth session) and for weights of >= 14336 rows at few tokens,
+      whole tiles for those above (1.61-1.68x at M = 64 against 1.39-1.54x)."""
     if not _measured_identity(a, b_scale_rows):
         return False
     from precision_engine.numerics.triton_gemm import one_segment_decode_runs_gluon

@@ -18,7 +18,8 @@ arithmetic of every output element independently of M:
   on the H200 for the 8B shapes at M = 1 .. 8192), so prefill and training run cuBLAS with the decode's bits.
   Decode then cannot split K: weights of fewer than CHAIN_MAX_TILES 128-row tiles decode on the Gluon chain
   launch (`gluon_chain`), which streams them as fast as the split launch did (within -18..+18% per shape
-  and M), wider ones on whole tiles. An explicit `seg_kb` still splits K (other bits).
+  and M), and so do wider ones up to WIDE_CHAIN_MAX_M tokens; above it they walk whole tiles
+  (`chain_decodes`). An explicit `seg_kb` still splits K (other bits).
   The promotion matters: fma(block product, sa * sb, sum); unfused, or sa and sb applied one at a time, differ.
 - The tile shape only decides which program computes an element, not how: every tile of >= 64 rows runs on
   wgmma (16-row token tiles take the mma.sync path and gave other bits on the H200), with TMA or plain loads
@@ -75,8 +76,14 @@ WHOLE_TILES_MIN = 128  # 128-row weight tiles from which decode walks whole tile
 # Weights of fewer 128-row tiles decode (M <= 64) on the Gluon chain launch where it runs: with K one chain, the
 # launches below give a narrow weight only N / 64 programs, each waiting on every block's promotion (0.9-1.2x
 # BF16; the chain launch 1.1-1.6x). From 112 tiles (14336 rows: the 8B's gate or up) the Triton launch's 64-row
-# programs fill the SMs (1.55-1.70x at M = 1 and 16), and Gluon's whole tiles above 16 rows (1.52-1.68x).
+# programs fill the SMs, and Gluon's whole tiles above 16 rows; they keep such weights above WIDE_CHAIN_MAX_M
+# tokens. Up to WIDE_CHAIN_MAX_TILES tiles (the 8B's fused gate/up) and WIDE_CHAIN_MAX_M tokens the chain launch,
+# two programs an SM, beat them (H200, twenty-ninth session, s29_calls/wide_chain.py: 14336x4096 at M = 8 / 16 /
+# 24 / 32, 1.42 / 1.52 / 1.53 / 1.56x -> 1.59 / 1.60 / 1.59 / 1.59x; 28672x4096 1.62 / 1.55 / 1.58 / 1.59x ->
+# 1.69 / 1.69 / 1.67 / 1.67x; level at M = 1).
 CHAIN_MAX_TILES = 112
+WIDE_CHAIN_MAX_TILES = 224
+WIDE_CHAIN_MAX_M = 32
 # The chain launch stages every K block's scales in shared memory: up to 256 blocks (K = 32768) its ring keeps
 # the slots it needs at every token width (`gluon_chain.ring_slots`); a longer K takes the launches below.
 CHAIN_MAX_KB = 256
@@ -360,10 +367,12 @@ def _gluon_decode_fills(n: int, k: int, seg: int, sms: int) -> bool:
     return units >= _GLUON_DECODE_FILL * triton.cdiv(units, sms) * sms
 
 
-def chain_decodes(n: int, k: int) -> bool:
-    """Whether an N x K weight decodes on the Gluon chain launch (fewer than CHAIN_MAX_TILES 128-row tiles, at
-    most CHAIN_MAX_KB K blocks)."""
-    return triton.cdiv(n, 128) < CHAIN_MAX_TILES and triton.cdiv(k, BLOCK_K) <= CHAIN_MAX_KB
+def chain_decodes(m: int, n: int, k: int) -> bool:
+    """Whether M tokens against an N x K weight decode on the Gluon chain launch: at most CHAIN_MAX_KB K blocks,
+    and fewer than CHAIN_MAX_TILES 128-row tiles, or up to WIDE_CHAIN_MAX_TILES at up to WIDE_CHAIN_MAX_M tokens."""
+    tiles = triton.cdiv(n, 128)
+    narrow = tiles < CHAIN_MAX_TILES or (tiles <= WIDE_CHAIN_MAX_TILES and m <= WIDE_CHAIN_MAX_M)
+    return narrow and triton.cdiv(k, BLOCK_K) <= CHAIN_MAX_KB
 
 
 def one_segment_decode_runs_gluon(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -373,7 +382,7 @@ def one_segment_decode_runs_gluon(a: torch.Tensor, b: torch.Tensor) -> bool:
     m, k = a.shape
     n = b.shape[0]
     return m <= SMALL_M_MAX and _gluon_runs(a, b) and (
-        chain_decodes(n, k) or _gluon_decode_fills(n, k, triton.cdiv(k, BLOCK_K), _sm_count(a.device.index or 0)))
+        chain_decodes(m, n, k) or _gluon_decode_fills(n, k, triton.cdiv(k, BLOCK_K), _sm_count(a.device.index or 0)))
 
 
 def _tma_ok(x: torch.Tensor) -> bool:
@@ -417,7 +426,7 @@ def block_scaled_gemm(
 
         return gluon_block_scaled_gemm(a, a_scale, b, b_scale, b_scale_rows=b_scale_rows, seg_kb=seg,
                                        out_dtype=out_dtype)
-    if gluon and seg >= triton.cdiv(k, BLOCK_K) and chain_decodes(n, k):
+    if gluon and seg >= triton.cdiv(k, BLOCK_K) and chain_decodes(m, n, k):
         from precision_engine.numerics.gluon_chain import gluon_chain_decode_gemm
 
         return gluon_chain_decode_gemm(a, a_scale, b, b_scale, b_scale_rows=b_scale_rows, out_dtype=out_dtype)

@@ -239,13 +239,15 @@ def test_a_shape_without_a_no_split_algorithm_is_asked_once(fake):
 
 @pytest.mark.parametrize("m, n, seg_kb, expected", [
     (1, 4096, None, True), (64, 6144, None, True), (16, 1024, None, True),  # narrow weights, one segment
-    (1, 14336, None, False), (64, 28672, None, False),  # wide: their whole-tile launches
+    (1, 14336, None, True), (32, 28672, None, True),  # wide, up to WIDE_CHAIN_MAX_M tokens
+    (33, 14336, None, False), (64, 28672, None, False),  # wide, above it: their whole-tile launches
     (16, 4096, 2, False),  # K split into segments by the caller: the split launch
     (65, 4096, None, False),  # above decode sizes
 ])
 def test_which_decodes_run_the_chain_launch(hopper, monkeypatch, m, n, seg_kb, expected):
     """`triton_gemm.block_scaled_gemm`'s dispatch on a stand-in H200: the Gluon chain launch takes one-segment
-    decode of weights under CHAIN_MAX_TILES 128-row tiles. Launches are stand-ins that say which ran."""
+    decode of weights under CHAIN_MAX_TILES 128-row tiles, and of wider ones at up to WIDE_CHAIN_MAX_M tokens.
+    Launches are stand-ins that say which ran."""
     gluon_chain = pytest.importorskip("precision_engine.numerics.gluon_chain")
     from precision_engine.numerics import gluon_gemm, triton_gemm
 

@@ -201,14 +201,18 @@ def test_triton_launch_choices_give_the_same_bytes():
 def test_every_weight_is_one_k_segment():
     """AUTO's rule: K is one segment (one FP32 chain, pinned cuBLAS's sums) for every weight, a function of
     (N, K) only; narrow weights then decode on the Gluon chain launch."""
-    from precision_engine.numerics.triton_gemm import CHAIN_MAX_KB, CHAIN_MAX_TILES, chain_decodes, segment_kb
+    from precision_engine.numerics.triton_gemm import (CHAIN_MAX_KB, CHAIN_MAX_TILES, WIDE_CHAIN_MAX_M,
+                                                       WIDE_CHAIN_MAX_TILES, chain_decodes, segment_kb)
 
     for n, k in [(4096, 4096), (1024, 4096), (4096, 14336), (12288, 4096), (6144, 4096), (28672, 4096)]:
         assert segment_kb(n, k) == -(-k // 128), (n, k)
     assert segment_kb(4096, 200) == 2
-    assert chain_decodes(6144, 4096) and chain_decodes(128 * CHAIN_MAX_TILES - 128, 4096)
-    assert not chain_decodes(14336, 4096) and not chain_decodes(28672, 4096)
-    assert chain_decodes(4096, 128 * CHAIN_MAX_KB) and not chain_decodes(4096, 128 * CHAIN_MAX_KB + 1)
+    for m in (1, WIDE_CHAIN_MAX_M, WIDE_CHAIN_MAX_M + 1, 64):
+        assert chain_decodes(m, 6144, 4096) and chain_decodes(m, 128 * CHAIN_MAX_TILES - 128, 4096)
+        assert chain_decodes(m, 4096, 128 * CHAIN_MAX_KB) and not chain_decodes(m, 4096, 128 * CHAIN_MAX_KB + 1)
+        wide = m <= WIDE_CHAIN_MAX_M  # the 8B's gate or up, and the fused gate/up, up to 32 tokens
+        assert chain_decodes(m, 14336, 4096) is wide and chain_decodes(m, 28672, 4096) is wide, m
+        assert not chain_decodes(m, 128 * WIDE_CHAIN_MAX_TILES + 1, 4096)
 
 
 def test_transpose_operand_equals_quantizing_the_transpose():
@@ -325,15 +329,16 @@ def test_chain_launch_lands_only_the_rows_its_tiles_hold():
 
 def test_chain_config_fits_every_launch_it_is_given():
     """Every M <= 64 against every weight AUTO sends to the chain launch (`triton_gemm.chain_decodes`: under
-    CHAIN_MAX_TILES 128-row tiles, K up to CHAIN_MAX_KB blocks) gets a ring of more slots than wgmmas in flight
-    beside its staged scales; two programs share an SM only where the programs outnumber the SMs (the 12288-row
-    weight, not 4096 or 6144 rows) and both fit, each at most 128 registers a thread."""
+    CHAIN_MAX_TILES 128-row tiles, or up to WIDE_CHAIN_MAX_TILES at few tokens; K up to CHAIN_MAX_KB blocks) gets a
+    ring of more slots than wgmmas in flight beside its staged scales; two programs share an SM only where the
+    programs outnumber the SMs (the 12288-row weight, not 4096 or 6144 rows) and both fit, each at most 128
+    registers a thread."""
     gluon_chain = pytest.importorskip("precision_engine.numerics.gluon_chain")
-    from precision_engine.numerics.triton_gemm import CHAIN_MAX_KB, CHAIN_MAX_TILES
+    from precision_engine.numerics.triton_gemm import CHAIN_MAX_KB, CHAIN_MAX_TILES, chain_decodes
 
-    for n in (1024, 4096, 6144, 12288, 128 * CHAIN_MAX_TILES - 128):
+    for n in (1024, 4096, 6144, 12288, 128 * CHAIN_MAX_TILES - 128, 14336, 28672):
         for k in (320, 4096, 14336, 128 * CHAIN_MAX_KB):
-            for m in range(1, 65):
+            for m in (m for m in range(1, 65) if chain_decodes(m, n, k)):
                 cfg = gluon_chain.chain_config(m, n, k, 132)
                 assert gluon_chain.ring_slots(cfg, m, k) > cfg.ahead, (m, n, k, cfg)
                 assert cfg.per_sm == 1 or math.prod(gluon_chain.grid(cfg, m, n)) > 132, (m, n, k, cfg)

@@ -81,7 +81,7 @@ WHOLE_TILES_MIN = 128  # 128-row weight tiles from which decode walks whole tile
 # (two 64-row programs an SM: one wave for 14336 rows, two for 28672) beat them (H200, twenty-ninth session,
 # s29_calls/wide_chain.py: 14336x4096 at M = 8 / 16 / 24 / 32, 1.42 / 1.52 / 1.53 / 1.56x -> 1.59 / 1.60 / 1.59 /
 # 1.59x; 28672x4096 1.62 / 1.55 / 1.58 / 1.59x -> 1.69 / 1.69 / 1.67 / 1.67x; level at M = 1). Above 32 tokens it
-# was level on the H200 and 2-3% slower on an H100.
+# was mixed on the H200 (2-3% faster at 40, up to 2% slower at 48-56) and 2-3% slower on an H100.
 CHAIN_MAX_TILES = 112
 WIDE_CHAIN_MAX_TILES = 224
 WIDE_CHAIN_MAX_M = 32

@@ -372,8 +372,8 @@ def chain_decodes(m: int, n: int, k: int) -> bool:
     """Whether M tokens against an N x K weight decode on the Gluon chain launch: at most CHAIN_MAX_KB K blocks,
     and fewer than CHAIN_MAX_TILES 128-row tiles, or up to WIDE_CHAIN_MAX_TILES at up to WIDE_CHAIN_MAX_M tokens."""
     tiles = triton.cdiv(n, 128)
-    narrow = tiles < CHAIN_MAX_TILES or (tiles <= WIDE_CHAIN_MAX_TILES and m <= WIDE_CHAIN_MAX_M)
-    return narrow and triton.cdiv(k, BLOCK_K) <= CHAIN_MAX_KB
+    rows_fit = tiles < CHAIN_MAX_TILES or (tiles <= WIDE_CHAIN_MAX_TILES and m <= WIDE_CHAIN_MAX_M)
+    return rows_fit and triton.cdiv(k, BLOCK_K) <= CHAIN_MAX_KB
 
 
 def one_segment_decode_runs_gluon(a: torch.Tensor, b: torch.Tensor) -> bool:

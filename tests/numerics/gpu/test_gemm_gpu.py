@@ -187,10 +187,10 @@ def test_gluon_decode_gives_the_triton_kernels_bytes(n, k):
                                  (12288, 4096), (14336, 4096), (28672, 4096)])
 def test_chain_decode_gives_the_one_segment_bits(n, k):
     """The one-chain decode (`gluon_chain`: AUTO's narrow weights at M <= 64, its wide ones at few tokens) against
-    the one-segment Triton tiles, which give pinned cuBLAS's bits (test above): every launch choice (ring depth, trips, wgmmas in
-    flight, tokens split over programs, two programs an SM, narrow weight tiles on wgmma's N side, 48 and 8 of
-    them, all 64 tokens in one program above 32, which `chain_config` now gives only at the widest K),
-    M = 1 .. 64 (tokens landed in 8-row boxes past a power of two at 20, 33, 48, 56), BF16 and FP32 out,
+    the one-segment Triton tiles, which give pinned cuBLAS's bits (test above): every launch choice (ring depth,
+    trips, wgmmas in flight, tokens split over programs, two programs an SM, narrow weight tiles on wgmma's N
+    side, 48 and 8 of them, all 64 tokens in one program above 32, which `chain_config` now gives only at the
+    widest K), M = 1 .. 64 (tokens landed in 8-row boxes past a power of two at 20, 33, 48, 56), BF16 and FP32 out,
     -0 among the tokens, ragged N and K; and AUTO's dispatch to it. About 5 minutes on the H200 with a cold Triton
     cache, nearly all of it kernel builds (each M, config and output dtype is one; twenty-eighth session: 4 of the 6
     shapes in 240 s, the GPU idle; all 6 in 74 s with those builds cached); give its step 420 s (the two wide

@@ -58,7 +58,8 @@ def main(folder: Path) -> None:
         print(f"\n### {name}: `{doc['command']}`, {doc['env']}\n")
         render(doc["rows"])
     doc = json.loads((folder / "bench_quant.json").read_text())
-    print(f"\n### bench_quant.json: `{doc['meta']['command']}`\n")
+    command = doc["command"] if "command" in doc else doc["meta"]["command"]  # before `precision bench quant`: meta
+    print(f"\n### bench_quant.json: `{command}`\n")
     quant(doc)
     print("\n### precision check, Llama-3.1-8B shapes, random weights\n")
     checks(folder)

@@ -16,7 +16,7 @@ for s in $steps; do
   case $s in
     tests) python3 -m pytest -q -m gpu tests/numerics/gpu/test_gemm_gpu.py tests/numerics/gpu/test_linear_gpu.py > "$OUT/tests.txt" 2>&1 ;;
     alltests) python3 -m pytest -q -m gpu tests > "$OUT/tests.txt" 2>&1 ;;
-    quant) python3 -m precision_engine.bench.quant --sweep --json "$OUT/bench_quant.json" > "$OUT/quant.txt" 2>&1 ;;
+    quant) precision bench quant --sweep --out "$OUT/bench_quant.json" > "$OUT/quant.txt" 2>&1 ;;
     check) for p in jetrl_unified fp8_rollout_naive jetrl_unified_kv; do
              precision check -p $p -m llama-3.1-8b --device cuda --batch 4 --seq-len 256 --top 5 \
                --save "$OUT/check_8b_$p.json" > "$OUT/check_$p.txt" 2>&1; echo "check $p: exit $?"

@@ -52,7 +52,7 @@ t bench_ceiling 400 $PY -c "$CLI" bench ceiling --out "$OUT/bench_ceiling.json"
 # every row is written as it is measured, and torchao_triton (its own GEMMs) is left out unless asked for.
 PYTHONPATH=/tmp/ao:$PYTHONPATH t bench_linear "${LINEAR_LIMIT:-300}" $PY -c "$CLI" bench linear --quick \
   --variants "${LINEAR_VARIANTS:-bf16,fp8_cublas,fp8_bi,torchao}" --out "$OUT/bench_linear.json"
-t bench_quant 60 $PY -m precision_engine.bench.quant --sweep --only requant,dy --reps 30 --json "$OUT/bench_quant.json"
+t bench_quant 60 $PY -c "$CLI" bench quant --sweep --only requant,dy --reps 30 --out "$OUT/bench_quant.json"
 
 cp "$LOG/test_numerics.log" "$LOG/test_engine.log" "$LOG/test_gluon_compile.log" "$LOG/profile_decode.log" "$OUT/"
 {

@@ -10,15 +10,11 @@ of the 1x128, tokens-transposed, re-quantizing, grad-output and SiLU-mul kernels
 re-quantizer (rows named "<kernel> <config>"): the shipped defaults in numerics/triton_quant.py and
 triton_fused_quant.py are one-line choices among them.
 Each timed call gets the next of several freshly drawn input sets whose total exceeds the L2 several times.
-Run: ``python -m precision_engine.bench.quant [--json out.json] [--sweep]``.
+Run: ``precision bench quant [--sweep] [--only PARTS] [--out out.json]``.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
-import sys
 from collections.abc import Callable
 
 import torch
@@ -182,12 +178,16 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
     return cases
 
 
+def kernel_names(sweep: bool = False) -> list[str]:
+    """The kernels' names, in the order they are timed, each once (`run`'s `only` picks among them)."""
+    return list(dict.fromkeys(kernel for kernel, *_ in _cases(sweep)))
+
+
 def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str, ...] = (),
-        copy_gbps: float | None = None, on_row: Callable[[dict], None] | None = None) -> dict:
-    """Measure every case (those whose name contains one of `only`, if given); returns {"meta": ...,
-    "copy_gbps": ..., "rows": [...]} (rows as in the table). `copy_gbps`: the device copy's rate, measured here
-    when not given; `on_row(row)` runs as each row is measured (the CLI prints it then, so a run cut short keeps
-    the rows it measured on screen)."""
+        copy_gbps: float | None = None, on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """Measure every case (those whose name contains one of `only`, if given): a row each, as in the table.
+    `copy_gbps`: the device copy's rate, measured here when not given; `on_row(row)` runs as each row is measured
+    (`precision bench quant` prints it then, so a run cut short keeps the rows it measured on screen)."""
     if not torch.cuda.is_available():
         raise RuntimeError("the quantizer benchmark needs a CUDA GPU")
     copy_gbps = copy_gbps or copy_bandwidth()
@@ -203,25 +203,12 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
                      "pct_copy": round(100 * rate / copy_gbps, 1), "bytes": nbytes})
         if on_row:
             on_row(rows[-1])
-    return {"meta": _meta(reps), "copy_gbps": round(copy_gbps, 1), "rows": rows}
+    return rows
 
 
-def _meta(reps: int) -> dict:
-    import triton
-
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "cuda": torch.version.cuda,
-        "command": " ".join(sys.argv),
-        "reps": reps,
-    }
-
-
-def table_header(meta: dict, copy_gbps: float) -> str:
-    return (f"{meta['device']}  torch {meta['torch']}  triton {meta['triton']}  "
+def table_header(env: dict, copy_gbps: float) -> str:
+    """The card, versions and copy rate (`env` as `bench.gemm.environment` gives it), then the columns."""
+    return (f"{env['device']}  torch {env['torch']}  triton {env['triton']}  "
             f"device copy {copy_gbps:.0f} GB/s (read+write)\n"
             f"{'kernel':<36} {'shape':>13} {'ms':>8} {'GB/s':>7} {'% copy':>7}")
 
@@ -240,35 +227,3 @@ def summary(rows: list[dict]) -> list[str]:
             lines.append(f"{kernel}: >= {target:.0f}% of copy on {sum(p >= target for p in pct)} of {len(pct)} "
                          f"shapes ({min(pct):.1f}-{max(pct):.1f}%)")
     return lines
-
-
-def format_table(result: dict) -> str:
-    return "\n".join([table_header(result["meta"], result["copy_gbps"]), *map(table_row, result["rows"]),
-                      *summary(result["rows"])])
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="also write the results to this file")
-    parser.add_argument("--reps", type=int, default=40)
-    parser.add_argument("--sweep", action="store_true", help="also time every launch config of the 1x128, "
-                        "tokens-transposed, re-quantizing, fused grad-output and SiLU-mul kernels")
-    parser.add_argument("--only", default="", help="comma-separated parts of kernel names to time, e.g. "
-                        "'requant,dy' (default: all)")
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("error: the quantizer benchmark needs a CUDA GPU")
-    copy_gbps = copy_bandwidth()
-    print(table_header(_meta(args.reps), copy_gbps), flush=True)
-    result = run(reps=args.reps, sweep=args.sweep, only=tuple(p for p in args.only.split(",") if p),
-                 copy_gbps=copy_gbps, on_row=lambda row: print(table_row(row), flush=True))
-    for line in summary(result["rows"]):
-        print(line)
-    if args.json:
-        from precision_engine.rl.runs.files import write_atomic
-
-        write_atomic(args.json, json.dumps(result, indent=2))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,5 @@
-"""`precision bench kernels|linear|block|ceiling|rollout`: FP8 against BF16 on this machine's GPU, same run, table + JSON."""
+"""`precision bench kernels|linear|block|ceiling|quant|rollout`: FP8 against BF16 (the quantizers against a copy)
+on this machine's GPU, same run, table + JSON."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ QuickOpt = Annotated[bool, typer.Option("--quick", help="Two shapes, one trainin
 
 
 def register(app: typer.Typer) -> None:
-    """`precision bench kernels|linear|block|ceiling|rollout`, one sub-command each."""
+    """`precision bench kernels|linear|block|ceiling|quant|rollout`, one sub-command each."""
     from precision_engine.cli import bench_rollout
 
     group = typer.Typer(help="Benchmarks on this machine's GPU, every ratio against a baseline of the same run.",
@@ -174,6 +175,58 @@ def register(app: typer.Typer) -> None:
         rows = run(quick=quick, ms=ms, on_row=lambda row: typer.echo(bench_ceiling.format_row(row)))
         _report(bench_ceiling.format_table(rows), rows, out)
 
+    @group.command()
+    def quant(
+        out: OutOpt = None,
+        sweep: Annotated[bool, typer.Option("--sweep", help="Also every launch config of the 1x128, "
+                                            "tokens-transposed, re-quantizing, grad-output and SiLU-mul kernels, "
+                                            "and the re-quantizer's IEEE division.")] = False,
+        only: Annotated[str | None, typer.Option("--only", help="Comma-separated parts of kernel names: time the "
+                                                 "kernels whose name holds one, e.g. 'requant,dy' (default all).")]
+        = None,
+        reps: Annotated[int, typer.Option("--reps", min=1, help="Timed calls a row, median reported.")] = 40,
+    ) -> None:
+        """The FP8 quantizers' bandwidth against a device copy measured in the same run, table + JSON.
+
+        Each row is the fewest bytes its kernel must move (input read once, FP8 bytes and fp32 scales written once)
+        over its median time, as GB/s and as a share of the copy's: the 1x128 activation quantizer, the
+        tokens-transposed one, the wgrad re-quantizer (a saved FP8 activation to the wgrad operand), the grad
+        output's two operands in one launch and in two, the RMSNorm and SiLU*mul producers beside the unfused
+        ops, per-tensor scaling and the 128x128 weight blocks, on Llama-3.1-8B's shapes. Rows print as they are
+        measured; last, the rows with a target (issue 3's 1x128 quantizer, issue 12's re-quantizer: >= 80% of
+        copy) say on how many shapes they reach it.
+
+        Examples:
+          precision bench quant --out bench_quant.json
+          precision bench quant --only requant,dy --sweep
+        """
+        from precision_engine.bench import quant as bench_quant
+
+        parts = tuple(part for part in (only or "").split(",") if part)
+        names = bench_quant.kernel_names(sweep)
+        unmatched = [part for part in parts if not any(part in name for name in names)]
+        if unmatched:
+            raise UsageError(f"--only: no kernel's name holds {', '.join(map(repr, unmatched))}; the kernels"
+                             f"{' (with --sweep)' if sweep else ''}: {', '.join(names)}")
+        require_gpu(out, "precision bench quant")
+        from precision_engine.bench.gemm import environment
+
+        copy_gbps = bench_quant.copy_bandwidth()
+        typer.echo(bench_quant.table_header(environment(), copy_gbps))
+        rows: list[dict] = []
+
+        def on_row(row: dict) -> None:
+            rows.append(row)
+            typer.echo(bench_quant.table_row(row))
+            if out is not None:
+                write_json(rows, out, copy_gbps=round(copy_gbps, 1), reps=reps)
+
+        bench_quant.run(reps=reps, sweep=sweep, only=parts, copy_gbps=copy_gbps, on_row=on_row)
+        for line in bench_quant.summary(rows):
+            typer.echo(line)
+        if out is not None:
+            typer.echo(f"wrote {out}")
+
     bench_rollout.register(group)
     app.add_typer(group, name="bench")
 
@@ -239,11 +292,11 @@ def _report(table: str, rows: list[dict], out: Path | None) -> None:
         typer.echo(f"wrote {out}")
 
 
-def write_json(rows: list[dict], out: Path) -> None:
-    """The command, the environment and every row as JSON, replacing `out` atomically: a reader, or a run killed
-    mid-write, never leaves half a file."""
+def write_json(rows: list[dict], out: Path, **extra: object) -> None:
+    """The command, the environment, `extra`'s entries and every row as JSON, replacing `out` atomically: a reader,
+    or a run killed mid-write, never leaves half a file."""
     from precision_engine.bench import gemm
     from precision_engine.rl.runs.files import write_atomic
 
-    result = {"command": " ".join(["precision", *sys.argv[1:]]), "env": gemm.environment(), "rows": rows}
+    result = {"command": " ".join(["precision", *sys.argv[1:]]), "env": gemm.environment(), **extra, "rows": rows}
     write_atomic(out, json.dumps(result, indent=1))

@@ -1,49 +1,83 @@
-"""`python -m precision_engine.bench.quant` prints each row as it is measured (a run cut short keeps the rows it
-measured on screen) and writes its JSON whole at the end; the rows and the table agree. CPU: the GPU timing is
-replaced by fixed times, the cases by two."""
+"""`precision bench quant` prints each row as it is measured (a run cut short keeps the rows it measured on screen)
+and rewrites its JSON whole after each; the rows, the printed lines and the JSON agree; --only must name a kernel,
+checked before the GPU is. CPU: the GPU timing is replaced by fixed times, the cases by two."""
 
 import json
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
-from precision_engine.bench import quant
+from precision_engine.bench import gemm, quant
+from precision_engine.cli import bench as bench_cli
+from precision_engine.cli.app import app
+
+runner = CliRunner()
 
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """Two cases, 4 MB in 2 us and 2 MB in 4 us against a 4000 GB/s copy; `printed` collects print's lines and
-    `printed_before` how many there were as each case began its timing."""
-    printed, printed_before = [], []
-    monkeypatch.setattr("builtins.print", lambda line, **kwargs: printed.append(line))
+    """Two cases, 4 MB in 2 us and 2 MB in 4 us against a 4000 GB/s copy. Returns (how many lines the command had
+    printed as each case began its timing, how many rows the JSON held each time it was written)."""
     monkeypatch.setattr(quant.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(quant.torch.cuda, "get_device_name", lambda: "FakeGPU")
+    monkeypatch.setattr(gemm, "environment", lambda: {"device": "FakeGPU", "torch": "2.x", "triton": "3.x"})
     monkeypatch.setattr(quant, "copy_bandwidth", lambda: 4000.0)
     cases = [("1x128", (8, 128), None, None, 4_000_000), ("requant fp8 -> tokens^T", (8, 128), None, None, 2_000_000)]
     monkeypatch.setattr(quant, "_cases", lambda sweep: cases)
     monkeypatch.setattr(quant, "rotation", lambda make, nbytes: [])
     times = iter([[0.002], [0.004]])
+    lines_before, echoed, written = [], [], []
+    real_echo, real_write = typer.echo, bench_cli.write_json
+
+    def echo(message="", **kwargs):
+        echoed.append(message)
+        real_echo(message, **kwargs)
 
     def time_cuda(*args, **kwargs):
-        printed_before.append(len(printed))
+        lines_before.append(len(echoed))
         return next(times)
 
+    def write_json(rows, out, **extra):
+        written.append(len(rows))
+        real_write(rows, out, **extra)
+
+    monkeypatch.setattr(typer, "echo", echo)
     monkeypatch.setattr(quant, "time_cuda", time_cuda)
-    return printed, printed_before
+    monkeypatch.setattr(bench_cli, "write_json", write_json)
+    return lines_before, written
 
 
 def test_rows_print_as_measured_and_the_json_holds_them(fake_gpu, tmp_path):
-    printed, printed_before = fake_gpu
     out = tmp_path / "q.json"
-    quant.main(["--json", str(out)])
+    result = runner.invoke(app, ["bench", "quant", "--out", str(out)])
+    assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert [r["kernel"] for r in doc["rows"]] == ["1x128", "requant fp8 -> tokens^T"]
     assert [r["gbps"] for r in doc["rows"]] == [2000.0, 500.0]
     assert [r["pct_copy"] for r in doc["rows"]] == [50.0, 12.5]
-    assert printed_before == [1, 2]  # the header before the first timing, the first row before the second
-    assert printed[0].startswith("FakeGPU") and "device copy 4000 GB/s" in printed[0]
-    assert printed[1:3] == [quant.table_row(r) for r in doc["rows"]]
-    assert printed[3] == "requant fp8 -> tokens^T: >= 80% of copy on 0 of 1 shapes (12.5-12.5%)"  # a target's row
-    assert quant.format_table(doc).splitlines() == printed[0].splitlines() + printed[1:]
+    assert doc["copy_gbps"] == 4000.0 and doc["reps"] == 40 and doc["command"].startswith("precision")
+    lines_before, written = fake_gpu
+    assert lines_before == [1, 2]  # the header before the first timing, the first row before the second
+    assert written == [1, 2]  # the JSON rewritten whole as each row came
+    lines = result.output.splitlines()
+    assert lines[0].startswith("FakeGPU") and "device copy 4000 GB/s" in lines[0]
+    assert lines[2:4] == [quant.table_row(r) for r in doc["rows"]]
+    assert lines[4] == "requant fp8 -> tokens^T: >= 80% of copy on 0 of 1 shapes (12.5-12.5%)"  # a target's row
+    assert lines[5] == f"wrote {out}"
+
+
+def test_only_must_name_a_kernel_before_any_gpu_is_asked_for(monkeypatch):
+    monkeypatch.setattr(quant, "_cases", lambda sweep: [("requant fp8 -> tokens^T", (8, 128), None, None, 1)])
+    result = runner.invoke(app, ["bench", "quant", "--only", "requant,reqaunt"])
+    assert result.exit_code == 2
+    assert "no kernel's name holds 'reqaunt'" in result.output and "requant fp8 -> tokens^T" in result.output
+
+
+def test_kernel_names_are_the_cases_once_each_in_order():
+    names = quant.kernel_names()
+    assert names[0] == "1x128 act (triton)" and "requant fp8 -> tokens^T" in names
+    assert len(names) == len(set(names))
+    assert set(names) < set(quant.kernel_names(sweep=True))
 
 
 def test_the_summary_counts_the_shapes_that_reach_each_target():
@@ -55,5 +89,5 @@ def test_the_summary_counts_the_shapes_that_reach_each_target():
 
 def test_filter_keeps_only_the_named_kernels(fake_gpu):
     seen = []
-    result = quant.run(only=("requant",), on_row=seen.append)
-    assert [r["kernel"] for r in result["rows"]] == ["requant fp8 -> tokens^T"] and seen == result["rows"]
+    rows = quant.run(only=("requant",), on_row=seen.append)
+    assert [r["kernel"] for r in rows] == ["requant fp8 -> tokens^T"] and seen == rows

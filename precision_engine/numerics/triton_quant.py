@@ -9,9 +9,9 @@ every step is chosen for its instruction count as much as for its exactness:
 - Scale, contract step 2: ``RN(a / fmax)`` as ``q = a * RN(1/fmax)`` plus one FMA correction (`_scale_from_amax`):
   exact for every normal fp32 a, checked on all 2**23 mantissas for 448 and 57344 (the quotient's bits depend
   on a's mantissa only), and branch-free, unlike ``div.rn`` with its range check and slow path.
-- Division, step 4: ``RN(x / scale)`` from one correctly rounded reciprocal per group and FMA corrections
-  (`_quotient`, Markstein's theorem), or ``div.rn`` per element where a bench asks. Power-of-two scales multiply by
-  the exact reciprocal instead (one instruction). Plain ``/`` on fp32 compiles to the approximate
+- Division, step 4: the FP8 byte of ``RN(x / scale)`` from one correctly rounded reciprocal per group and one
+  FMA correction (`_quotient`, checked on every scale mantissa at every FP8 rounding boundary), or ``div.rn`` per
+  element where a bench asks. Power-of-two scales multiply by the exact reciprocal instead (one instruction). Plain ``/`` on fp32 compiles to the approximate
   ``div.full.f32`` and is never used.
 - amax is a NaN-propagating float max of ``|x|`` (``max.NaN.f32``, one instruction with the absolute value
   folded in); a NaN or Inf amax then turns the scale into NaN (contract step 3).
@@ -106,32 +106,31 @@ def _reciprocal(scale, POW2: tl.constexpr):
 
 @triton.jit
 def _quotient(x, scale, inv, POW2: tl.constexpr, IEEE_DIV: tl.constexpr):
-    """RN(x / scale) (contract step 4), given inv = RN(1 / scale).
+    """x / scale for the FP8 cast that follows (contract step 4), given inv = RN(1 / scale): the cast gives
+    the byte of fp8_rne(RN(x / scale)).
 
-    Power-of-two scales: x * inv is the exact quotient rounded once. Otherwise x * inv is within 1.5 ulps; the
-    first FMA correction brings it within 1 ulp (its remainder is then exact), and by Markstein's theorem
-    (inv correctly rounded, q faithful, remainder exact) the second gives exactly RN(x / scale): 1 + 4
-    instructions where ``div.rn.f32`` takes about 15 with a branch. The theorem assumes no underflow: for
-    |x| below about 2**-100 (the remainder, ~|x| 2**-24, turns subnormal) or a subnormal quotient the last
-    fp32 bits can differ, but scales are at least 2**-43, so such quotients are below 2**-57 and round to a
-    signed FP8 zero either way (tests/numerics/test_triton_quant.py checks 4M pairs, every finite bf16 x
-    included, against IEEE division). Each step is q + (scale*q - x) * -inv, so that x = -0 keeps its sign
-    (-0 + -0); the negations are multiplications by -1, because Triton 3.6 (the GPU image's) lowers unary minus
-    on floats to ``0 - x``, which is +0 for x = +0: written as -(scale*q - x) * inv, the H200 turned every -0
-    into +0 (2026-12-03, the re-quantizer's bytes against the reference; Triton 3.9 emits ``neg.f32`` and the
-    interpreter negates exactly, so only the GPU tests and test_the_quotient_negates_without_subtracting under
-    Triton 3.6 see it). NaN scales stay NaN. IEEE_DIV divides with ``div.rn`` per element instead (the same bits, at the
-    instruction count of a division)."""
+    Power-of-two scales: x * inv is the exact quotient rounded once. Otherwise q = RN(x * inv), within 1.5
+    ulps, takes one FMA correction (Markstein's): 1 + 2 instructions, where ``div.rn.f32`` takes about 15 with
+    a branch. The corrected quotient can differ from RN(x / scale) only by an ulp, and the byte only where one
+    of the two is an FP8 rounding boundary; every boundary of E4M3 and E5M2 has an fp32 mantissa on the 1/16
+    grid, and `scripts/quotient_one_correction.py` checks every scale mantissa against every x within 4 ulps of
+    scale * (1 + j/16): no byte differs. Markstein's second correction, which RN(x / scale) needs in general,
+    would cost 2 more FMAs an element and change no byte. For |x| below about 2**-100 the remainder turns
+    subnormal, but scales are at least 2**-43, so such quotients round to a signed FP8 zero either way.
+
+    The correction is q + (scale*q - x) * -inv, so that x = -0 keeps its sign (-0 + -0); the negations are
+    multiplications by -1, because Triton 3.6 (the GPU image's) lowers unary minus on floats to ``0 - x``,
+    which is +0 for x = +0: written as -(scale*q - x) * inv, the H200 turned every -0 into +0 (2026-12-03;
+    Triton 3.9 emits ``neg.f32`` and the interpreter negates exactly, so only the GPU tests and
+    test_the_quotient_negates_without_subtracting under Triton 3.6 see it). NaN scales stay NaN. IEEE_DIV
+    divides with ``div.rn`` per element instead (the same bytes, at the instruction count of a division)."""
     if POW2:
         y = x * inv
     elif IEEE_DIV:
         y = tl.math.div_rn(x, scale)
     else:
-        neg_x = x * -1.0
-        neg_inv = inv * -1.0
         q = x * inv
-        q = tl.fma(tl.fma(scale, q, neg_x), neg_inv, q)
-        y = tl.fma(tl.fma(scale, q, neg_x), neg_inv, q)
+        y = tl.fma(tl.fma(scale, q, x * -1.0), inv * -1.0, q)
     return y
 
 
@@ -514,8 +513,9 @@ _INTERPRET_ROWS = {"BLOCK_M": 8, "GROUPS": 2}
 # 64 columns, 4 warps, 4-wide loads: 13 instructions per element for bf16 input, 15 for the FP8
 # re-quantization (10 with power-of-two scales), against 20 and 46 for the previous kernels, which ran at
 # 59-67% and 22-24% of copy on the H200. 2 warps on the same tile take 11 and 12 but 168 registers. (Triton
-# 3.6, the GPU image's, gives the shipped configs below 13.5 and 15.1 at 95 registers: `scripts/sass_per_element.py`,
-# whose issue time alone is 0.96 of a copy's for the re-quantizer, BENCHMARKS 2026-12-05.) Timed on
+# 3.6, the GPU image's, gave the shipped configs below 13.5 and 15.1 at 95 registers, and 11.5 and 13.1 at 91 and
+# 96 since `_quotient` stops after one correction: `scripts/sass_per_element.py`, the re-quantizer's issue time
+# alone 0.96 then 0.83 of a copy's, BENCHMARKS 2026-12-05.) Timed on
 # the H200 (2026-12-01, `bench.quant --sweep --only requant,dy`, 8192..16384 x 4096..14336): the re-quantizer
 # at 43-51% of copy with fp32 scales (div.rn; the best neighbour, 32 columns and 2 warps, 44-53%) and 67-79%
 # with power-of-two scales; no swept neighbour is faster on every shape. On the Markstein division (2026-12-03):
@@ -665,7 +665,7 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, *, exact_rou
                                  config: dict | None = None, ieee_div: bool = False) -> Quantized:
     """Saved 1xG FP8 activation -> tokens-transposed operand, dequantized in registers (one kernel).
 
-    It divides as every quantizer here does (`_quotient`'s Markstein form). That form once gave wrong bytes here
+    It divides as every quantizer here does (`_quotient`'s FMA correction). That form once gave wrong bytes here
     on the H200 (2026-12-01), so this kernel divided with ``div.rn`` until the cause was found (2026-12-03):
     every wrong byte was a -0 turned +0 by Triton's `0 - x` negation, which the saved activation's FP8 zeros
     bring in by the thousand (bf16 inputs rarely hold a -0). `ieee_div`: div.rn instead (`bench.quant --sweep`).

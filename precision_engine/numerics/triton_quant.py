@@ -10,9 +10,9 @@ every step is chosen for its instruction count as much as for its exactness:
   exact for every normal fp32 a, checked on all 2**23 mantissas for 448 and 57344 (the quotient's bits depend
   on a's mantissa only), and branch-free, unlike ``div.rn`` with its range check and slow path.
 - Division, step 4: the FP8 byte of ``RN(x / scale)`` from one correctly rounded reciprocal per group and one
-  FMA correction (`_quotient`, checked on every scale mantissa at every FP8 rounding boundary), or ``div.rn`` per
-  element where a bench asks. Power-of-two scales multiply by the exact reciprocal instead (one instruction). Plain ``/`` on fp32 compiles to the approximate
-  ``div.full.f32`` and is never used.
+  FMA correction (`_quotient`, checked on every scale mantissa at every FP8 rounding boundary), or ``div.rn``
+  per element where a bench asks. Power-of-two scales multiply by the exact reciprocal instead (one
+  instruction). Plain ``/`` on fp32 compiles to the approximate ``div.full.f32`` and is never used.
 - amax is a NaN-propagating float max of ``|x|`` (``max.NaN.f32``, one instruction with the absolute value
   folded in); a NaN or Inf amax then turns the scale into NaN (contract step 3).
 - The final fp32 -> fp8 rounding: on the GPU the hardware ``cvt.rn.satfinite`` is round-to-nearest-even

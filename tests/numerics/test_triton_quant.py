@@ -55,6 +55,34 @@ def test_rounds_every_midpoint_to_even(dtype):
     assert_bitwise(to_cpu(got), ref)
 
 
+FP32_GROUP_FORMATS = [f for f in FORMATS if f.granularity is Granularity.GROUP and f.scale is ScaleKind.FP32]
+
+
+@pytest.mark.parametrize("fmt", FP32_GROUP_FORMATS, ids=lambda f: f.describe())
+def test_quotients_beside_every_fp8_boundary_match_reference(fmt):
+    """Where `_quotient`'s single FMA correction would show if it were not enough: each 128-group's first value
+    sets its amax (random mantissa and binade), and the other 127 lie within 4 ulps of scale * (1 + j/16) *
+    2**k, every FP8 rounding boundary's mantissa, on both sides of zero, in fp32 (16k groups on the GPU, 128 in
+    the interpreter)."""
+    groups = 1 << (14 if DEVICE == "cuda" else 7)
+    gen = torch.Generator().manual_seed(hash(fmt) % 2**31)
+    amax = ((torch.randint(0, 1 << 23, (groups, 1), generator=gen) | (127 << 23)).int().view(torch.float32)
+            * torch.exp2(torch.randint(-30, 30, (groups, 1), generator=gen).float()))
+    scale = Q.scale_from_amax(amax, fmt).double()
+    top = 7 if fmt.dtype is DType.FLOAT8_E4M3 else 14  # (1 + 15/16) * 2**top < fmax: the amax stays the first
+    j = torch.randint(0, 16, (groups, 127), generator=gen)
+    k = torch.randint(-17, top + 1, (groups, 127), generator=gen)
+    sign = torch.randint(0, 2, (groups, 127), generator=gen) * 2 - 1
+    near = (scale * (1 + j / 16) * torch.exp2(k.double()) * sign).float().view(torch.int32)
+    steps = torch.randint(-4, 5, near.shape, generator=gen, dtype=torch.int32)
+    x = torch.cat([amax, (near + steps).view(torch.float32)], dim=1)
+    assert x.shape == (groups, 128)
+    if fmt.axis is Axis.TOKENS:
+        x = x.t().contiguous()
+    got, ref = both(x.to(DEVICE), fmt)
+    assert_bitwise(to_cpu(got), ref)
+
+
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 @pytest.mark.parametrize("fmt", BASE, ids=lambda f: f.describe())
 def test_nonfinite_groups_match_reference(fmt, bad):

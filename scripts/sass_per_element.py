@@ -1,6 +1,7 @@
-"""SASS instructions per element of the shipped Triton token quantizers, compiled offline for sm_90, and the
-time the H200 needs just to issue them against the time a copy of the same bytes takes. Not part of the
-package: issue 12's re-quantizer (target: 80% of copy bandwidth) is bounded by both at once.
+"""SASS instructions per element of the shipped Triton quantizers (tokens, re-quantizer, 1x128 rows, weight
+blocks), compiled offline for sm_90, and the time the H200 needs just to issue them against the time a copy of
+the same bytes takes. Not part of the package: issue 12's re-quantizer (target: 80% of copy bandwidth) is
+bounded by both at once.
 
 Needs Triton 3.6 (the GPU image's; its ptxas and cuobjdump do the work, no GPU needed). Counts the main body,
 up to the last EXIT: the out-of-line subroutines after it (div.rn's slow path) run only for operands out of
@@ -64,31 +65,60 @@ def longest_loop(instructions) -> list[str]:
     return [op for a, op, _ in instructions if lo <= a <= hi and op != "NOP"]
 
 
+def fmt_args(preset: str, pow2: bool) -> dict:
+    """A preset format's kernel constants, with fp32 or power-of-two scales."""
+    scale = ScaleKind.POW2 if pow2 else ScaleKind.FP32
+    return T._fmt_args(replace(PRESET_FORMATS[preset], scale=scale), False)
+
+
 def tokens_format_args(pow2: bool) -> dict:
     """The Jet-RL 128x1 tokens format's kernel constants, with fp32 or power-of-two scales."""
-    scale = ScaleKind.POW2 if pow2 else ScaleKind.FP32
-    return T._fmt_args(replace(PRESET_FORMATS["fp8_group_tokens"], scale=scale), False)
+    return fmt_args("fp8_group_tokens", pow2)
+
+
+def triton_counts(fn, constexprs: dict, pointers: dict, options: dict, elements: float) -> tuple[int, int, float]:
+    """(registers, SASS a thread, SASS an element) of Triton kernel `fn` whose program's threads run its body once
+    over `elements` values each: `constexprs` as launched, `pointers` the types of its pointers, the rest i32."""
+    signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n] != "constexpr"}
+    source = ASTSource(fn=fn, signature=signature, attrs=attrs,
+                       constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    instructions, registers = sass_and_registers(source, options)
+    body = main_body(instructions)
+    return registers, len(body), len(body) / elements
 
 
 def tokens_kernel(config: dict, dequant: bool, pow2: bool) -> tuple[int, int, float]:
-    """(registers, SASS a thread, SASS an element) of `_tokens_t_kernel` on whole 128-token groups: the
-    re-quantizer (FP8 input, `dequant`) or the BF16 tokens quantizer, fp32 or power-of-two scales."""
-    fn = T._tokens_t_kernel
+    """`triton_counts` of `_tokens_t_kernel` on whole 128-token groups: the re-quantizer (FP8 input, `dequant`)
+    or the BF16 tokens quantizer, fp32 or power-of-two scales."""
     config = dict(config)
     warps = config.pop("num_warps")
     constexprs = dict(G=GROUP, G_IN=GROUP if dequant else 1, PACK=4, BLOCK_SUB=GROUP // 4, DEQUANT=dequant,
                       EVEN_M=True, EVEN_C=True, IEEE_DIV=False, HW_PACK=True, **tokens_format_args(pow2), **config)
     pointers = {"x_ptr": "*fp8e4nv" if dequant else "*bf16", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv",
                 "s_ptr": "*fp32"}
-    signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in fn.arg_names}
     options = {"num_warps": warps, **({"enable_fp_fusion": False} if dequant else {})}  # as `_launch_tokens_t`
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n] != "constexpr"}
-    source = ASTSource(fn=fn, signature=signature, attrs=attrs,
-                       constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    instructions, registers = sass_and_registers(source, options)
-    body = main_body(instructions)
-    elements = GROUP * config["BLOCK_C"] * config["CHUNKS"] / (32 * warps)
-    return registers, len(body), len(body) / elements
+    return triton_counts(T._tokens_t_kernel, constexprs, pointers, options,
+                         GROUP * config["BLOCK_C"] * config["CHUNKS"] / (32 * warps))
+
+
+def rows_kernel(pow2: bool) -> tuple[int, int, float]:
+    """`triton_counts` of the 1x128 rows quantizer (`_rows_kernel`, BF16 in) in its shipped config."""
+    config = dict(T._ROWS_CONFIG)
+    warps = config.pop("num_warps")
+    constexprs = dict(G=GROUP, BLOCK_G=GROUP, **fmt_args("fp8_group_act", pow2), **config)
+    return triton_counts(T._rows_kernel, constexprs, {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"},
+                         {"num_warps": warps}, config["BLOCK_M"] * GROUP * config["GROUPS"] / (32 * warps))
+
+
+def blocks_kernel(pow2: bool) -> tuple[int, int, float]:
+    """`triton_counts` of the weight quantizer (`_blocks_kernel`, BF16 in) on a whole 128x128 block, writing
+    Q(W) and Q(W)^T as training does."""
+    warps = T._BLOCKS_CONFIG["num_warps"]
+    constexprs = dict(BR=GROUP, BC=GROUP, BLOCK_R=GROUP, BLOCK_C=GROUP, TRANSPOSED=True, PACK=4,
+                      BLOCK_SUB=GROUP // 4, HW_PACK=True, **fmt_args("fp8_block_weight", pow2))
+    pointers = {"w_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "qt_ptr": "*fp8e4nv", "st_ptr": "*fp32"}
+    return triton_counts(T._blocks_kernel, constexprs, pointers, {"num_warps": warps}, GROUP * GROUP / (32 * warps))
 
 
 def gluon_requant(pow2: bool) -> tuple[int, int, float] | None:
@@ -123,21 +153,22 @@ def main() -> None:
     print(f"{args.m}x{args.c}: {SMS} SMs x {SCHEDULERS} warp instructions a cycle at {args.clock_ghz} GHz; "
           f"copy at {args.copy_gbps:.0f} GB/s")
     print("kernel | config | scales | registers | SASS/thread | SASS/element | issue us | copy us | issue/copy")
-    cases = [("re-quantizer", "shipped (32 cols, 2 warps)", T._REQUANT_CONFIG, True),
-             ("re-quantizer", "64 cols, 4 warps", T._TOKENS_CONFIG, True),
-             ("tokens, bf16", "shipped (64 cols, 4 warps)", T._TOKENS_CONFIG, False)]
-    for pow2 in (False, True):
-        counts = [(name, label, 1 if dequant else 2, tokens_kernel(config, dequant, pow2))
-                  for name, label, config, dequant in cases]
+    tokens = [("re-quantizer", "shipped (32 cols, 2 warps)", T._REQUANT_CONFIG, True),
+              ("re-quantizer", "64 cols, 4 warps", T._TOKENS_CONFIG, True),
+              ("tokens, bf16", "shipped (64 cols, 4 warps)", T._TOKENS_CONFIG, False)]
+    for pow2 in (False, True):  # bytes an element: read plus written, scales aside
+        counts = [(name, label, 2 if dequant else 3, tokens_kernel(config, dequant, pow2))
+                  for name, label, config, dequant in tokens]
+        counts += [("rows 1x128, bf16", "shipped (64 rows, 8 warps)", 3, rows_kernel(pow2)),
+                   ("weight + ^T, bf16", "shipped (128x128, 8 warps)", 4, blocks_kernel(pow2))]
         gluon = gluon_requant(pow2)
         if gluon is not None:
-            counts.append(("re-quantizer", "Gluon, a 128x128 tile", 1, gluon))
-        for name, label, in_bytes, (registers, per_thread, per_element) in counts:
-            copy_us = elements * (in_bytes + 1) / (args.copy_gbps * 1e3)  # read and write, scales aside
+            counts.append(("re-quantizer", "Gluon, a 128x128 tile", 2, gluon))
+        for name, label, nbytes, (registers, per_thread, per_element) in counts:
+            copy_us = elements * nbytes / (args.copy_gbps * 1e3)
             issue_us = elements * per_element / 32 / (SMS * SCHEDULERS * args.clock_ghz * 1e3)
             print(f"{name} | {label} | {'pow2' if pow2 else 'fp32'} | {registers} | {per_thread} | "
                   f"{per_element:.2f} | {issue_us:.1f} | {copy_us:.1f} | {issue_us / copy_us:.2f}")
-
 
 if __name__ == "__main__":
     main()

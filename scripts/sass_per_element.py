@@ -5,9 +5,7 @@ bounded by both at once.
 
 Needs Triton 3.6 (the GPU image's; its ptxas and cuobjdump do the work, no GPU needed). Counts the main body,
 up to the last EXIT: the out-of-line subroutines after it (div.rn's slow path) run only for operands out of
-range. One program's threads run that body once (no loops), so the count is also the dynamic one. Where the
-Gluon re-quantizer is importable (`benchmarks/2026-12-05/s26_calls/gluon_requant_on_main.patch` applied), its
-persistent loop's body is counted too: one pass per 128x128 tile.
+range. One program's threads run that body once (no loops), so the count is also the dynamic one.
 
     PYTHONPATH=$PWD python scripts/sass_per_element.py [--m 8192 --c 4096 --copy-gbps 4230 --clock-ghz 1.98]
 """
@@ -19,15 +17,11 @@ import subprocess
 import tempfile
 from dataclasses import replace
 
-import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from triton.experimental.gluon._runtime import GluonASTSource
-from triton.runtime.jit import mangle_type
 
 from precision_engine.numerics import triton_quant as T
-from precision_engine.numerics.gluon_gemm import _descriptor
 from precision_engine.numerics.formats import PRESET_FORMATS, ScaleKind
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -55,14 +49,6 @@ def main_body(instructions) -> list[str]:
     """The opcodes up to the last EXIT, NOPs aside."""
     ops = [op for _, op, _ in instructions]
     return [op for op in ops[:len(ops) - ops[::-1].index("EXIT")] if op != "NOP"]
-
-
-def longest_loop(instructions) -> list[str]:
-    """The opcodes between the longest backward branch and its target, NOPs aside."""
-    spans = [(int(m.group(1), 16), a) for a, op, rest in instructions if op == "BRA"
-             for m in [re.search(r"0x([0-9a-f]+)", rest)] if m and int(m.group(1), 16) < a]
-    lo, hi = max(spans, key=lambda span: span[1] - span[0])
-    return [op for a, op, _ in instructions if lo <= a <= hi and op != "NOP"]
 
 
 def fmt_args(preset: str, pow2: bool) -> dict:
@@ -121,27 +107,6 @@ def blocks_kernel(pow2: bool) -> tuple[int, int, float]:
     return triton_counts(T._blocks_kernel, constexprs, pointers, {"num_warps": warps}, GROUP * GROUP / (32 * warps))
 
 
-def gluon_requant(pow2: bool) -> tuple[int, int, float] | None:
-    """(registers, SASS a thread per tile, SASS an element) of the Gluon re-quantizer's persistent loop, or None
-    where the patch that restores it is not applied."""
-    try:
-        from precision_engine.numerics import gluon_requant as R
-    except ImportError:
-        return None
-    args = tokens_format_args(pow2)
-    constexprs = {n: args[n] for n in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {"STAGES": R.STAGES,
-                                                                                   "COL_TILES": 32}
-    fp8 = torch.empty(512, 512, dtype=torch.float8_e4m3fn)
-    descriptors = {"x_desc": _descriptor(fp8, GROUP, GROUP), "q_desc": _descriptor(fp8, GROUP, GROUP)}
-    fn = R._gluon_requant_kernel
-    signature = {n: mangle_type(descriptors[n]) if n in descriptors else "constexpr" if n in constexprs
-                 else {"s_in_ptr": "*fp32", "s_out_ptr": "*fp32"}.get(n, "i32") for n in fn.arg_names}
-    source = GluonASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    instructions, registers = sass_and_registers(source, {"num_warps": R.WARPS, "enable_fp_fusion": False})
-    loop = longest_loop(instructions)
-    return registers, len(loop), len(loop) / (GROUP * GROUP / (32 * R.WARPS))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--m", type=int, default=8192, help="tokens")
@@ -161,9 +126,6 @@ def main() -> None:
                   for name, label, config, dequant in tokens]
         counts += [("rows 1x128, bf16", "shipped (64 rows, 8 warps)", 3, rows_kernel(pow2)),
                    ("weight + ^T, bf16", "shipped (128x128, 8 warps)", 4, blocks_kernel(pow2))]
-        gluon = gluon_requant(pow2)
-        if gluon is not None:
-            counts.append(("re-quantizer", "Gluon, a 128x128 tile", 2, gluon))
         for name, label, nbytes, (registers, per_thread, per_element) in counts:
             copy_us = elements * nbytes / (args.copy_gbps * 1e3)
             issue_us = elements * per_element / 32 / (SMS * SCHEDULERS * args.clock_ghz * 1e3)

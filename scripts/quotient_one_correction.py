@@ -5,7 +5,7 @@ FMAs), and cast q1 to FP8. The reference casts RN(x / s). Rounding to FP8 is mon
 differ only if q1 != RN(x / s) (adjacent fp32 values, then) and one of them is an FP8 rounding boundary. Every
 boundary of E4M3 and E5M2, normal, subnormal or at saturation, is (1 + j/16) * 2**e for some j in 0..15, and
 scaling x or s by a power of two scales every step exactly (no quotient near a boundary under- or overflows:
-scales lie in [2**-43, 2**120]). So it is enough to take s over all 2**23 mantissas in [1, 2), b = 1 + j/16,
+scales lie in [2**-50, 2**120]). So it is enough to take s over all 2**23 mantissas in [1, 2), b = 1 + j/16,
 and every fp32 x within 4 ulps of s * b: 1.2e9 pairs. That window holds every x whose q1 or RN(x / s) can be
 b: with inv and the remainder each off by at most 2**-24 relative, q1 is RN of a value within 2**-22 ulp of
 x / s, so |q1 - x / s| < 1 ulp and x lies within 3 ulps of s * b.

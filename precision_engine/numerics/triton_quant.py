@@ -95,7 +95,7 @@ def _scale_from_amax(amax, FMAX: tl.constexpr, RFMAX: tl.constexpr, POW2: tl.con
 @triton.jit
 def _reciprocal(scale, POW2: tl.constexpr):
     """RN(1 / scale), once per group. A power of two's reciprocal is its exponent negated on the bits (scales
-    lie in [2**-42, 2**120], so both are normal); NaN stays NaN."""
+    lie in [2**-50, 2**120], so both are normal); NaN stays NaN."""
     if POW2:
         inv = (0x7F000000 - scale.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
         inv = tl.where(scale == scale, inv, scale)
@@ -116,7 +116,7 @@ def _quotient(x, scale, inv, POW2: tl.constexpr, IEEE_DIV: tl.constexpr):
     grid, and `scripts/quotient_one_correction.py` checks every scale mantissa against every x within 4 ulps of
     scale * (1 + j/16): no byte differs. Markstein's second correction, which RN(x / scale) needs in general,
     would cost 2 more FMAs an element and change no byte. For |x| below about 2**-100 the remainder turns
-    subnormal, but scales are at least 2**-43, so such quotients round to a signed FP8 zero either way.
+    subnormal, but scales are at least 2**-50, so such quotients round to a signed FP8 zero either way.
 
     The correction is q + (scale*q - x) * -inv, so that x = -0 keeps its sign (-0 + -0); the negations are
     multiplications by -1, because Triton 3.6 (the GPU image's) lowers unary minus on floats to ``0 - x``,

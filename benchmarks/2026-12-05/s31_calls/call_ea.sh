@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Thirty-first session, call EA (carry .whl; about 11 minutes): call E and the thirtieth session's call A in one.
+# Thirty-first session, call EA (carry .whl; about 11 minutes): the one-correction quotient measured, with the
+# thirtieth session's call A in the same run.
 # With ../s30_calls/gluon_requant.patch applied (the Gluon re-quantizer, never run on a GPU):
 # 1. its compile checks (Triton 3.6 on the device);
 # 2. main's one-correction quotient beside every FP8 boundary at full size (`test_triton_quant.py`);

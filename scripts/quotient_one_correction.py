@@ -14,7 +14,8 @@ The fp32 steps are emulated in float64, exactly: products of two fp32 values are
 s * q0 - x is exact by Sterbenz's lemma and then rounded once, and the correction's sum is carried as a
 two-sum so that its rounding to fp32 is a single rounding. RN(x / s) is float64 division rounded to fp32
 (x / s lies at least 2**-49 relative from any fp32 midpoint, far beyond float64's error); the emulated second
-correction must reproduce it, which checks the emulation.
+correction must reproduce it, and first `--exact` random pairs beside the boundaries are redone in exact
+rational arithmetic: both check the emulation.
 
     python scripts/quotient_one_correction.py                          # all 2**23 mantissas, ~3.5 min, 2 cores
     python scripts/quotient_one_correction.py --every 256 --uncorrected  # q0 itself: the check's teeth
@@ -25,7 +26,9 @@ them at a boundary.
 """
 
 import argparse
+import random
 import time
+from fractions import Fraction
 
 import torch
 
@@ -54,6 +57,41 @@ def correction(q: torch.Tensor, x: torch.Tensor, s: torch.Tensor, inv: torch.Ten
     b = hi - q
     lo = (q - (hi - b)) + (p - b)
     return round_sum_to_fp32(hi, lo).to(F64)
+
+
+def rational_fp32(v: Fraction) -> Fraction:
+    """v rounded to the nearest fp32 (ties to even), exactly; normal range."""
+    if v == 0:
+        return v
+    a = abs(v)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    e -= Fraction(2) ** e > a
+    m = a / Fraction(2) ** (e - 23)  # in [2**23, 2**24)
+    whole, rest = divmod(m.numerator, m.denominator)
+    whole += 2 * rest > m.denominator or (2 * rest == m.denominator and whole % 2 == 1)
+    return (1 if v > 0 else -1) * whole * Fraction(2) ** (e - 23)
+
+
+def cross_check(samples: int) -> int:
+    """The emulation against exact rational arithmetic on `samples` random (s, x) pairs beside the boundaries:
+    how many differ in q0 or q1."""
+    rng = random.Random(5)
+    n = 1 << 23
+    s = torch.tensor([(rng.randrange(n) + n) / n for _ in range(samples)], dtype=F64)
+    b = torch.tensor([1 + rng.randrange(GRID) / GRID for _ in range(samples)], dtype=F64)
+    step = torch.tensor([rng.randint(-WINDOW, WINDOW) for _ in range(samples)], dtype=torch.int32)
+    x = ((s * b).to(F32).view(torch.int32) + step).view(F32).to(F64)
+    inv = (1.0 / s).to(F32).to(F64)
+    q0 = (x * inv).to(F32).to(F64)
+    q1 = correction(q0, x, s, inv)
+    wrong = 0
+    for si, xi, q0i, q1i in zip(s.tolist(), x.tolist(), q0.tolist(), q1.tolist()):
+        ts, tx = Fraction(si), Fraction(xi)
+        t_inv = rational_fp32(1 / ts)
+        t_q0 = rational_fp32(tx * t_inv)
+        t_q1 = rational_fp32(t_q0 - rational_fp32(ts * t_q0 - tx) * t_inv)
+        wrong += t_q0 != Fraction(q0i) or t_q1 != Fraction(q1i)
+    return wrong
 
 
 def check(every: int, corrected: bool = True) -> tuple[int, int, int]:
@@ -85,7 +123,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--every", type=int, default=1, help="check every n-th scale mantissa")
     parser.add_argument("--uncorrected", action="store_true", help="check q0 = RN(x * inv) instead")
+    parser.add_argument("--exact", type=int, default=2000, help="pairs to check the emulation on in rationals")
     args = parser.parse_args()
+    wrong = cross_check(args.exact)
+    print(f"emulation against rational arithmetic: {wrong} of {args.exact:,} pairs differ")
+    if wrong:
+        raise SystemExit(2)
     start = time.perf_counter()
     pairs, differ, on_grid = check(args.every, not args.uncorrected)
     name = "q0" if args.uncorrected else "q1"

@@ -82,3 +82,43 @@ class GraphRecorder:
     def __call__(self, gm, example_inputs):
         self.code.append(gm.print_readable(print_output=False))
         return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
+
+
+def _scale_groups(fmt: QuantFormat, rows: int, cols: int) -> torch.Tensor:
+    """Each element's scale group in fmt, numbered, for a [rows, cols] input."""
+    r, c = torch.arange(rows)[:, None], torch.arange(cols)[None, :]
+    if fmt.granularity is Granularity.TENSOR:
+        return torch.zeros(rows, cols, dtype=torch.long)
+    if fmt.granularity is Granularity.CHANNEL:
+        return r.expand(rows, cols)
+    if fmt.granularity is Granularity.BLOCK:
+        return (r // fmt.block[0]) * (cols // fmt.block[1]) + c // fmt.block[1]
+    if fmt.axis is Axis.TOKENS:
+        return (r // fmt.group) * cols + c
+    return r * (cols // fmt.group) + c // fmt.group
+
+
+def beside_fp8_boundaries(fmt: QuantFormat, size: int, seed: int) -> torch.Tensor:
+    """A [size, size] fp32 input (CPU) for fmt with fp32 scales whose values lie where a quantizer's division
+    must be exact to give the reference's bytes: each scale group's first value sets its amax (random mantissa
+    and binade), and every other value lies within 4 ulps of scale * (1 + j/16) * 2**k, either sign, for random
+    j (every FP8 rounding boundary's mantissa is on that grid) and k within the format's range."""
+    from precision_engine.numerics.quantize import scale_from_amax
+
+    gen = torch.Generator().manual_seed(seed)
+    group = _scale_groups(fmt, size, size)
+    groups = int(group.max()) + 1
+    amax = ((torch.randint(0, 1 << 23, (groups,), generator=gen) | (127 << 23)).int().view(torch.float32)
+            * torch.exp2(torch.randint(-30, 30, (groups,), generator=gen).float()))
+    scale = scale_from_amax(amax, fmt).double()[group]
+    top = 7 if fmt.dtype is DType.FLOAT8_E4M3 else 14  # (1 + 15/16) * 2**top < fmax: each amax stays its group's
+    j = torch.randint(0, 16, group.shape, generator=gen)
+    k = torch.randint(-17, top + 1, group.shape, generator=gen)
+    sign = torch.randint(0, 2, group.shape, generator=gen) * 2 - 1
+    near = (scale * (1 + j / 16) * torch.exp2(k.double()) * sign).float().view(torch.int32)
+    x = (near + torch.randint(-4, 5, group.shape, generator=gen, dtype=torch.int32)).view(torch.float32)
+    first = torch.full((groups,), group.numel()).scatter_reduce(0, group.flatten(), torch.arange(group.numel()),
+                                                                "amin")
+    x.view(-1)[first] = amax
+    assert torch.equal(torch.zeros(groups).scatter_reduce(0, group.flatten(), x.abs().flatten(), "amax"), amax)
+    return x

@@ -18,7 +18,7 @@ from precision_engine.numerics import quantize as Q  # noqa: E402
 from precision_engine.numerics.gemm import transpose_operand  # noqa: E402
 from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind  # noqa: E402
 
-from helpers import BASE, FORMATS, assert_bitwise, run_offline_compile  # noqa: E402
+from helpers import BASE, FORMATS, assert_bitwise, beside_fp8_boundaries, run_offline_compile  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,47 +56,15 @@ def test_rounds_every_midpoint_to_even(dtype):
     assert_bitwise(to_cpu(got), ref)
 
 
-def _scale_groups(fmt: QuantFormat, rows: int, cols: int) -> torch.Tensor:
-    """Each element's scale group in fmt, numbered, for a [rows, cols] input."""
-    r, c = torch.arange(rows)[:, None], torch.arange(cols)[None, :]
-    if fmt.granularity is Granularity.TENSOR:
-        return torch.zeros(rows, cols, dtype=torch.long)
-    if fmt.granularity is Granularity.CHANNEL:
-        return r.expand(rows, cols)
-    if fmt.granularity is Granularity.BLOCK:
-        return (r // fmt.block[0]) * (cols // fmt.block[1]) + c // fmt.block[1]
-    if fmt.axis is Axis.TOKENS:
-        return (r // fmt.group) * cols + c
-    return r * (cols // fmt.group) + c // fmt.group
-
-
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f.scale is ScaleKind.FP32], ids=lambda f: f.describe())
 def test_quotients_beside_every_fp8_boundary_match_reference(fmt):
-    """Where `_quotient`'s single FMA correction would show if it were not enough: each scale group's first value
-    sets its amax (random mantissa and binade), and every other value lies within 4 ulps of scale * (1 + j/16) *
-    2**k, every FP8 rounding boundary's mantissa, either sign, in fp32. Every granularity's kernel, and the
-    weight quantizer's Q(W)^T (4096x4096 on the GPU, 256x256 in the interpreter)."""
-    size = 4096 if DEVICE == "cuda" else 256
-    gen = torch.Generator().manual_seed(hash(fmt) % 2**31)
-    group = _scale_groups(fmt, size, size)
-    groups = int(group.max()) + 1
-    amax = ((torch.randint(0, 1 << 23, (groups,), generator=gen) | (127 << 23)).int().view(torch.float32)
-            * torch.exp2(torch.randint(-30, 30, (groups,), generator=gen).float()))
-    scale = Q.scale_from_amax(amax, fmt).double()[group]
-    top = 7 if fmt.dtype is DType.FLOAT8_E4M3 else 14  # (1 + 15/16) * 2**top < fmax: each amax stays its group's
-    j = torch.randint(0, 16, group.shape, generator=gen)
-    k = torch.randint(-17, top + 1, group.shape, generator=gen)
-    sign = torch.randint(0, 2, group.shape, generator=gen) * 2 - 1
-    near = (scale * (1 + j / 16) * torch.exp2(k.double()) * sign).float().view(torch.int32)
-    x = (near + torch.randint(-4, 5, group.shape, generator=gen, dtype=torch.int32)).view(torch.float32)
-    first = torch.full((groups,), group.numel()).scatter_reduce(0, group.flatten(), torch.arange(group.numel()),
-                                                                "amin")
-    x.view(-1)[first] = amax
-    assert torch.equal(torch.zeros(groups).scatter_reduce(0, group.flatten(), x.abs().flatten(), "amax"), amax)
+    """Where `_quotient`'s single FMA correction would show if it were not enough (`helpers.beside_fp8_boundaries`):
+    every granularity's kernel, and the weight quantizer's Q(W)^T, at 256x256 (tests/numerics/gpu: 4096x4096)."""
+    x = beside_fp8_boundaries(fmt, 256, hash(fmt) % 2**31)
     got, ref = both(x.to(DEVICE), fmt)
     assert_bitwise(to_cpu(got), ref)
     if fmt.granularity is Granularity.BLOCK:  # and Q(W)^T from the same pass, as every training step takes it
-        out_t = Q.block_buffers(size, size, fmt, DEVICE)
+        out_t = Q.block_buffers(256, 256, fmt, DEVICE)
         Q.quantize_blocks(x.to(DEVICE), fmt, backend="triton", out_t=out_t)
         assert_bitwise(to_cpu(out_t), transpose_operand(ref))
 

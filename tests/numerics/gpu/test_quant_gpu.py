@@ -17,7 +17,7 @@ from precision_engine.bench.quant import DUAL_SWEEP
 from precision_engine.numerics import quantize as Q
 from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind
 
-from helpers import BASE, FORMATS, assert_bitwise
+from helpers import BASE, FORMATS, assert_bitwise, beside_fp8_boundaries
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -39,6 +39,22 @@ def random_input(shape, seed: int) -> torch.Tensor:
     x = torch.randn(shape, device="cuda", generator=gen)
     x = x * torch.exp(torch.randn(shape[0], 1, device="cuda", generator=gen) * 4)  # rows spanning ~1e-7..1e7
     return x.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f.scale is ScaleKind.FP32], ids=lambda f: f.describe())
+def test_quotients_beside_every_fp8_boundary_full_size(fmt):
+    """Every granularity's kernel at 4096x4096 on values beside every FP8 rounding boundary, where the quotient's
+    single FMA correction would show if it were not enough (`helpers.beside_fp8_boundaries`); the weight
+    quantizer's Q(W)^T too."""
+    from precision_engine.numerics.gemm import transpose_operand
+
+    x = beside_fp8_boundaries(fmt, 4096, hash(fmt) % 2**31).cuda()
+    ref = Q.quantize(x, fmt, backend="reference")  # on the GPU: test_cuda_reference_equals_cpu_reference
+    assert_bitwise(Q.quantize(x, fmt, backend="triton"), ref)
+    if fmt.granularity is Granularity.BLOCK:
+        out_t = Q.block_buffers(4096, 4096, fmt, x.device)
+        Q.quantize_blocks(x, fmt, backend="triton", out_t=out_t)
+        assert_bitwise(out_t, transpose_operand(ref))
 
 
 @pytest.mark.parametrize("exact_round", [False, True], ids=["hw-cvt", "exact-round"])

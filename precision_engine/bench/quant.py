@@ -184,10 +184,11 @@ def kernel_names(sweep: bool = False) -> list[str]:
 
 
 def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str, ...] = (),
-        copy_gbps: float | None = None, on_row: Callable[[dict], None] | None = None) -> list[dict]:
+        copy_gbps: float | None = None, on_row: Callable[[dict, list[dict]], None] | None = None) -> list[dict]:
     """Measure every case (those whose name contains one of `only`, if given): a row each, as in the table.
-    `copy_gbps`: the device copy's rate, measured here when not given; `on_row(row)` runs as each row is measured
-    (`precision bench quant` prints it then, so a run cut short keeps the rows it measured on screen)."""
+    `copy_gbps`: the device copy's rate, measured here when not given; `on_row(row, rows)` runs as each row is
+    measured, with the rows so far (`precision bench quant` prints the row and rewrites its JSON then, so a run
+    cut short keeps what it measured)."""
     if not torch.cuda.is_available():
         raise RuntimeError("the quantizer benchmark needs a CUDA GPU")
     copy_gbps = copy_gbps or copy_bandwidth()
@@ -202,7 +203,7 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
         rows.append({"kernel": kernel, "shape": list(shape), "ms": round(ms, 4), "gbps": round(rate, 1),
                      "pct_copy": round(100 * rate / copy_gbps, 1), "bytes": nbytes})
         if on_row:
-            on_row(rows[-1])
+            on_row(rows[-1], rows)
     return rows
 
 

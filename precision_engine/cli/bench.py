@@ -213,15 +213,13 @@ def register(app: typer.Typer) -> None:
 
         copy_gbps = bench_quant.copy_bandwidth()
         typer.echo(bench_quant.table_header(environment(), copy_gbps))
-        rows: list[dict] = []
 
-        def on_row(row: dict) -> None:
-            rows.append(row)
+        def on_row(row: dict, rows: list[dict]) -> None:
             typer.echo(bench_quant.table_row(row))
             if out is not None:
                 write_json(rows, out, copy_gbps=round(copy_gbps, 1), reps=reps)
 
-        bench_quant.run(reps=reps, sweep=sweep, only=parts, copy_gbps=copy_gbps, on_row=on_row)
+        rows = bench_quant.run(reps=reps, sweep=sweep, only=parts, copy_gbps=copy_gbps, on_row=on_row)
         for line in bench_quant.summary(rows):
             typer.echo(line)
         if out is not None:

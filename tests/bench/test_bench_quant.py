@@ -89,5 +89,6 @@ def test_the_summary_counts_the_shapes_that_reach_each_target():
 
 def test_filter_keeps_only_the_named_kernels(fake_gpu):
     seen = []
-    rows = quant.run(only=("requant",), on_row=seen.append)
-    assert [r["kernel"] for r in rows] == ["requant fp8 -> tokens^T"] and seen == rows
+    rows = quant.run(only=("requant",), on_row=lambda row, so_far: seen.append((row, list(so_far))))
+    assert [r["kernel"] for r in rows] == ["requant fp8 -> tokens^T"]
+    assert seen == [(rows[0], rows[:1])]

@@ -94,6 +94,11 @@ def cross_check(samples: int) -> int:
     return wrong
 
 
+def on_boundary_grid(q: torch.Tensor) -> torch.Tensor:
+    """Whether each fp32 value's mantissa is 1 + j/16 (its low 19 bits zero)."""
+    return (q.to(F32).view(torch.int32) & 0x7FFFF) == 0
+
+
 def check(every: int, corrected: bool = True) -> tuple[int, int, int]:
     """(pairs, q1 != RN(x / s), of those with q1 or RN(x / s) on the boundary grid); q0 for q1 if not
     `corrected`."""
@@ -108,14 +113,14 @@ def check(every: int, corrected: bool = True) -> tuple[int, int, int]:
         for step in range(-WINDOW, WINDOW + 1):
             x = (x0 + step).view(F32).to(F64)
             q0 = (x * inv).to(F32).to(F64)
-            q1 = correction(q0, x, s, inv) if corrected else q0
+            once = correction(q0, x, s, inv)
             exact = (x / s).to(F32).to(F64)
-            assert torch.equal(correction(correction(q0, x, s, inv), x, s, inv), exact), "the emulation is off"
+            assert torch.equal(correction(once, x, s, inv), exact), "the emulation is off"
+            q1 = once if corrected else q0
             wrong = q1 != exact
-            grid = lambda q: (q.to(F32).view(torch.int32) & 0x7FFFF) == 0  # noqa: E731
             pairs += s.numel()
             differ += int(wrong.sum())
-            on_grid += int((wrong & (grid(q1) | grid(exact))).sum())
+            on_grid += int((wrong & (on_boundary_grid(q1) | on_boundary_grid(exact))).sum())
     return pairs, differ, on_grid
 
 

@@ -12,7 +12,7 @@ import torch
 
 from precision_engine.numerics.contract import TRITON_INTERPRET
 from precision_engine.numerics.formats import Axis, DType, Granularity, QuantFormat, ScaleKind
-from precision_engine.numerics.quantize import Quantized
+from precision_engine.numerics.quantize import Quantized, scale_from_amax
 
 # Tests that run Triton kernels on CPU tensors: the interpreter's (CI, no GPU). On a GPU machine the kernels want
 # CUDA tensors (the GPU tests run them there), so these skip instead of failing on the tensors' device.
@@ -103,8 +103,6 @@ def beside_fp8_boundaries(fmt: QuantFormat, size: int, seed: int) -> torch.Tenso
     must be exact to give the reference's bytes: each scale group's first value sets its amax (random mantissa
     and binade), and every other value lies within 4 ulps of scale * (1 + j/16) * 2**k, either sign, for random
     j (every FP8 rounding boundary's mantissa is on that grid) and k within the format's range."""
-    from precision_engine.numerics.quantize import scale_from_amax
-
     gen = torch.Generator().manual_seed(seed)
     group = _scale_groups(fmt, size, size)
     groups = int(group.max()) + 1

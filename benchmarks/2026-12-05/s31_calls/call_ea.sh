@@ -5,9 +5,10 @@
 # 1. its compile checks (Triton 3.6 on the device);
 # 2. main's one-correction quotient beside every FP8 boundary at full size (`test_triton_quant.py`);
 # 3. every quantizer's GPU bits test, the Gluon re-quantizer's and the grad output's included;
-# 4. two alternating rounds of `precision bench quant --sweep` on the quantizer rows and every Gluon program
-#    shape. One side is this tree; the other is a copy with two_corrections.patch (Markstein's two FMA
-#    corrections back). Each runs in its own process, and every row is timed against a copy in the same run.
+# 4. two alternating rounds (ROUNDS=1 for one, when device time is short) of `precision bench quant --sweep`
+#    on the quantizer rows and every Gluon program shape. One side is this tree; the other is a copy with
+#    two_corrections.patch (Markstein's two FMA corrections back). Each runs in its own process, and every row
+#    is timed against a copy in the same run.
 # compare.py prints each row's % of copy under both and their time ratio.
 set -u
 cd "$(dirname "$0")/../../.."
@@ -31,7 +32,7 @@ bench() {  # bench TREE NAME: `precision bench quant` from TREE (its package sha
     --reps 30 --only "$ROWS" --out "$OUT/$2.json" > "$OUT/$2.txt" 2>&1)
   echo "$2 rc=$?"
 }
-for round in 1 2; do
+for round in $(seq "${ROUNDS:-2}"); do
   bench /tmp/before "two_$round"
   bench "$PWD" "one_$round"
 done

@@ -5,7 +5,8 @@ bounded by both at once.
 
 Needs Triton 3.6 (the GPU image's; its ptxas and cuobjdump do the work, no GPU needed). Counts the main body,
 up to the last EXIT: the out-of-line subroutines after it (div.rn's slow path) run only for operands out of
-range. One program's threads run that body once (no loops), so the count is also the dynamic one.
+range. One program's threads run that body once (no loops), so the count is also the dynamic one; the Gluon
+re-quantizer (`gluon_requant`) is counted the same way.
 
     PYTHONPATH=$PWD python scripts/sass_per_element.py [--m 8192 --c 4096 --copy-gbps 4230 --clock-ghz 1.98]
 """
@@ -20,6 +21,7 @@ from dataclasses import replace
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
 
 from precision_engine.numerics import triton_quant as T
 from precision_engine.numerics.formats import PRESET_FORMATS, ScaleKind
@@ -107,6 +109,26 @@ def blocks_kernel(pow2: bool) -> tuple[int, int, float]:
     return triton_counts(T._blocks_kernel, constexprs, pointers, {"num_warps": warps}, GROUP * GROUP / (32 * warps))
 
 
+def gluon_requant(pow2: bool, warps: int, token_lanes: int) -> tuple[int, int, float]:
+    """(registers, SASS a thread, SASS an element) of the Gluon re-quantizer (`gluon_requant`) on whole
+    128-token groups of an 8B activation's 4096 columns, fp32 or power-of-two scales."""
+    from precision_engine.numerics import gluon_requant as R
+    from precision_engine.numerics import gluon_tokens
+
+    args = tokens_format_args(pow2)
+    constexprs = {n: args[n] for n in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {
+        "STRIDE": 4096, "G_IN": GROUP, "WARPS": warps, "TOKEN_LANES": token_lanes, "EVEN_M": True, "EVEN_C": True}
+    pointers = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
+    fn = R._requant_kernel
+    signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n] != "constexpr"}
+    source = GluonASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()},
+                            attrs=attrs)
+    instructions, registers = sass_and_registers(source, {"num_warps": warps, "enable_fp_fusion": False})
+    body = main_body(instructions)
+    return registers, len(body), len(body) / (GROUP * gluon_tokens.block_columns(warps, token_lanes) / (32 * warps))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--m", type=int, default=8192, help="tokens")
@@ -126,6 +148,8 @@ def main() -> None:
                   for name, label, config, dequant in tokens]
         counts += [("rows 1x128, bf16", "shipped (64 rows, 8 warps)", 3, rows_kernel(pow2)),
                    ("weight + ^T, bf16", "shipped (128x128, 8 warps)", 4, blocks_kernel(pow2))]
+        counts += [("re-quantizer", f"Gluon, {warps} warps, {lanes} token lanes", 2,
+                    gluon_requant(pow2, warps, lanes)) for warps in (2, 4) for lanes in (8, 4)]
         for name, label, nbytes, (registers, per_thread, per_element) in counts:
             copy_us = elements * nbytes / (args.copy_gbps * 1e3)
             issue_us = elements * per_element / 32 / (SMS * SCHEDULERS * args.clock_ghz * 1e3)

@@ -6,9 +6,10 @@ activation quantizer: >= 80%; issue 12 for the re-quantizer: >= 80%). Fused kern
 unfused pair they replace, both against the fused kernel's floor, so the rows compare directly: the grad-output
 quantizer (one read of dy, both layouts written), RMSNorm -> 1x128 (x read, y and its FP8 bytes written) and
 SiLU(gate) * up -> 1x128 (gate and up read, h and its FP8 bytes written). ``--sweep`` adds every launch config
-of the 1x128, tokens-transposed, re-quantizing, grad-output and SiLU-mul kernels, and both divisions of the
-re-quantizer (rows named "<kernel> <config>"): the shipped defaults in numerics/triton_quant.py and
-triton_fused_quant.py are one-line choices among them.
+of the 1x128, tokens-transposed, re-quantizing, grad-output and SiLU-mul kernels, both divisions of the
+re-quantizer and, where it runs, its Gluon kernel's program shapes (rows named "<kernel> <config>"): the shipped
+defaults in numerics/triton_quant.py and triton_fused_quant.py are one-line choices among them. The
+re-quantizer's rows are AUTO's (the Gluon kernel on Hopper) and the Triton kernel's, side by side.
 Each timed call gets the next of several freshly drawn input sets whose total exceeds the L2 several times.
 Run: ``precision bench quant [--sweep] [--only PARTS] [--out out.json]``.
 """
@@ -33,6 +34,8 @@ ROWS_SWEEP = [(8, 4, 4), (16, 2, 4), (16, 4, 4), (16, 4, 8), (32, 2, 8), (32, 4,
 # found register-limited (2026-12-04: 95 registers, 29% occupancy).
 TOKENS_SWEEP = [(64, 1, 4, 4), (64, 1, 4, 2), (32, 1, 4, 2), (32, 1, 4, 1), (128, 1, 4, 8), (128, 1, 4, 4),
                 (64, 2, 4, 4), (64, 1, 8, 4), (128, 1, 8, 8), (64, 1, 4, 8), (32, 1, 4, 4), (16, 1, 4, 2)]
+# The Gluon re-quantizer's programs (warps, lanes along tokens).
+GLUON_REQUANT_SWEEP = [(2, 8), (4, 8), (2, 4), (4, 4)]
 # Grad-output configs (1x128 programs of BLOCK_M rows, tokens-transposed programs of BLOCK_C columns, warps).
 DUAL_SWEEP = [(32, 64, 4), (64, 64, 4), (16, 64, 4), (32, 32, 4), (64, 64, 8), (64, 128, 8), (32, 128, 4),
               (64, 32, 4), (64, 16, 4)]
@@ -77,7 +80,7 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
     from dataclasses import replace
 
     from precision_engine.numerics import fused_quant as F
-    from precision_engine.numerics import invariant
+    from precision_engine.numerics import gluon_requant, invariant
     from precision_engine.numerics import quantize as Q
     from precision_engine.numerics import triton_fused_quant as TF
     from precision_engine.numerics import triton_quant as T
@@ -107,6 +110,7 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
     def unfused_silu(gate, up):
         Q.quantize_rows_1xG(invariant.silu(gate) * up, act)
 
+    gluon = sweep and torch.cuda.is_available() and gluon_requant.runs(saved((128, 128))()[0], tok)
     cases = []
     for m, k in ACT_SHAPES:
         shape = (m, k)
@@ -126,7 +130,11 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
         cases.append(("128x1 tokens^T", shape, lambda x: Q.quantize_tokens_transposed(x, tok), bf16(shape), nbytes))
         cases.append(("requant fp8 -> tokens^T", shape, lambda q: Q.requantize_tokens_transposed(q),
                       saved(shape), requant_bytes))
+        cases.append(("requant fp8 triton kernel", shape, lambda q: T.requantize_tokens_transposed(q, tok),
+                      saved(shape), requant_bytes))
         cases.append(("requant pow2 -> tokens^T", shape, lambda q: Q.requantize_tokens_transposed(q),
+                      saved(shape, act_pow2), requant_bytes))
+        cases.append(("requant pow2 triton kernel", shape, lambda q: T.requantize_tokens_transposed(q, tok_pow2),
                       saved(shape, act_pow2), requant_bytes))
         cases.append(("dy 1x128+tokens^T fused", shape,
                       lambda x: Q.quantize_rows_and_tokens_transposed(x, act, tok), bf16(shape), dual_bytes))
@@ -135,6 +143,11 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
             cases.append(("requant fp8 div.rn -> tokens^T", shape,
                           lambda q: T.requantize_tokens_transposed(q, tok, ieee_div=True), saved(shape),
                           requant_bytes))
+            if gluon:
+                for warps, lanes in GLUON_REQUANT_SWEEP:
+                    cases.append((f"requant gluon w{warps} t{lanes}", shape,
+                                  lambda q, w=warps, t=lanes: gluon_requant.requantize_tokens_transposed(q, tok, w, t),
+                                  saved(shape), requant_bytes))
             for bc, chunks, vec, warps in TOKENS_SWEEP:
                 config = {"BLOCK_C": bc, "CHUNKS": chunks, "VEC": vec, "num_warps": warps}
                 tag = f"c{bc} x{chunks} v{vec} w{warps}"

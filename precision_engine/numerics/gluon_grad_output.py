@@ -10,8 +10,10 @@ each tile is read from there twice, in two layouts: by rows (a warp holds whole 
 takes shuffles only) and by columns (`TILE_LAYOUT`: a warp holds whole 128-token columns). Both results leave by
 TMA stores, their bytes packed four to a word. On the H200 it reaches 61-74% of a copy's bandwidth against the
 Triton kernel's 62-69%, ahead on three of four shapes (BENCHMARKS.md, twenty-sixth session). The same design
-for the wgrad re-quantizer ran slower than its Triton kernel (47-60% against 59-68%) and was left out
-(`benchmarks/2026-12-05/s26_calls/gluon_requant_on_main.patch` restores it on main).
+for the wgrad re-quantizer ran slower than its Triton kernel (47-60% against 59-68%); `gluon_requant` loads
+and stores its tiles directly instead. Loading dy that way too (one tile in `TILE_LAYOUT`, the row amax through
+shuffles and shared memory) counted 21.5 SASS an element against this kernel's 22.7, at 149 registers (one
+program an SM), so this one stays (ptxas offline, thirtieth session).
 
 The arithmetic is `triton_quant`'s @triton.jit helpers, called as `_quantize_row_groups` and `_tokens_t_program`
 call them (`_amax`, `_scale_from_amax`, `_reciprocal`, `_quotient`, and `_fp8_word`'s ``cvt.rn.satfinite``), so
@@ -34,8 +36,8 @@ from precision_engine.numerics import triton_quant as T
 from precision_engine.numerics.contract import Quantized, rows_buffers, tokens_buffers
 from precision_engine.numerics.formats import QuantFormat
 from precision_engine.numerics.gluon_gemm import _TRITON, GLUON_TRITON, _descriptor, _device
+from precision_engine.numerics.gluon_tokens import TILE, fp8_words
 
-TILE = gl.constexpr(128)  # tokens (one group of Q_tokens^T) and columns (one group of Q_rows) per tile
 STAGES = 2  # dy tiles in flight per program (32 KiB each in BF16)
 PER_SM = 2  # programs resident per SM: 2 x 32 KiB in and 2 x 16 KiB out each
 WARPS = 8
@@ -45,19 +47,6 @@ ROW_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [WARPS, 1], [1, 0]))
 TILE_LAYOUT = gl.constexpr(gl.BlockedLayout([16, 4], [8, 4], [1, WARPS], [1, 0]))
 # An FP8 output tile's bytes seen as 32-bit words [128, 32]: the same 128-byte swizzle as its FP8 view.
 WORDS_LAYOUT = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2))
-
-
-@gluon.jit
-def _fp8_words(y, out_ty: gl.constexpr, MBITS: gl.constexpr, EMIN: gl.constexpr):
-    """The quotients y [128 tokens, columns] as FP8 words [32, columns], word j holding tokens 4j .. 4j + 3 (the
-    lowest byte first): each thread's 16 consecutive tokens split into fours in registers, then packed as
-    `triton_quant._fp8_word` packs them (two ``cvt.rn.satfinite.*x2.f32``, a move), where a plain cast
-    packed two values at a time and then moved bytes one by one (about one PRMT and a LOP3 a value, ptxas)."""
-    quads = gl.reshape(gl.permute(gl.reshape(y, [TILE // 4, 4, TILE]), (0, 2, 1)), [TILE // 4, TILE, 2, 2])
-    even, odd = gl.split(quads)  # tokens 4j + {0, 2}, 4j + {1, 3}
-    y0, y2 = gl.split(even)
-    y1, y3 = gl.split(odd)
-    return T._fp8_word(y0, y1, y2, y3, out_ty, MBITS, EMIN, False, True)
 
 
 @gluon.jit
@@ -73,9 +62,9 @@ def _load_tile(x_desc, bufs, ready, t, slot, col_tiles: gl.constexpr):
 @gluon.jit
 def _row_words(y, out_ty: gl.constexpr, MBITS: gl.constexpr, EMIN: gl.constexpr):
     """The quotients y [128 rows, 128 columns] as FP8 words [128 rows, 32], word j of a row holding its columns
-    4j .. 4j + 3 (the lowest byte first): `_fp8_words` on the transposed view, whose first dimension a thread
-    holds 16 of in order."""
-    return gl.permute(_fp8_words(gl.permute(y, (1, 0)), out_ty, MBITS, EMIN), (1, 0))
+    4j .. 4j + 3 (the lowest byte first): `gluon_tokens.fp8_words` on the transposed view, whose first dimension
+    a thread holds 16 of in order."""
+    return gl.permute(fp8_words(gl.permute(y, (1, 0)), out_ty, MBITS, EMIN), (1, 0))
 
 
 @gluon.jit
@@ -125,7 +114,7 @@ def _gluon_grad_output_kernel(x_desc, qr_desc, qt_desc, sr_ptr, st_ptr, M, C, ti
         x = slot.load(TILE_LAYOUT).to(gl.float32)
         scale = T._scale_from_amax(T._amax(gl.abs(x), 0), FMAX_T, RFMAX_T, POW2_T)
         y = T._quotient(x, scale[None, :], T._reciprocal(scale, POW2_T)[None, :], POW2_T, False)
-        words = _fp8_words(y, qt_desc.dtype, MBITS_T, EMIN_T)
+        words = fp8_words(y, qt_desc.dtype, MBITS_T, EMIN_T)
         tma.store_wait(1)  # the columns' store a tile ago has left out_t (the rows' just issued may not have)
         out_t._reinterpret(gl.uint32, [TILE, TILE // 4], WORDS_LAYOUT).store(gl.permute(words, (1, 0)))
         fence_async_shared()

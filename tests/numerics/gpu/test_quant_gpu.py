@@ -122,6 +122,52 @@ def test_fused_requantize_full_size(fmt):
         assert_bitwise(T.requantize_tokens_transposed(saved, ref.fmt, config=config), ref)
 
 
+# 1x128 formats by name, two at a time (the operands' formats apart in "mixed").
+_E4M3, _E5M2_POW2 = BASE[2], replace(BASE[2], dtype=DType.FLOAT8_E5M2, scale=ScaleKind.POW2)
+FORMAT_PAIRS = {"e4m3-fp32": (_E4M3, _E4M3), "e5m2-pow2": (_E5M2_POW2, _E5M2_POW2), "mixed": (_E4M3, _E5M2_POW2)}
+
+
+def hostile_input(shape) -> torch.Tensor:
+    """`random_input` (rows spanning ~1e-7..1e7) with values that underflow FP8 by the thousand (signed zeros)
+    and a NaN in the last row."""
+    x = random_input(shape, seed=shape[0] + shape[1])
+    x[::9, ::5] *= 1e-30
+    x[-1, 7] = math.nan
+    return x
+
+
+@pytest.mark.parametrize("program", [(2, 8), (4, 8), (2, 4), (4, 4)], ids=lambda p: f"w{p[0]}-lanes{p[1]}")
+@pytest.mark.parametrize("formats", ["e4m3-fp32", "e5m2-pow2", "mixed"])
+@pytest.mark.parametrize("shape", [(8192, 4096), (8192 + 7, 4096), (1000, 3000), (77, 128), (300, 1001)],
+                         ids=["even", "ragged-tokens", "ragged-both", "one-tile", "odd-row-stride"])
+def test_gluon_requantizer_gives_the_reference_bytes(shape, formats, program, monkeypatch):
+    """The Gluon re-quantizer (`gluon_requant`, what AUTO runs on Hopper) against the reference and the Triton
+    kernel: the same data and scale bytes on ragged tokens (padding tokens written as FP8 zeros) and columns, rows
+    whose stride is not a multiple of 4 bytes (the 4-byte loads must not be assumed aligned), rows spanning
+    1e-7..1e7, signed zeros by the thousand, a NaN, E4M3 and E5M2 with either scale kind (input and output
+    formats apart), every program shape the benchmark sweeps (warps, lanes along tokens), over repeated launches
+    into memory that held 0xFF bytes; and AUTO's dispatch to it."""
+    from precision_engine.numerics import gluon_requant as G
+    from precision_engine.numerics import triton_quant as T
+
+    in_fmt, out_base = FORMAT_PAIRS[formats]
+    out_fmt = replace(out_base, axis=Axis.TOKENS)
+    x = hostile_input(shape)
+    saved = Q.quantize_rows_1xG(x, in_fmt)
+    if not G.runs(saved, out_fmt):
+        pytest.skip("the Gluon re-quantizer runs on Hopper under Triton 3.6 only")
+    want = Q.requantize_tokens_transposed(saved, out_fmt, backend="reference")
+    assert_bitwise(T.requantize_tokens_transposed(saved, out_fmt), want)
+    for _ in range(3):
+        torch.full((4 * x.numel(),), 0xFF, dtype=torch.uint8, device="cuda")  # freed: the outputs reuse it
+        assert_bitwise(G.requantize_tokens_transposed(saved, out_fmt, *program), want)
+    calls = []
+    gluon = G.requantize_tokens_transposed
+    monkeypatch.setattr(G, "requantize_tokens_transposed", lambda *a: calls.append(1) or gluon(*a))
+    assert_bitwise(Q.requantize_tokens_transposed(saved, out_fmt), want)
+    assert calls == [1]
+
+
 @pytest.mark.parametrize("formats", ["e4m3-fp32", "e5m2-pow2", "mixed"])
 @pytest.mark.parametrize("shape", [(8192, 6144), (8192 + 7, 4096), (1000, 3008), (77, 128), (300, 1000)],
                          ids=["qkv-dy", "ragged-tokens", "ragged-both", "one-tile", "fp8-rows-not-tma-legal"])
@@ -135,12 +181,9 @@ def test_gluon_grad_output_gives_the_triton_kernels_bytes(shape, formats, monkey
     from precision_engine.numerics import gluon_grad_output as G
     from precision_engine.numerics import triton_quant as T
 
-    e4m3, e5m2 = BASE[2], replace(BASE[2], dtype=DType.FLOAT8_E5M2, scale=ScaleKind.POW2)
-    rows_fmt, tokens_base = {"e4m3-fp32": (e4m3, e4m3), "e5m2-pow2": (e5m2, e5m2), "mixed": (e4m3, e5m2)}[formats]
+    rows_fmt, tokens_base = FORMAT_PAIRS[formats]
     tokens_fmt = replace(tokens_base, axis=Axis.TOKENS)
-    x = random_input(shape, seed=shape[0] + shape[1])
-    x[::9, ::5] *= 1e-30  # FP8 underflow: signed zeros
-    x[-1, 7] = math.nan
+    x = hostile_input(shape)
     if not G.runs(x[:, :128], rows_fmt, tokens_fmt):
         pytest.skip("the Gluon grad-output quantizer runs on Hopper under Triton 3.6 only")
     want_r, want_t = T.quantize_rows_and_tokens_transposed(x, rows_fmt, tokens_fmt)

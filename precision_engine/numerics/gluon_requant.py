@@ -1,0 +1,97 @@
+"""The wgrad re-quantizer in Gluon for Hopper: a saved 1x128 FP8 activation x [M, C] -> x^T in 128x1 groups along
+tokens, [C, M_pad], with `triton_quant.requantize_tokens_transposed`'s bytes, in fewer instructions.
+
+The Triton kernel is bound by issuing instructions: with fp32 scales its SASS an element (15.1, 13.1 since
+`triton_quant._quotient` stops after one correction) take 0.96 (0.83) of a copy's time to issue on the H200
+(`scripts/sass_per_element.py`); at 15.1 it ran at 59-68% of a copy's bandwidth against issue 12's 80%. About
+6 of them are not arithmetic, mostly a transpose through shared memory and per-thread scales that
+`gluon_tokens` avoids by choosing the tile's layout. Here a program loads its 128 tokens x 32 columns as 4-byte
+words along rows (the row stride is a constant, so all 16 loads of a thread share one address), dequantizes in
+registers and hands the tile to `gluon_tokens.quantize_tokens_transposed`. ptxas (Triton 3.6, sm_90a): 9.7 SASS
+an element at 80 registers, issue / copy 0.62. (A TMA-fed persistent version, which moved both tiles through
+shared memory, counted 14.2 and ran slower than the Triton kernel: BENCHMARKS.md, twenty-sixth session.)
+
+The input scale's multiply is the Triton kernel's (one fp32 multiply, no contraction: launched without FP
+fusion), the rest `gluon_tokens`', so the bytes are the Triton kernel's, -0 and NaN included; tokens past M load
+as zeros, so the padding tokens are FP8 zeros.
+
+GPU only (Hopper, sm_90, Triton 3.6, as `gluon_gemm`); 128-token output groups from input groups that are whole
+multiples of the program's columns; `runs` sends anything else to the Triton kernel.
+"""
+
+from __future__ import annotations
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from precision_engine.errors import OperandError
+from precision_engine.numerics import gluon_tokens as G
+from precision_engine.numerics import triton_quant as T
+from precision_engine.numerics.contract import Quantized, tokens_buffers
+from precision_engine.numerics.formats import QuantFormat
+from precision_engine.numerics.gluon_gemm import _FP8_GL, _TRITON, GLUON_TRITON, _device
+from precision_engine.numerics.gluon_tokens import TILE
+
+WARPS = 2
+TOKEN_LANES = 8  # a program: 2 warps, 32 columns (`gluon_tokens.tile_layout`)
+
+
+@gluon.jit
+def _requant_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, STRIDE: gl.constexpr,
+                    G_IN: gl.constexpr, WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr, EVEN_M: gl.constexpr,
+                    EVEN_C: gl.constexpr, FMAX: gl.constexpr, RFMAX: gl.constexpr, MBITS: gl.constexpr,
+                    EMIN: gl.constexpr, POW2: gl.constexpr):
+    """Program (token group, `gluon_tokens.block_columns` columns): x [M, C] (row stride STRIDE) with M-major
+    input scales s_in [M, C / G_IN] (strides (1, stride_sig)) -> q [C, M_pad] and scales [M_pad / 128, C]
+    row-major."""
+    layout: gl.constexpr = G.tile_layout(WARPS, TOKEN_LANES)
+    block_c: gl.constexpr = G.block_columns(WARPS, TOKEN_LANES)
+    tok0 = gl.program_id(0) * TILE
+    col0 = gl.program_id(1) * block_c
+    toks = gl.arange(0, TILE, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, block_c, layout=gl.SliceLayout(0, layout))
+    x_at = x_ptr + tok0.to(gl.int64) * STRIDE + col0 + (toks[:, None] * STRIDE + cols[None, :])
+    s_at = s_in_ptr + (col0 // G_IN).to(gl.int64) * stride_sig + tok0 + toks  # one input group: a scale a token
+    if EVEN_M and EVEN_C:
+        x = gl.load(x_at)
+    else:
+        x = gl.load(x_at, mask=(tok0 + toks < M)[:, None] & (col0 + cols < C)[None, :], other=0.0)
+    if EVEN_M:
+        s_in = gl.load(s_at)
+    else:
+        s_in = gl.load(s_at, mask=tok0 + toks < M, other=1.0)
+    G.quantize_tokens_transposed(x.to(gl.float32) * s_in[:, None], q_ptr, s_ptr, tok0, col0, C, M_pad, WARPS,
+                                 TOKEN_LANES, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2)
+
+
+def runs(q_in: Quantized, fmt: QuantFormat) -> bool:
+    """Whether this kernel takes the re-quantization: Triton 3.6 on Hopper, FP8 row-major data with M-major input
+    scales in groups of a multiple of the program's columns, 128-token output groups."""
+    x = q_in.data
+    return (_TRITON == GLUON_TRITON and x.is_cuda and _device(x.device.index or 0).major == 9
+            and x.dtype in _FP8_GL and x.dim() == 2 and x.stride(1) == 1 and q_in.scale.stride(0) == 1
+            and q_in.fmt.group % G.block_columns(WARPS, TOKEN_LANES) == 0 and fmt.group == TILE.value)
+
+
+def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, warps: int = WARPS,
+                                 token_lanes: int = TOKEN_LANES) -> Quantized:
+    """`triton_quant.requantize_tokens_transposed(q_in, fmt)`'s bytes, for operands `runs` takes. `warps` and
+    `token_lanes` (4 or 8; warps x 16 x token_lanes >= 128) are for benchmarks."""
+    block_c = G.block_columns(warps, token_lanes)
+    if q_in.fmt.group % block_c:
+        raise OperandError(f"a program's {block_c} columns must lie in one input group, got groups of "
+                           f"{q_in.fmt.group}")
+    x = q_in.data
+    m, c = x.shape
+    out = tokens_buffers(m, c, fmt, x.device)
+    q, scale = out.data, out.scale.t()  # the kernel writes scales [M_pad/G, C] row-major
+    if q.numel() == 0:
+        return out
+    args = T._fmt_args(fmt, False)
+    _requant_kernel[(q.shape[1] // TILE.value, triton.cdiv(c, block_c))](
+        x, q_in.scale, q, scale, m, c, q.shape[1], q_in.scale.stride(1), STRIDE=x.stride(0), G_IN=q_in.fmt.group,
+        WARPS=warps, TOKEN_LANES=token_lanes, EVEN_M=m % TILE.value == 0, EVEN_C=c % block_c == 0,
+        FMAX=args["FMAX"], RFMAX=args["RFMAX"], MBITS=args["MBITS"], EMIN=args["EMIN"], POW2=args["POW2"],
+        num_warps=warps, enable_fp_fusion=False)
+    return out

@@ -21,6 +21,7 @@ multiples of the program's columns; `runs` sends anything else to the Triton ker
 
 from __future__ import annotations
 
+import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -65,13 +66,18 @@ def _requant_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, STRI
                                  TOKEN_LANES, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2)
 
 
+def available(device: torch.device) -> bool:
+    """Whether this kernel can run on `device`: Triton 3.6 on Hopper."""
+    return _TRITON == GLUON_TRITON and device.type == "cuda" and _device(device.index or 0).major == 9
+
+
 def runs(q_in: Quantized, fmt: QuantFormat) -> bool:
-    """Whether this kernel takes the re-quantization: Triton 3.6 on Hopper, FP8 row-major data with M-major input
-    scales in groups of a multiple of the program's columns, 128-token output groups."""
+    """Whether this kernel takes the re-quantization: `available`, FP8 row-major data with M-major input scales in
+    groups of a multiple of the program's columns, 128-token output groups."""
     x = q_in.data
-    return (_TRITON == GLUON_TRITON and x.is_cuda and _device(x.device.index or 0).major == 9
-            and x.dtype in _FP8_GL and x.dim() == 2 and x.stride(1) == 1 and q_in.scale.stride(0) == 1
-            and q_in.fmt.group % G.block_columns(WARPS, TOKEN_LANES) == 0 and fmt.group == TILE.value)
+    return (available(x.device) and x.dtype in _FP8_GL and x.dim() == 2 and x.stride(1) == 1
+            and q_in.scale.stride(0) == 1 and q_in.fmt.group % G.block_columns(WARPS, TOKEN_LANES) == 0
+            and fmt.group == TILE.value)
 
 
 def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, warps: int = WARPS,

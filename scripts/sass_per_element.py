@@ -149,7 +149,7 @@ def main() -> None:
         counts += [("rows 1x128, bf16", "shipped (64 rows, 8 warps)", 3, rows_kernel(pow2)),
                    ("weight + ^T, bf16", "shipped (128x128, 8 warps)", 4, blocks_kernel(pow2))]
         counts += [("re-quantizer", f"Gluon, {warps} warps, {lanes} token lanes", 2,
-                    gluon_requant(pow2, warps, lanes)) for warps in (2, 4) for lanes in (8, 4)]
+                    gluon_requant(pow2, warps, lanes)) for warps in (2, 4, 8) for lanes in (8, 4)]
         for name, label, nbytes, (registers, per_thread, per_element) in counts:
             copy_us = elements * nbytes / (args.copy_gbps * 1e3)
             issue_us = elements * per_element / 32 / (SMS * SCHEDULERS * args.clock_ghz * 1e3)

@@ -5,10 +5,13 @@ The Triton kernel is bound by issuing instructions: with fp32 scales its SASS an
 `triton_quant._quotient` stops after one correction) take 0.96 (0.83) of a copy's time to issue on the H200
 (`scripts/sass_per_element.py`); at 15.1 it ran at 59-68% of a copy's bandwidth against issue 12's 80%. About
 6 of them are not arithmetic, mostly a transpose through shared memory and per-thread scales that
-`gluon_tokens` avoids by choosing the tile's layout. Here a program loads its 128 tokens x 32 columns as 4-byte
-words along rows (the row stride is a constant, so all 16 loads of a thread share one address), dequantizes in
-registers and hands the tile to `gluon_tokens.quantize_tokens_transposed`. ptxas (Triton 3.6, sm_90a): 9.7 SASS
-an element at 80 registers, issue / copy 0.62. (A TMA-fed persistent version, which moved both tiles through
+`gluon_tokens` avoids by choosing the tile's layout. Here a program loads its 128 tokens x 128 columns (8 warps,
+one whole input group) as 4-byte words along rows (the row stride is a constant, so all 16 loads of a thread share
+one address), dequantizes in registers and hands the tile to `gluon_tokens.quantize_tokens_transposed`. ptxas
+(Triton 3.6, sm_90a): 9.7 SASS an element at 80 registers, issue / copy 0.62. Every program shape issues the
+same; the 8-warp one keeps the most loads in flight: 77-90% of a copy's bandwidth on an H100 at 8192-16384 x
+4096-14336, against 72-83% for the Triton kernel and 73-83% for 2-warp programs (BENCHMARKS.md, thirty-second
+session). (A TMA-fed persistent version, which moved both tiles through
 shared memory, counted 14.2 and ran slower than the Triton kernel: BENCHMARKS.md, twenty-sixth session.)
 
 The input scale's multiply is the Triton kernel's (one fp32 multiply, no contraction: launched without FP
@@ -34,8 +37,8 @@ from precision_engine.numerics.formats import QuantFormat
 from precision_engine.numerics.gluon_gemm import _FP8_GL, _TRITON, GLUON_TRITON, _device
 from precision_engine.numerics.gluon_tokens import TILE
 
-WARPS = 2
-TOKEN_LANES = 8  # a program: 2 warps, 32 columns (`gluon_tokens.tile_layout`)
+WARPS = 8
+TOKEN_LANES = 8  # a program: 8 warps, 128 columns, one whole input group (`gluon_tokens.tile_layout`)
 
 
 @gluon.jit

@@ -59,11 +59,6 @@ def fmt_args(preset: str, pow2: bool) -> dict:
     return T._fmt_args(replace(PRESET_FORMATS[preset], scale=scale), False)
 
 
-def tokens_format_args(pow2: bool) -> dict:
-    """The Jet-RL 128x1 tokens format's kernel constants, with fp32 or power-of-two scales."""
-    return fmt_args("fp8_group_tokens", pow2)
-
-
 def triton_counts(fn, constexprs: dict, pointers: dict, options: dict, elements: float) -> tuple[int, int, float]:
     """(registers, SASS a thread, SASS an element) of Triton kernel `fn` whose program's threads run its body once
     over `elements` values each: `constexprs` as launched, `pointers` the types of its pointers, the rest i32."""
@@ -82,7 +77,7 @@ def tokens_kernel(config: dict, dequant: bool, pow2: bool) -> tuple[int, int, fl
     config = dict(config)
     warps = config.pop("num_warps")
     constexprs = dict(G=GROUP, G_IN=GROUP if dequant else 1, PACK=4, BLOCK_SUB=GROUP // 4, DEQUANT=dequant,
-                      EVEN_M=True, EVEN_C=True, IEEE_DIV=False, HW_PACK=True, **tokens_format_args(pow2), **config)
+                      EVEN_M=True, EVEN_C=True, IEEE_DIV=False, HW_PACK=True, **fmt_args("fp8_group_tokens", pow2), **config)
     pointers = {"x_ptr": "*fp8e4nv" if dequant else "*bf16", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv",
                 "s_ptr": "*fp32"}
     options = {"num_warps": warps, **({"enable_fp_fusion": False} if dequant else {})}  # as `_launch_tokens_t`
@@ -115,7 +110,7 @@ def gluon_requant(pow2: bool, warps: int, token_lanes: int) -> tuple[int, int, f
     from precision_engine.numerics import gluon_requant as R
     from precision_engine.numerics import gluon_tokens
 
-    args = tokens_format_args(pow2)
+    args = fmt_args("fp8_group_tokens", pow2)
     constexprs = {n: args[n] for n in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {
         "STRIDE": 4096, "G_IN": GROUP, "WARPS": warps, "TOKEN_LANES": token_lanes, "EVEN_M": True, "EVEN_C": True}
     pointers = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}

@@ -8,8 +8,9 @@ quantizer (one read of dy, both layouts written), RMSNorm -> 1x128 (x read, y an
 SiLU(gate) * up -> 1x128 (gate and up read, h and its FP8 bytes written). ``--sweep`` adds every launch config
 of the 1x128, tokens-transposed, re-quantizing, grad-output and SiLU-mul kernels, both divisions of the
 re-quantizer and, where it runs, its Gluon kernel's program shapes (rows named "<kernel> <config>"): the shipped
-defaults in numerics/triton_quant.py and triton_fused_quant.py are one-line choices among them. The
-re-quantizer's rows are AUTO's (the Gluon kernel on Hopper) and the Triton kernel's, side by side.
+defaults in numerics/triton_quant.py, triton_fused_quant.py and gluon_requant.py are one-line choices among them.
+The re-quantizer's rows are AUTO's (the Gluon kernel on Hopper for fp32 scales) and the Triton kernel's, side by
+side.
 Each timed call gets the next of several freshly drawn input sets whose total exceeds the L2 several times.
 Run: ``precision bench quant [--sweep] [--only PARTS] [--out out.json]``.
 """

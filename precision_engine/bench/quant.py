@@ -146,9 +146,10 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                           requant_bytes))
             if gluon:
                 for warps, lanes in GLUON_REQUANT_SWEEP:
-                    cases.append((f"requant gluon w{warps} t{lanes}", shape,
-                                  lambda q, w=warps, t=lanes: gluon_requant.requantize_tokens_transposed(q, tok, w, t),
-                                  saved(shape), requant_bytes))
+                    for kind, src, dst in (("", act, tok), ("pow2 ", act_pow2, tok_pow2)):
+                        cases.append((f"requant {kind}gluon w{warps} t{lanes}", shape,
+                                      lambda q, d=dst, w=warps, t=lanes: gluon_requant.requantize_tokens_transposed(
+                                          q, d, w, t), saved(shape, src), requant_bytes))
             for bc, chunks, vec, warps in TOKENS_SWEEP:
                 config = {"BLOCK_C": bc, "CHUNKS": chunks, "VEC": vec, "num_warps": warps}
                 tag = f"c{bc} x{chunks} v{vec} w{warps}"

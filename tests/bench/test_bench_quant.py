@@ -5,6 +5,7 @@ checked before the GPU is. CPU: the GPU timing is replaced by fixed times, the c
 import json
 
 import pytest
+import torch
 import typer
 from typer.testing import CliRunner
 
@@ -92,3 +93,18 @@ def test_filter_keeps_only_the_named_kernels(fake_gpu):
     rows = quant.run(only=("requant",), on_row=lambda row, so_far: seen.append((row, list(so_far))))
     assert [r["kernel"] for r in rows] == ["requant fp8 -> tokens^T"]
     assert seen == [(rows[0], rows[:1])]
+
+
+def test_the_sweep_times_every_gluon_requantizer_program_with_both_scale_kinds_where_it_runs(monkeypatch):
+    """Where the Gluon re-quantizer runs (Hopper, Triton 3.6; pretended here), `--sweep` has a row for each of its
+    program shapes with fp32 scales and with power-of-two ones: AUTO takes it for the first only, so the second
+    says what it would give."""
+    from precision_engine.numerics import gluon_requant
+
+    assert not any("gluon" in name for name in quant.kernel_names(sweep=True))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(gluon_requant, "available", lambda device: True)
+    names = quant.kernel_names(sweep=True)
+    for warps, lanes in quant.GLUON_REQUANT_SWEEP:
+        assert {f"requant gluon w{warps} t{lanes}", f"requant pow2 gluon w{warps} t{lanes}"} <= set(names)
+    assert len(names) == len(set(names))

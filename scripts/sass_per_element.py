@@ -23,6 +23,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
+from precision_engine.bench.quant import GLUON_REQUANT_SWEEP
 from precision_engine.numerics import triton_quant as T
 from precision_engine.numerics.formats import PRESET_FORMATS, ScaleKind
 
@@ -59,49 +60,52 @@ def fmt_args(preset: str, pow2: bool) -> dict:
     return T._fmt_args(replace(PRESET_FORMATS[preset], scale=scale), False)
 
 
-def triton_counts(fn, constexprs: dict, pointers: dict, options: dict, elements: float) -> tuple[int, int, float]:
-    """(registers, SASS a thread, SASS an element) of Triton kernel `fn` whose program's threads run its body once
-    over `elements` values each: `constexprs` as launched, `pointers` the types of its pointers, the rest i32."""
+def kernel_counts(fn, constexprs: dict, pointers: dict, options: dict, elements: float,
+                  source_type=ASTSource) -> tuple[int, int, float]:
+    """(registers, SASS a thread, SASS an element) of kernel `fn` (Triton; Gluon with `GluonASTSource`) whose
+    program's threads run its body once over `elements` values each: `constexprs` as launched, `pointers` the
+    types of its pointers, the rest i32."""
     signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n] != "constexpr"}
-    source = ASTSource(fn=fn, signature=signature, attrs=attrs,
-                       constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    source = source_type(fn=fn, signature=signature, attrs=attrs,
+                         constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
     instructions, registers = sass_and_registers(source, options)
     body = main_body(instructions)
     return registers, len(body), len(body) / elements
 
 
 def tokens_kernel(config: dict, dequant: bool, pow2: bool) -> tuple[int, int, float]:
-    """`triton_counts` of `_tokens_t_kernel` on whole 128-token groups: the re-quantizer (FP8 input, `dequant`)
+    """`kernel_counts` of `_tokens_t_kernel` on whole 128-token groups: the re-quantizer (FP8 input, `dequant`)
     or the BF16 tokens quantizer, fp32 or power-of-two scales."""
     config = dict(config)
     warps = config.pop("num_warps")
     constexprs = dict(G=GROUP, G_IN=GROUP if dequant else 1, PACK=4, BLOCK_SUB=GROUP // 4, DEQUANT=dequant,
-                      EVEN_M=True, EVEN_C=True, IEEE_DIV=False, HW_PACK=True, **fmt_args("fp8_group_tokens", pow2), **config)
+                      EVEN_M=True, EVEN_C=True, IEEE_DIV=False, HW_PACK=True, **fmt_args("fp8_group_tokens", pow2),
+                      **config)
     pointers = {"x_ptr": "*fp8e4nv" if dequant else "*bf16", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv",
                 "s_ptr": "*fp32"}
     options = {"num_warps": warps, **({"enable_fp_fusion": False} if dequant else {})}  # as `_launch_tokens_t`
-    return triton_counts(T._tokens_t_kernel, constexprs, pointers, options,
+    return kernel_counts(T._tokens_t_kernel, constexprs, pointers, options,
                          GROUP * config["BLOCK_C"] * config["CHUNKS"] / (32 * warps))
 
 
 def rows_kernel(pow2: bool) -> tuple[int, int, float]:
-    """`triton_counts` of the 1x128 rows quantizer (`_rows_kernel`, BF16 in) in its shipped config."""
+    """`kernel_counts` of the 1x128 rows quantizer (`_rows_kernel`, BF16 in) in its shipped config."""
     config = dict(T._ROWS_CONFIG)
     warps = config.pop("num_warps")
     constexprs = dict(G=GROUP, BLOCK_G=GROUP, **fmt_args("fp8_group_act", pow2), **config)
-    return triton_counts(T._rows_kernel, constexprs, {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"},
+    return kernel_counts(T._rows_kernel, constexprs, {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"},
                          {"num_warps": warps}, config["BLOCK_M"] * GROUP * config["GROUPS"] / (32 * warps))
 
 
 def blocks_kernel(pow2: bool) -> tuple[int, int, float]:
-    """`triton_counts` of the weight quantizer (`_blocks_kernel`, BF16 in) on a whole 128x128 block, writing
+    """`kernel_counts` of the weight quantizer (`_blocks_kernel`, BF16 in) on a whole 128x128 block, writing
     Q(W) and Q(W)^T as training does."""
     warps = T._BLOCKS_CONFIG["num_warps"]
     constexprs = dict(BR=GROUP, BC=GROUP, BLOCK_R=GROUP, BLOCK_C=GROUP, TRANSPOSED=True, PACK=4,
                       BLOCK_SUB=GROUP // 4, HW_PACK=True, **fmt_args("fp8_block_weight", pow2))
     pointers = {"w_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "qt_ptr": "*fp8e4nv", "st_ptr": "*fp32"}
-    return triton_counts(T._blocks_kernel, constexprs, pointers, {"num_warps": warps}, GROUP * GROUP / (32 * warps))
+    return kernel_counts(T._blocks_kernel, constexprs, pointers, {"num_warps": warps}, GROUP * GROUP / (32 * warps))
 
 
 def gluon_requant(pow2: bool, warps: int, token_lanes: int) -> tuple[int, int, float]:
@@ -114,14 +118,8 @@ def gluon_requant(pow2: bool, warps: int, token_lanes: int) -> tuple[int, int, f
     constexprs = {n: args[n] for n in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {
         "STRIDE": 4096, "G_IN": GROUP, "WARPS": warps, "TOKEN_LANES": token_lanes, "EVEN_M": True, "EVEN_C": True}
     pointers = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
-    fn = R._requant_kernel
-    signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n] != "constexpr"}
-    source = GluonASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()},
-                            attrs=attrs)
-    instructions, registers = sass_and_registers(source, {"num_warps": warps, "enable_fp_fusion": False})
-    body = main_body(instructions)
-    return registers, len(body), len(body) / (GROUP * gluon_tokens.block_columns(warps, token_lanes) / (32 * warps))
+    return kernel_counts(R._requant_kernel, constexprs, pointers, {"num_warps": warps, "enable_fp_fusion": False},
+                         GROUP * gluon_tokens.block_columns(warps, token_lanes) / (32 * warps), GluonASTSource)
 
 
 def main() -> None:
@@ -144,7 +142,7 @@ def main() -> None:
         counts += [("rows 1x128, bf16", "shipped (64 rows, 8 warps)", 3, rows_kernel(pow2)),
                    ("weight + ^T, bf16", "shipped (128x128, 8 warps)", 4, blocks_kernel(pow2))]
         counts += [("re-quantizer", f"Gluon, {warps} warps, {lanes} token lanes", 2,
-                    gluon_requant(pow2, warps, lanes)) for warps in (2, 4, 8) for lanes in (8, 4)]
+                    gluon_requant(pow2, warps, lanes)) for warps, lanes in GLUON_REQUANT_SWEEP]
         for name, label, nbytes, (registers, per_thread, per_element) in counts:
             copy_us = elements * nbytes / (args.copy_gbps * 1e3)
             issue_us = elements * per_element / 32 / (SMS * SCHEDULERS * args.clock_ghz * 1e3)

@@ -186,30 +186,30 @@ def test_gluon_grad_output_quantizer_fits_two_programs_an_sm():
 
 
 _REQUANT_SM90 = r"""
-import re, sys, tempfile
+import sys, tempfile
 from dataclasses import replace
 from pathlib import Path
 sys.path.insert(0, "tests/numerics")
 sys.path.insert(0, "scripts")
 from test_gluon_compile import _ptxas_report
 from sass_per_element import gluon_requant
-from precision_engine.numerics.contract import FP8_TORCH_DTYPE
+from precision_engine.bench.quant import GLUON_REQUANT_SWEEP
 from precision_engine.numerics import gluon_requant as R
 from precision_engine.numerics.formats import PRESET_FORMATS, DType, ScaleKind
 from precision_engine.numerics.triton_quant import _fmt_args
 
 for pow2, most in ((False, 10.5), (True, 8.5)):
-    for warps in (2, 4, 8):
-        for lanes in (8, 4):
-            registers, _, per_element = gluon_requant(pow2, warps, lanes)
-            assert registers <= 96 and per_element <= most, (pow2, warps, lanes, registers, per_element)
+    for warps, lanes in GLUON_REQUANT_SWEEP:
+        registers, _, per_element = gluon_requant(pow2, warps, lanes)
+        assert registers <= 96 and per_element <= most, (pow2, warps, lanes, registers, per_element)
 types = {DType.FLOAT8_E4M3: "*fp8e4nv", DType.FLOAT8_E5M2: "*fp8e5"}
 for x_type, q_type in ((DType.FLOAT8_E4M3, DType.FLOAT8_E4M3), (DType.FLOAT8_E5M2, DType.FLOAT8_E4M3),
                        (DType.FLOAT8_E4M3, DType.FLOAT8_E5M2)):
     for scale in ScaleKind:
         args = _fmt_args(replace(PRESET_FORMATS["fp8_group_tokens"], dtype=q_type, scale=scale), False)
         for warps, lanes, even, stride in ((R.WARPS, R.TOKEN_LANES, False, 4096), (4, 8, True, 14336),
-                                           (2, 4, False, 1001), (8, 4, True, 4096), (R.WARPS, R.TOKEN_LANES, False, 1001)):
+                                           (2, 4, False, 1001), (8, 4, True, 4096),
+                                           (R.WARPS, R.TOKEN_LANES, False, 1001)):
             constexprs = {name: args[name] for name in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {
                 "STRIDE": stride, "G_IN": 128, "WARPS": warps, "TOKEN_LANES": lanes, "EVEN_M": even, "EVEN_C": even}
             report = _ptxas_report(

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from precision_engine.bench.quant import DUAL_SWEEP
+from precision_engine.bench.quant import DUAL_SWEEP, GLUON_REQUANT_SWEEP
 from precision_engine.numerics import quantize as Q
 from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind
 
@@ -136,7 +136,7 @@ def hostile_input(shape) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("program", [(8, 8), (8, 4), (4, 8), (4, 4), (2, 8), (2, 4)], ids=lambda p: f"w{p[0]}-lanes{p[1]}")
+@pytest.mark.parametrize("program", GLUON_REQUANT_SWEEP, ids=lambda p: f"w{p[0]}-lanes{p[1]}")
 @pytest.mark.parametrize("formats", ["e4m3-fp32", "e5m2-pow2", "mixed"])
 @pytest.mark.parametrize("shape", [(8192, 4096), (8192 + 7, 4096), (1000, 3000), (77, 128), (300, 1001)],
                          ids=["even", "ragged-tokens", "ragged-both", "one-tile", "odd-row-stride"])

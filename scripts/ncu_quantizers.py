@@ -1,8 +1,8 @@
 """Launch each training-step quantizer twice on a model-sized input, for Nsight Compute to profile (the second
 launch of each: the first compiles). Not part of the package: a device-call tool for issue 12's quantizer
 bandwidth. Shapes: the fused qkv's grad output dy [8192, 6144], the saved x [8192, 4096] (its 1x128 quantization
-and the wgrad re-quantization, AUTO's and the Triton kernel's: the same one unless a Gluon re-quantizer is
-applied) and the qkv weight [6144, 4096] with its transpose.
+and the wgrad re-quantization, AUTO's and the Triton kernel's: on Hopper under Triton 3.6, AUTO's is the Gluon
+kernel) and the qkv weight [6144, 4096] with its transpose.
 
     ncu --clock-control none -k regex:"_grad_output|_tokens_t|_requant|_rows|_blocks" --launch-skip 5 \
         --launch-count 5 --section SpeedOfLight --section WarpStateStats --section InstructionStats \

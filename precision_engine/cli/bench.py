@@ -180,7 +180,8 @@ def register(app: typer.Typer) -> None:
         out: OutOpt = None,
         sweep: Annotated[bool, typer.Option("--sweep", help="Also every launch config of the 1x128, "
                                             "tokens-transposed, re-quantizing, grad-output and SiLU-mul kernels, "
-                                            "and the re-quantizer's IEEE division.")] = False,
+                                            "the re-quantizer's IEEE division and, on Hopper, its Gluon kernel's "
+                                            "programs.")] = False,
         only: Annotated[str | None, typer.Option("--only", help="Comma-separated parts of kernel names: time the "
                                                  "kernels whose name holds one, e.g. 'requant,dy' (default all).")]
         = None,

@@ -41,12 +41,20 @@ def tile_layout(warps, token_lanes):
 
 
 @gluon.constexpr_function
+def _lane_bits(warps, token_lanes):
+    """How `tile_layout` spreads a program: (lanes along columns, then the log2 of lanes along columns, lanes
+    along tokens, warps along columns and warps along tokens), from which its words' and columns' layouts are
+    built."""
+    col_lanes, warps_t = 32 // token_lanes, 128 // (16 * token_lanes)
+    return col_lanes, *(n.bit_length() - 1 for n in (col_lanes, token_lanes, warps // warps_t, warps_t))
+
+
+@gluon.constexpr_function
 def _words_layout(warps, token_lanes):
     """The tile's FP8 words [32, block_columns] (word j: tokens 4j .. 4j + 3) where `fp8_words` leaves them,
     threads as in `tile_layout`: a thread's 4 consecutive words of a column in consecutive registers (one
     16-byte store along tokens). Linear-layout bases: each doubles a register, lane or warp index."""
-    col_lanes, warps_t = 32 // token_lanes, 128 // (16 * token_lanes)
-    log_c, log_t, log_wc, log_wt = (n.bit_length() - 1 for n in (col_lanes, token_lanes, warps // warps_t, warps_t))
+    col_lanes, log_c, log_t, log_wc, log_wt = _lane_bits(warps, token_lanes)
     lanes = [[0, 4 << i] for i in range(log_c)] + [[4 << i, 0] for i in range(log_t)]
     warp_list = [[0, 4 * col_lanes << i] for i in range(log_wc)] + [[4 * token_lanes << i, 0] for i in range(log_wt)]
     return gl.DistributedLinearLayout([[1, 0], [2, 0], [0, 1], [0, 2]], lanes, warp_list, [],
@@ -58,8 +66,7 @@ def _column_layout(warps, token_lanes):
     """The tile's columns, one a lane: lane (column lane c, token lane j) holds column 4c + j % 4 of its warp's, so
     each of the 4 columns a thread of `tile_layout` holds is computed once in its group of token lanes (again in
     the groups above the first 4, and in warps along tokens)."""
-    col_lanes, warps_t = 32 // token_lanes, 128 // (16 * token_lanes)
-    log_c, log_t, log_wc, log_wt = (n.bit_length() - 1 for n in (col_lanes, token_lanes, warps // warps_t, warps_t))
+    col_lanes, log_c, log_t, log_wc, log_wt = _lane_bits(warps, token_lanes)
     lanes = [[4 << i] for i in range(log_c)] + [[1], [2]] + [[0]] * (log_t - 2)
     warp_list = [[4 * col_lanes << i] for i in range(log_wc)] + [[0]] * log_wt
     return gl.DistributedLinearLayout([], lanes, warp_list, [], [block_columns(warps, token_lanes)])

@@ -82,8 +82,10 @@ def test_kernel_names_are_the_cases_once_each_in_order():
 
 
 def test_the_summary_counts_the_shapes_that_reach_each_target():
-    rows = [{"kernel": "requant fp8 -> tokens^T", "pct_copy": p} for p in (59.4, 81.0, 68.2)]
-    rows += [{"kernel": "1x128 act (triton)", "pct_copy": 85.5}, {"kernel": "requant c32 x1 v4 w2", "pct_copy": 90.0}]
+    rows = [{"kernel": "requant fp8 -> tokens^T", "shape": [m, 4096], "pct_copy": p}
+            for m, p in ((8192, 59.4), (16384, 81.0), (32768, 68.2))]
+    rows += [{"kernel": "1x128 act (triton)", "shape": [8192, 4096], "pct_copy": 85.5},
+             {"kernel": "requant c32 x1 v4 w2", "shape": [8192, 4096], "pct_copy": 90.0}]
     assert quant.summary(rows) == ["1x128 act (triton): >= 80% of copy on 1 of 1 shapes (85.5-85.5%)",
                                    "requant fp8 -> tokens^T: >= 80% of copy on 1 of 3 shapes (59.4-81.0%)"]
 
@@ -108,3 +110,22 @@ def test_the_sweep_times_every_gluon_requantizer_program_with_both_scale_kinds_w
     for warps, lanes in quant.GLUON_REQUANT_SWEEP:
         assert {f"requant gluon w{warps} t{lanes}", f"requant pow2 gluon w{warps} t{lanes}"} <= set(names)
     assert len(names) == len(set(names))
+
+
+def test_summary_gives_the_target_rows_share_of_a_copy_of_their_own_bytes():
+    kernel = "requant fp8 -> tokens^T"
+    rows = [{"kernel": kernel, "shape": [8192, 4096], "pct_copy": 76.8},
+            {"kernel": kernel, "shape": [16384, 4096], "pct_copy": 84.6},
+            {"kernel": quant.same_bytes_copy(kernel), "shape": [8192, 4096], "pct_copy": 96.0},
+            {"kernel": quant.same_bytes_copy(kernel), "shape": [16384, 4096], "pct_copy": 90.0}]
+    assert quant.summary(rows) == [f"{kernel}: >= 80% of copy on 1 of 2 shapes (76.8-84.6%); a copy of the same "
+                                   "bytes 90.0-96.0%, the kernel 80.0-94.0% of it"]
+    assert quant.summary(rows[:2]) == [f"{kernel}: >= 80% of copy on 1 of 2 shapes (76.8-84.6%)"]
+
+
+def test_every_target_row_has_its_same_size_copy_on_every_shape():
+    cases = quant._cases(sweep=False)
+    for kernel in quant.TARGETS:
+        own = {(shape, nbytes) for name, shape, *_, nbytes in cases if name == kernel}
+        copies = {(shape, nbytes) for name, shape, *_, nbytes in cases if name == quant.same_bytes_copy(kernel)}
+        assert own and own == copies

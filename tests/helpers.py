@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,12 @@ from precision_engine.numerics.quantize import Quantized, scale_from_amax
 # Tests that run Triton kernels on CPU tensors: the interpreter's (CI, no GPU). On a GPU machine the kernels want
 # CUDA tensors (the GPU tests run them there), so these skip instead of failing on the tensors' device.
 needs_interpreter = pytest.mark.skipif(not TRITON_INTERPRET, reason="Triton on CPU tensors needs TRITON_INTERPRET=1")
+
+def stable_seed(*parts) -> int:
+    """A seed from formats, shapes and numbers that is the same in every process (`hash` of a format is not: its
+    enums hash their names, and Python salts string hashes per process), so a failing case reruns on its inputs."""
+    return zlib.crc32(repr(tuple(p.describe() if isinstance(p, QuantFormat) else p for p in parts)).encode())
+
 
 # One E4M3 format per granularity (tensor, channel, 1x128, 128x1, 128x128) ...
 BASE = [

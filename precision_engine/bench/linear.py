@@ -81,6 +81,20 @@ def parse_tokens(text: str) -> tuple[int, ...]:
     return tokens
 
 
+def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
+    """`--shapes` "6144x4096,28672x4096" -> ((6144, 4096), (28672, 4096)): weights as N x K (out x in features),
+    positive multiples of 128 as the block-scaled formats need; anything else is a UsageError that says what was
+    expected."""
+    try:
+        shapes = tuple(tuple(int(side) for side in part.lower().split("x")) for part in text.split(","))
+    except ValueError:
+        shapes = ()
+    if not shapes or any(len(s) != 2 or min(s) < 128 or s[0] % 128 or s[1] % 128 for s in shapes):
+        raise UsageError(f"--shapes {text!r}: expected comma-separated weights N x K (out x in features, multiples "
+                         "of 128), e.g. 4096x4096,28672x4096")
+    return shapes
+
+
 def _specs():
     from precision_engine.numerics.formats import PRESET_FORMATS as P
     from precision_engine.numerics.formats import Kernel, LinearSpec

@@ -47,6 +47,8 @@ def register(app: typer.Typer) -> None:
         tokens: Annotated[str | None, typer.Option("--tokens", help="Comma-separated token counts (default "
                                                    "8192,16384 and the decode sizes 1,16,64; --quick 8192,1); "
                                                    "up to 64 is a decode row.")] = None,
+        shapes: Annotated[str | None, typer.Option("--shapes", help="Comma-separated weights N x K (default "
+                                                   "the 8B projections; --quick two of them).")] = None,
     ) -> None:
         """The FP8 linear layer (forward, forward+backward) against nn.Linear in BF16, same run, table + JSON.
 
@@ -62,11 +64,13 @@ def register(app: typer.Typer) -> None:
           precision bench linear --out bench_linear.json
           precision bench linear --quick --variants fp8_bi,torchao --out bench_linear.json
           precision bench linear --tokens 1,16,64 --variants fp8_bi
+          precision bench linear --shapes 6144x4096,28672x4096 --tokens 8192 --variants fp8_bi,torchao
         """
         from precision_engine.bench import linear as bench_linear
 
         chosen = bench_linear.choose_variants(variants.split(",")) if variants else bench_linear.VARIANTS
         ms = bench_linear.parse_tokens(tokens) if tokens else None
+        weights = bench_linear.parse_shapes(shapes) if shapes else None
         require_gpu(out, "precision bench")
         typer.echo(bench_linear.format_header())
 
@@ -75,7 +79,7 @@ def register(app: typer.Typer) -> None:
             if out is not None:
                 write_json(rows, out)
 
-        rows = bench_linear.bench_linear(quick=quick, variants=chosen, ms=ms, on_row=on_row)
+        rows = bench_linear.bench_linear(quick=quick, variants=chosen, shapes=weights, ms=ms, on_row=on_row)
         _report(bench_linear.format_table(rows), rows, out)
 
     @group.command()

@@ -237,8 +237,8 @@ def test_cli_linear_prints_and_writes_each_row_as_it_is_measured(tmp_path, monke
     out, on_disk = tmp_path / "linear.json", []
     real = linear.bench_linear
 
-    def toy(*, quick, variants, ms, on_row):
-        assert ms is None
+    def toy(*, quick, variants, shapes, ms, on_row):
+        assert ms is None and shapes is None
         def check(row, rows):
             on_row(row, rows)
             on_disk.append(len(json.loads(out.read_text())["rows"]))
@@ -286,16 +286,18 @@ def test_cli_block_says_where_autos_gemms_ran_on_deep_gemm(monkeypatch):
             assert note is None
 
 
-def test_cli_linear_tokens_pick_the_rows(monkeypatch):
+def test_cli_linear_tokens_and_shapes_pick_the_rows(monkeypatch):
     import precision_engine.bench.linear as linear
     import precision_engine.cli.bench as cli_bench
 
     seen = []
-    monkeypatch.setattr(linear, "bench_linear", lambda **kwargs: seen.append(kwargs["ms"]) or [])
+    monkeypatch.setattr(linear, "bench_linear", lambda **kwargs: seen.append((kwargs["ms"], kwargs["shapes"])) or [])
     monkeypatch.setattr(cli_bench, "require_gpu", lambda out, verb: None)
     result = runner.invoke(app, ["bench", "linear", "--tokens", "1,16,8192"])
     assert result.exit_code == 0, result.output
-    assert seen == [(1, 16, 8192)]
+    result = runner.invoke(app, ["bench", "linear", "--shapes", "6144x4096,28672X4096"])
+    assert result.exit_code == 0, result.output
+    assert seen == [((1, 16, 8192), None), (None, ((6144, 4096), (28672, 4096)))]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -305,6 +307,9 @@ def test_cli_linear_tokens_pick_the_rows(monkeypatch):
     (["linear", "--variants", "bf16,torchao_cublas"], "unknown variant 'torchao_cublas': choose from bf16,"),
     (["linear", "--tokens", "8192,x"], "--tokens '8192,x': expected comma-separated positive token counts"),
     (["linear", "--tokens", "0"], "expected comma-separated positive token counts"),
+    (["linear", "--shapes", "4096x4096,14336"], "--shapes '4096x4096,14336': expected comma-separated weights N x K"),
+    (["linear", "--shapes", "4096x100"], "multiples of 128"),
+    (["linear", "--shapes", "axb"], "expected comma-separated weights N x K"),
 ])
 def test_cli_block_refuses_bad_flags_in_one_line(args, message):
     result = runner.invoke(app, ["bench", *args])

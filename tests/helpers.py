@@ -19,6 +19,7 @@ from precision_engine.numerics.quantize import Quantized, scale_from_amax
 # CUDA tensors (the GPU tests run them there), so these skip instead of failing on the tensors' device.
 needs_interpreter = pytest.mark.skipif(not TRITON_INTERPRET, reason="Triton on CPU tensors needs TRITON_INTERPRET=1")
 
+
 def stable_seed(*parts) -> int:
     """A seed from formats, shapes and numbers that is the same in every process (`hash` of a format is not: its
     enums hash their names, and Python salts string hashes per process), so a failing case reruns on its inputs."""

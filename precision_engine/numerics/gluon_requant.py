@@ -39,22 +39,17 @@ from precision_engine.numerics.gluon_tokens import TILE
 
 WARPS = 8
 TOKEN_LANES = 8  # a program: 8 warps, 128 columns, one whole input group (`gluon_tokens.tile_layout`)
+TILES = 1  # 128-token groups a program
 
 
 @gluon.jit
-def _requant_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, STRIDE: gl.constexpr,
-                    G_IN: gl.constexpr, WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr, EVEN_M: gl.constexpr,
-                    EVEN_C: gl.constexpr, FMAX: gl.constexpr, RFMAX: gl.constexpr, MBITS: gl.constexpr,
-                    EMIN: gl.constexpr, POW2: gl.constexpr):
-    """Program (token group, `gluon_tokens.block_columns` columns): x [M, C] (row stride STRIDE) with M-major
-    input scales s_in [M, C / G_IN] (strides (1, stride_sig)) -> q [C, M_pad] and scales [M_pad / 128, C]
-    row-major."""
+def _load_tile(x_ptr, s_in_ptr, tok0, col0, M, C, stride_sig, STRIDE: gl.constexpr, G_IN: gl.constexpr,
+               WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr, EVEN_M: gl.constexpr, EVEN_C: gl.constexpr):
+    """The tile of x [M, C] (row stride STRIDE) at (tok0, col0) in `gluon_tokens.tile_layout`, and its tokens'
+    input scales from M-major s_in [M, C / G_IN] (strides (1, stride_sig)); tokens past M load as zeros."""
     layout: gl.constexpr = G.tile_layout(WARPS, TOKEN_LANES)
-    block_c: gl.constexpr = G.block_columns(WARPS, TOKEN_LANES)
-    tok0 = gl.program_id(0) * TILE
-    col0 = gl.program_id(1) * block_c
     toks = gl.arange(0, TILE, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, block_c, layout=gl.SliceLayout(0, layout))
+    cols = gl.arange(0, G.block_columns(WARPS, TOKEN_LANES), layout=gl.SliceLayout(0, layout))
     x_at = x_ptr + tok0.to(gl.int64) * STRIDE + col0 + (toks[:, None] * STRIDE + cols[None, :])
     s_at = s_in_ptr + (col0 // G_IN).to(gl.int64) * stride_sig + tok0 + toks  # one input group: a scale a token
     if EVEN_M and EVEN_C:
@@ -65,8 +60,31 @@ def _requant_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, STRI
         s_in = gl.load(s_at)
     else:
         s_in = gl.load(s_at, mask=tok0 + toks < M, other=1.0)
+    return x, s_in
+
+
+@gluon.jit
+def _requant_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, STRIDE: gl.constexpr,
+                    G_IN: gl.constexpr, WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr, TILES: gl.constexpr,
+                    EVEN_M: gl.constexpr, EVEN_C: gl.constexpr, FMAX: gl.constexpr, RFMAX: gl.constexpr,
+                    MBITS: gl.constexpr, EMIN: gl.constexpr, POW2: gl.constexpr):
+    """Program (TILES token groups, `gluon_tokens.block_columns` columns): x [M, C] (row stride STRIDE) with
+    M-major input scales s_in [M, C / G_IN] (strides (1, stride_sig)) -> q [C, M_pad] and scales
+    [M_pad / 128, C] row-major. With two groups, both tiles' loads go out before the first is quantized; the
+    second group is written where it lies within M_pad."""
+    tok0 = gl.program_id(0) * (TILES * TILE)
+    col0 = gl.program_id(1) * G.block_columns(WARPS, TOKEN_LANES)
+    x, s_in = _load_tile(x_ptr, s_in_ptr, tok0, col0, M, C, stride_sig, STRIDE, G_IN, WARPS, TOKEN_LANES, EVEN_M,
+                         EVEN_C)
+    if TILES == 2:
+        x2, s2 = _load_tile(x_ptr, s_in_ptr, tok0 + TILE, col0, M, C, stride_sig, STRIDE, G_IN, WARPS, TOKEN_LANES,
+                            EVEN_M, EVEN_C)
     G.quantize_tokens_transposed(x.to(gl.float32) * s_in[:, None], q_ptr, s_ptr, tok0, col0, C, M_pad, WARPS,
                                  TOKEN_LANES, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2)
+    if TILES == 2:
+        if tok0 + TILE < M_pad:
+            G.quantize_tokens_transposed(x2.to(gl.float32) * s2[:, None], q_ptr, s_ptr, tok0 + TILE, col0, C, M_pad,
+                                         WARPS, TOKEN_LANES, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2)
 
 
 def available(device: torch.device) -> bool:
@@ -86,9 +104,9 @@ def runs(q_in: Quantized, fmt: QuantFormat) -> bool:
 
 
 def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, warps: int = WARPS,
-                                 token_lanes: int = TOKEN_LANES) -> Quantized:
-    """`triton_quant.requantize_tokens_transposed(q_in, fmt)`'s bytes, for operands `runs` takes. `warps` and
-    `token_lanes` (4 or 8; warps x 16 x token_lanes >= 128) are for benchmarks."""
+                                 token_lanes: int = TOKEN_LANES, tiles: int = TILES) -> Quantized:
+    """`triton_quant.requantize_tokens_transposed(q_in, fmt)`'s bytes, for operands `runs` takes. `warps`,
+    `token_lanes` (4 or 8; warps x 16 x token_lanes >= 128) and `tiles` (1 or 2) are for benchmarks."""
     block_c = G.block_columns(warps, token_lanes)
     if q_in.fmt.group % block_c:
         raise OperandError(f"a program's {block_c} columns must lie in one input group, got groups of "
@@ -100,9 +118,10 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, warps: int =
     if q.numel() == 0:
         return out
     args = T._fmt_args(fmt, False)
-    _requant_kernel[(q.shape[1] // TILE.value, triton.cdiv(c, block_c))](
+    _requant_kernel[(triton.cdiv(q.shape[1], tiles * TILE.value), triton.cdiv(c, block_c))](
         x, q_in.scale, q, scale, m, c, q.shape[1], q_in.scale.stride(1), STRIDE=x.stride(0), G_IN=q_in.fmt.group,
-        WARPS=warps, TOKEN_LANES=token_lanes, EVEN_M=m % TILE.value == 0, EVEN_C=c % block_c == 0,
+        WARPS=warps, TOKEN_LANES=token_lanes, TILES=tiles, EVEN_M=m % (tiles * TILE.value) == 0,
+        EVEN_C=c % block_c == 0,
         FMAX=args["FMAX"], RFMAX=args["RFMAX"], MBITS=args["MBITS"], EMIN=args["EMIN"], POW2=args["POW2"],
         num_warps=warps, enable_fp_fusion=False)
     return out

@@ -136,7 +136,7 @@ def hostile_input(shape) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("program", GLUON_REQUANT_SWEEP, ids=lambda p: f"w{p[0]}-lanes{p[1]}")
+@pytest.mark.parametrize("program", GLUON_REQUANT_SWEEP, ids=lambda p: f"w{p[0]}-lanes{p[1]}-x{p[2]}")
 @pytest.mark.parametrize("formats", ["e4m3-fp32", "e5m2-pow2", "mixed"])
 @pytest.mark.parametrize("shape", [(8192, 4096), (8192 + 7, 4096), (1000, 3000), (77, 128), (300, 1001)],
                          ids=["even", "ragged-tokens", "ragged-both", "one-tile", "odd-row-stride"])

@@ -11,8 +11,12 @@ one address), dequantizes in registers and hands the tile to `gluon_tokens.quant
 (Triton 3.6, sm_90a): 9.7 SASS an element at 80 registers, issue / copy 0.62. Every program shape issues the
 same; the 8-warp one keeps the most loads in flight: 77-90% of a copy's bandwidth on an H100 at 8192-16384 x
 4096-14336, against 72-83% for the Triton kernel and 73-83% for 2-warp programs (BENCHMARKS.md, thirty-second
-session). (A TMA-fed persistent version, which moved both tiles through
-shared memory, counted 14.2 and ran slower than the Triton kernel: BENCHMARKS.md, twenty-sixth session.)
+session), 91-93% of a copy of the same bytes on every shape. A program may also take two token groups
+(`TILES`, for benchmarks): both tiles' loads go out before the first is quantized, four tiles in flight an SM
+where one group a program has three (127 registers, two 8-warp programs an SM; 9.3 SASS an element); not timed
+yet. (A TMA-fed persistent version, which moved both tiles through shared memory, counted 14.2 and ran slower
+than the Triton kernel: BENCHMARKS.md, twenty-sixth session; a persistent loop prefetching the next tile into
+registers held 198 registers a thread, thirty-third session.)
 
 The input scale's multiply is the Triton kernel's (one fp32 multiply, no contraction: launched without FP
 fusion), the rest `gluon_tokens`', so the bytes are the Triton kernel's, -0 and NaN included; tokens past M load

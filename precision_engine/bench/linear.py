@@ -25,7 +25,10 @@ engine runs decode. Every variant of a row gets the same inputs; one that fails 
 `<variant>_note` and the others run.
 
 Ours run at every shape before torchao's: a fresh machine spends minutes in torchao's first calls (Triton
-autotuning, `torchao_ref`), so a run cut short keeps every number of ours. Each variant's first call per row is
+autotuning, `torchao_ref`), so a run cut short keeps every number of ours. BF16 is timed again beside torchao's
+(`bf16_beside_torchao_ms`), and torchao's ratios divide that: a card's clock moves in minutes (BF16's time of one
+row moved by up to 9% between passes on an H100), so each ratio is against a baseline timed next to it. Each
+variant's first call per row is
 timed apart, as `<variant>_warmup_s` (wall seconds: compilation and autotuning happen there); the quantizers that
 both torchao variants share are tuned by the first one to run.
 """
@@ -58,6 +61,7 @@ OURS = ("bf16", "fp8_cublas", "fp8_bi", "fp8_bi_pinned")  # bf16, the baseline o
 VARIANTS = (*OURS, *torchao_ref.VARIANTS)  # in run order, torchao's last
 KINDS = VARIANTS[1:]  # the table's columns after bf16
 DECODE_VARIANTS = ("bf16", "fp8_bi", "fp8_bi_pinned")  # decode rows time the batch-invariant rollout paths
+BF16_BESIDE_TORCHAO = "bf16_beside_torchao"  # BF16 timed again in torchao's sweep: the row key its ratios divide
 
 
 def choose_variants(names: Sequence[str]) -> tuple[str, ...]:
@@ -149,9 +153,12 @@ def _input_sets(n: int, k: int, m: int, names: Sequence[str], *, seed: int, devi
     return rotation(make, (n * k + 2 * m * (n + k)) * 2)
 
 
-def _measure(row: dict, name: str, sets: list[tuple], *, device: str, warmup: int, reps: int) -> None:
-    """Time variant `name` on `row`'s pass into the row: its first call's wall seconds, then its median ms and
-    speed-up, or, where it fails, its note (bf16 failing fails the bench: every ratio needs it)."""
+def _measure(row: dict, name: str, sets: list[tuple], *, device: str, warmup: int, reps: int, key: str = "",
+             baseline: str = "bf16") -> None:
+    """Time variant `name` on `row`'s pass into the row under `key` (default `name`): its first call's wall
+    seconds, then its median ms and speed-up against the BF16 time under `baseline`, or, where it fails, its note
+    (bf16 failing fails the bench: every ratio needs it)."""
+    key = key or name
     step = PASSES[row["pass"].removesuffix(GRAPHED)]
     fn = lambda layers, x, dy: step(layers[name], x, dy)  # noqa: E731
     cuda = torch.device(device).type == "cuda"
@@ -161,18 +168,18 @@ def _measure(row: dict, name: str, sets: list[tuple], *, device: str, warmup: in
         fn(*sets[0])
         if cuda:
             torch.cuda.synchronize()
-        row[f"{name}_warmup_s"] = time.perf_counter() - start
-        row[f"{name}_ms"] = timed(fn, sets, graphed=graphed, warmup=warmup, reps=reps)
+        row[f"{key}_warmup_s"] = time.perf_counter() - start
+        row[f"{key}_ms"] = timed(fn, sets, graphed=graphed, warmup=warmup, reps=reps)
         if not graphed and row["m"] > DECODE_M[-1]:
-            row[f"{name}_host_ms"], row[f"{name}_gpu_ms"] = host_and_gpu_ms(fn, sets, warmup=warmup, reps=reps)
+            row[f"{key}_host_ms"], row[f"{key}_gpu_ms"] = host_and_gpu_ms(fn, sets, warmup=warmup, reps=reps)
     except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
         if name == "bf16":
             raise
-        row.setdefault(f"{name}_warmup_s", time.perf_counter() - start)  # a failing first call: what it cost
-        row[f"{name}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
+        row.setdefault(f"{key}_warmup_s", time.perf_counter() - start)  # a failing first call: what it cost
+        row[f"{key}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
         return
     if name != "bf16":
-        row[f"{name}_x"] = row["bf16_ms"] / row[f"{name}_ms"]
+        row[f"{key}_x"] = row[f"{baseline}_ms"] / row[f"{key}_ms"]
 
 
 def bench_linear(*, quick: bool = False, reps: int = 30, warmup: int = 5,
@@ -196,7 +203,7 @@ def bench_linear(*, quick: bool = False, reps: int = 30, warmup: int = 5,
     ms = ms or ((TRAIN_M[:1] + DECODE_M[:1]) if quick else (TRAIN_M + DECODE_M))
     cases = [(n, k, m) for n, k in shapes for m in ms]
     rows: dict[tuple, dict] = {}  # (n, k, m, pass) -> row, in table order
-    for sweep in (ours, theirs):
+    for beside_torchao, sweep in ((False, ours), (True, theirs)):
         for seed, (n, k, m) in enumerate(cases):
             train = m > DECODE_M[-1]
             names = [v for v in sweep if train or v in DECODE_VARIANTS]
@@ -206,8 +213,11 @@ def bench_linear(*, quick: bool = False, reps: int = 30, warmup: int = 5,
                                device=device)
             for pass_ in _passes(train, device):
                 row = rows.setdefault((n, k, m, pass_), {"n": n, "k": k, "m": m, "pass": pass_})
+                if beside_torchao:  # minutes after ours: torchao's ratios against a BF16 timed beside them
+                    _measure(row, "bf16", sets, device=device, warmup=warmup, reps=reps, key=BF16_BESIDE_TORCHAO)
                 for name in names:
-                    _measure(row, name, sets, device=device, warmup=warmup, reps=reps)
+                    _measure(row, name, sets, device=device, warmup=warmup, reps=reps,
+                             baseline=BF16_BESIDE_TORCHAO if beside_torchao else "bf16")
                 if train and torchao_note is not None:
                     row["torchao_note"] = torchao_note
                 if on_row is not None:

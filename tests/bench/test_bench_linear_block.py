@@ -163,7 +163,8 @@ def test_linear_variants_pick_the_columns_and_bf16_always_runs():
 def test_linear_times_torchao_after_ours_at_every_shape_on_the_same_inputs(monkeypatch):
     """With torchao runnable (faked by the BF16 Linear on the CPU): every row of ours is reported before any of
     torchao's, whose training rows are reported again with its columns, on input sets drawn bit for bit as
-    they were for ours; the torchao check skips its trial run (minutes of autotuning on a fresh GPU)."""
+    they were for ours, its ratios against BF16 timed again beside it; the torchao check skips its trial run
+    (minutes of autotuning on a fresh GPU)."""
     import precision_engine.bench.linear as linear
 
     trials, drawn, seen = [], [], []
@@ -187,7 +188,11 @@ def test_linear_times_torchao_after_ours_at_every_shape_on_the_same_inputs(monke
     ours = [(k, m, p, False) for k in (128, 256) for m, p in ((128, "fwd"), (128, "fwd+bwd"), (1, "fwd"))]
     assert seen == ours + [(k, 128, p, True) for k in (128, 256) for p in ("fwd", "fwd+bwd")]
     assert [(r["k"], r["m"], r["pass"]) for r in rows] == [s[:3] for s in ours]
-    assert all(r["torchao_triton_x"] == r["bf16_ms"] / r["torchao_triton_ms"] for r in rows if r["m"] == 128)
+    train = [r for r in rows if r["m"] == 128]
+    assert all(r["fp8_bi_x"] == r["bf16_ms"] / r["fp8_bi_ms"] for r in train)
+    assert all(r[f"{v}_x"] == r["bf16_beside_torchao_ms"] / r[f"{v}_ms"] for r in train
+               for v in ("torchao", "torchao_triton"))  # each ratio against a BF16 timed beside it
+    assert all(r["bf16_beside_torchao_ms"] != r["bf16_ms"] for r in train)
     assert all(r["torchao_warmup_s"] > 0 for r in rows if r["m"] == 128)
     assert len(drawn) == 6  # ours: 2 shapes x (128, 1); torchao's: 2 shapes x 128
     for ours_sets, theirs_sets in ((drawn[0], drawn[4]), (drawn[2], drawn[5])):

@@ -112,6 +112,8 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, warps: int =
     """`triton_quant.requantize_tokens_transposed(q_in, fmt)`'s bytes, for operands `runs` takes. `warps`,
     `token_lanes` (4 or 8; warps x 16 x token_lanes >= 128) and `tiles` (1 or 2) are for benchmarks."""
     block_c = G.block_columns(warps, token_lanes)
+    if tiles not in (1, 2):
+        raise OperandError(f"a program takes 1 or 2 token groups, got {tiles}")
     if q_in.fmt.group % block_c:
         raise OperandError(f"a program's {block_c} columns must lie in one input group, got groups of "
                            f"{q_in.fmt.group}")

@@ -108,6 +108,15 @@ def blocks_kernel(pow2: bool) -> tuple[int, int, float]:
     return kernel_counts(T._blocks_kernel, constexprs, pointers, {"num_warps": warps}, GROUP * GROUP / (32 * warps))
 
 
+def gluon_requant_constexprs(args: dict, warps: int, token_lanes: int, tiles: int = 1, even: bool = True,
+                             stride: int = 4096) -> dict:
+    """The Gluon re-quantizer's constexprs as `gluon_requant` launches it: the output format's constants `args`
+    (`triton_quant._fmt_args`), its program shape, whole tiles or not (`even`) and the input's row stride."""
+    return {n: args[n] for n in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {
+        "STRIDE": stride, "G_IN": GROUP, "WARPS": warps, "TOKEN_LANES": token_lanes, "TILES": tiles, "EVEN_M": even,
+        "EVEN_C": even}
+
+
 def gluon_requant(pow2: bool, warps: int, token_lanes: int, tiles: int = 1) -> tuple[int, int, float]:
     """(registers, SASS a thread, SASS an element) of the Gluon re-quantizer (`gluon_requant`) on whole
     128-token groups of an 8B activation's 4096 columns, `tiles` of them a program, fp32 or power-of-two
@@ -115,10 +124,7 @@ def gluon_requant(pow2: bool, warps: int, token_lanes: int, tiles: int = 1) -> t
     from precision_engine.numerics import gluon_requant as R
     from precision_engine.numerics import gluon_tokens
 
-    args = fmt_args("fp8_group_tokens", pow2)
-    constexprs = {n: args[n] for n in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {
-        "STRIDE": 4096, "G_IN": GROUP, "WARPS": warps, "TOKEN_LANES": token_lanes, "TILES": tiles, "EVEN_M": True,
-        "EVEN_C": True}
+    constexprs = gluon_requant_constexprs(fmt_args("fp8_group_tokens", pow2), warps, token_lanes, tiles)
     pointers = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
     return kernel_counts(R._requant_kernel, constexprs, pointers, {"num_warps": warps, "enable_fp_fusion": False},
                          tiles * GROUP * gluon_tokens.block_columns(warps, token_lanes) / (32 * warps),

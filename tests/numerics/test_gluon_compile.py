@@ -192,7 +192,7 @@ from pathlib import Path
 sys.path.insert(0, "tests/numerics")
 sys.path.insert(0, "scripts")
 from test_gluon_compile import _ptxas_report
-from sass_per_element import gluon_requant
+from sass_per_element import gluon_requant, gluon_requant_constexprs
 from precision_engine.bench.quant import GLUON_REQUANT_SWEEP
 from precision_engine.numerics import gluon_requant as R
 from precision_engine.numerics.formats import PRESET_FORMATS, DType, ScaleKind
@@ -212,11 +212,9 @@ for x_type, q_type in ((DType.FLOAT8_E4M3, DType.FLOAT8_E4M3), (DType.FLOAT8_E5M
                                                   (4, 8, 1, True, 14336), (2, 4, 1, False, 1001),
                                                   (8, 4, 1, True, 4096), (R.WARPS, R.TOKEN_LANES, R.TILES, False, 1001),
                                                   (8, 8, 2, True, 4096), (8, 8, 2, False, 1001)):
-            constexprs = {name: args[name] for name in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {
-                "STRIDE": stride, "G_IN": 128, "WARPS": warps, "TOKEN_LANES": lanes, "TILES": tiles, "EVEN_M": even,
-                "EVEN_C": even}
             report = _ptxas_report(
-                Path(tempfile.mkdtemp()), R._requant_kernel, 128, 128, constexprs,
+                Path(tempfile.mkdtemp()), R._requant_kernel, 128, 128,
+                gluon_requant_constexprs(args, warps, lanes, tiles, even, stride),
                 {"x_ptr": types[x_type], "s_in_ptr": "*fp32", "q_ptr": types[q_type], "s_ptr": "*fp32"},
                 options={"num_warps": warps, "enable_fp_fusion": False})
             assert "0 bytes spill stores" in report, report
@@ -228,8 +226,8 @@ def test_gluon_requantizer_compiles_lean():
     """The Gluon re-quantizer (`gluon_requant`) keeps what it was written for: with fp32 scales at most 10.5 SASS
     instructions an element (ptxas: 9.7-10.1, against the Triton kernel's 13.1; 8.5 with power-of-two scales,
     7.6-7.9) in at most 96 registers (128 with two token groups a program: 9.3, at 127), in every shape of
-    program; and every variant AUTO can launch (E4M3 and E5M2
-    either way, both scale kinds, ragged edges, a row stride not a multiple of 4) compiles without a spill. A
+    program; and every variant AUTO can launch (E4M3 and E5M2 either way, both scale kinds, ragged edges, a row
+    stride not a multiple of 4), and the two-group program, compiles without a spill. A
     change that brings back a transpose through shared memory (about 1.1 an element), or per-thread scales,
     fails here before a device run. In a fresh interpreter, as the grad-output quantizer's test."""
     from helpers import run_offline_compile

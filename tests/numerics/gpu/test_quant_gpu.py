@@ -145,7 +145,8 @@ def test_gluon_requantizer_gives_the_reference_bytes(shape, formats, program, mo
     kernel: the same data and scale bytes on ragged tokens (padding tokens written as FP8 zeros) and columns, rows
     whose stride is not a multiple of 4 bytes (the 4-byte loads must not be assumed aligned), rows spanning
     1e-7..1e7, signed zeros by the thousand, a NaN, E4M3 and E5M2 with either scale kind (input and output
-    formats apart), every program shape the benchmark sweeps (warps, lanes along tokens), over repeated launches
+    formats apart), every program shape the benchmark sweeps (warps, lanes along tokens, token groups a program:
+    the second group of a two-group program past the last is skipped), over repeated launches
     into memory that held 0xFF bytes; and AUTO's dispatch: to it for fp32 output scales, to the Triton kernel for
     power-of-two ones."""
     from precision_engine.numerics import gluon_requant as G

@@ -35,9 +35,8 @@ ROWS_SWEEP = [(8, 4, 4), (16, 2, 4), (16, 4, 4), (16, 4, 8), (32, 2, 8), (32, 4,
 # found register-limited (2026-12-04: 95 registers, 29% occupancy).
 TOKENS_SWEEP = [(64, 1, 4, 4), (64, 1, 4, 2), (32, 1, 4, 2), (32, 1, 4, 1), (128, 1, 4, 8), (128, 1, 4, 4),
                 (64, 2, 4, 4), (64, 1, 8, 4), (128, 1, 8, 8), (64, 1, 4, 8), (32, 1, 4, 4), (16, 1, 4, 2)]
-# The Gluon re-quantizer's programs (warps, lanes along tokens, 128-token groups a program).
-GLUON_REQUANT_SWEEP = [(8, 8, 1), (8, 4, 1), (4, 8, 1), (4, 4, 1), (2, 8, 1), (2, 4, 1), (8, 8, 2), (4, 8, 2),
-                       (2, 8, 2)]
+# The Gluon re-quantizer's programs (warps, lanes along tokens).
+GLUON_REQUANT_SWEEP = [(8, 8), (8, 4), (4, 8), (4, 4), (2, 8), (2, 4)]
 # Grad-output configs (1x128 programs of BLOCK_M rows, tokens-transposed programs of BLOCK_C columns, warps).
 DUAL_SWEEP = [(32, 64, 4), (64, 64, 4), (16, 64, 4), (32, 32, 4), (64, 64, 8), (64, 128, 8), (32, 128, 4),
               (64, 32, 4), (64, 16, 4)]
@@ -55,11 +54,6 @@ def copy_bandwidth(nbytes: int = 1 << 30, *, reps: int = 30, device: str = "cuda
     dst = torch.empty_like(src)
     ms = median(time_cuda(lambda: dst.copy_(src), warmup=5, reps=reps))
     return gbps(2 * nbytes, ms)
-
-
-def gluon_program_name(warps: int, token_lanes: int, tiles: int) -> str:
-    """A Gluon re-quantizer program's name in the rows: "w8 t8", "w8 t8 x2" for two token groups."""
-    return f"w{warps} t{token_lanes}" + (f" x{tiles}" if tiles > 1 else "")
 
 
 def same_bytes_copy(kernel: str) -> str:
@@ -168,11 +162,11 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                           lambda q: T.requantize_tokens_transposed(q, tok, ieee_div=True), saved(shape),
                           requant_bytes))
             if gluon:
-                for program in GLUON_REQUANT_SWEEP:
+                for warps, lanes in GLUON_REQUANT_SWEEP:
                     for kind, src, dst in (("", act, tok), ("pow2 ", act_pow2, tok_pow2)):
-                        cases.append((f"requant {kind}gluon {gluon_program_name(*program)}", shape,
-                                      lambda q, d=dst, p=program: gluon_requant.requantize_tokens_transposed(q, d, *p),
-                                      saved(shape, src), requant_bytes))
+                        cases.append((f"requant {kind}gluon w{warps} t{lanes}", shape,
+                                      lambda q, d=dst, w=warps, t=lanes: gluon_requant.requantize_tokens_transposed(
+                                          q, d, w, t), saved(shape, src), requant_bytes))
             for bc, chunks, vec, warps in TOKENS_SWEEP:
                 config = {"BLOCK_C": bc, "CHUNKS": chunks, "VEC": vec, "num_warps": warps}
                 tag = f"c{bc} x{chunks} v{vec} w{warps}"

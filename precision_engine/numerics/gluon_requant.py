@@ -11,12 +11,12 @@ one address), dequantizes in registers and hands the tile to `gluon_tokens.quant
 (Triton 3.6, sm_90a): 9.7 SASS an element at 80 registers, issue / copy 0.62. Every program shape issues the
 same; the 8-warp one keeps the most loads in flight: 77-90% of a copy's bandwidth on an H100 at 8192-16384 x
 4096-14336, against 72-83% for the Triton kernel and 73-83% for 2-warp programs (BENCHMARKS.md, thirty-second
-session), 91-93% of a copy of the same bytes on every shape. A program may also take two token groups
-(`TILES`, for benchmarks): both tiles' loads go out before the first is quantized, four tiles in flight an SM
-where one group a program has three (127 registers, two 8-warp programs an SM; 9.3 SASS an element); not timed
-yet. (A TMA-fed persistent version, which moved both tiles through shared memory, counted 14.2 and ran slower
-than the Triton kernel: BENCHMARKS.md, twenty-sixth session; a persistent loop prefetching the next tile into
-registers held 198 registers a thread, thirty-third session.)
+session), 91-93% of a copy of the same bytes on every shape. Tried and dropped: two token groups a program, both
+tiles' loads out before the first is quantized (9.3 SASS an element, but 127 registers, two 8-warp programs an SM:
+with fp32 scales 67-87% of copy against 77-90% on an H100, thirty-fourth session; the patch is in
+`benchmarks/2026-12-05/s34_calls/`); a TMA-fed persistent version, which moved both tiles through shared memory
+(14.2 SASS an element, slower than the Triton kernel, twenty-sixth session); a persistent loop prefetching the next
+tile into registers (198 registers a thread, thirty-third session).
 
 The input scale's multiply is the Triton kernel's (one fp32 multiply, no contraction: launched without FP
 fusion), the rest `gluon_tokens`', so the bytes are the Triton kernel's, -0 and NaN included; tokens past M load
@@ -43,17 +43,22 @@ from precision_engine.numerics.gluon_tokens import TILE
 
 WARPS = 8
 TOKEN_LANES = 8  # a program: 8 warps, 128 columns, one whole input group (`gluon_tokens.tile_layout`)
-TILES = 1  # 128-token groups a program
 
 
 @gluon.jit
-def _load_tile(x_ptr, s_in_ptr, tok0, col0, M, C, stride_sig, STRIDE: gl.constexpr, G_IN: gl.constexpr,
-               WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr, EVEN_M: gl.constexpr, EVEN_C: gl.constexpr):
-    """The tile of x [M, C] (row stride STRIDE) at (tok0, col0) in `gluon_tokens.tile_layout`, and its tokens'
-    input scales from M-major s_in [M, C / G_IN] (strides (1, stride_sig)); tokens past M load as zeros."""
+def _requant_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, STRIDE: gl.constexpr,
+                    G_IN: gl.constexpr, WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr, EVEN_M: gl.constexpr,
+                    EVEN_C: gl.constexpr, FMAX: gl.constexpr, RFMAX: gl.constexpr, MBITS: gl.constexpr,
+                    EMIN: gl.constexpr, POW2: gl.constexpr):
+    """Program (token group, `gluon_tokens.block_columns` columns): x [M, C] (row stride STRIDE) with M-major
+    input scales s_in [M, C / G_IN] (strides (1, stride_sig)) -> q [C, M_pad] and scales [M_pad / 128, C]
+    row-major."""
     layout: gl.constexpr = G.tile_layout(WARPS, TOKEN_LANES)
+    block_c: gl.constexpr = G.block_columns(WARPS, TOKEN_LANES)
+    tok0 = gl.program_id(0) * TILE
+    col0 = gl.program_id(1) * block_c
     toks = gl.arange(0, TILE, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, G.block_columns(WARPS, TOKEN_LANES), layout=gl.SliceLayout(0, layout))
+    cols = gl.arange(0, block_c, layout=gl.SliceLayout(0, layout))
     x_at = x_ptr + tok0.to(gl.int64) * STRIDE + col0 + (toks[:, None] * STRIDE + cols[None, :])
     s_at = s_in_ptr + (col0 // G_IN).to(gl.int64) * stride_sig + tok0 + toks  # one input group: a scale a token
     if EVEN_M and EVEN_C:
@@ -64,31 +69,8 @@ def _load_tile(x_ptr, s_in_ptr, tok0, col0, M, C, stride_sig, STRIDE: gl.constex
         s_in = gl.load(s_at)
     else:
         s_in = gl.load(s_at, mask=tok0 + toks < M, other=1.0)
-    return x, s_in
-
-
-@gluon.jit
-def _requant_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, STRIDE: gl.constexpr,
-                    G_IN: gl.constexpr, WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr, TILES: gl.constexpr,
-                    EVEN_M: gl.constexpr, EVEN_C: gl.constexpr, FMAX: gl.constexpr, RFMAX: gl.constexpr,
-                    MBITS: gl.constexpr, EMIN: gl.constexpr, POW2: gl.constexpr):
-    """Program (TILES token groups, `gluon_tokens.block_columns` columns): x [M, C] (row stride STRIDE) with
-    M-major input scales s_in [M, C / G_IN] (strides (1, stride_sig)) -> q [C, M_pad] and scales
-    [M_pad / 128, C] row-major. With two groups, both tiles' loads go out before the first is quantized; the
-    second group is written where it lies within M_pad."""
-    tok0 = gl.program_id(0) * (TILES * TILE)
-    col0 = gl.program_id(1) * G.block_columns(WARPS, TOKEN_LANES)
-    x, s_in = _load_tile(x_ptr, s_in_ptr, tok0, col0, M, C, stride_sig, STRIDE, G_IN, WARPS, TOKEN_LANES, EVEN_M,
-                         EVEN_C)
-    if TILES == 2:
-        x2, s2 = _load_tile(x_ptr, s_in_ptr, tok0 + TILE, col0, M, C, stride_sig, STRIDE, G_IN, WARPS, TOKEN_LANES,
-                            EVEN_M, EVEN_C)
     G.quantize_tokens_transposed(x.to(gl.float32) * s_in[:, None], q_ptr, s_ptr, tok0, col0, C, M_pad, WARPS,
                                  TOKEN_LANES, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2)
-    if TILES == 2:
-        if tok0 + TILE < M_pad:
-            G.quantize_tokens_transposed(x2.to(gl.float32) * s2[:, None], q_ptr, s_ptr, tok0 + TILE, col0, C, M_pad,
-                                         WARPS, TOKEN_LANES, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2)
 
 
 def available(device: torch.device) -> bool:
@@ -108,12 +90,10 @@ def runs(q_in: Quantized, fmt: QuantFormat) -> bool:
 
 
 def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, warps: int = WARPS,
-                                 token_lanes: int = TOKEN_LANES, tiles: int = TILES) -> Quantized:
-    """`triton_quant.requantize_tokens_transposed(q_in, fmt)`'s bytes, for operands `runs` takes. `warps`,
-    `token_lanes` (4 or 8; warps x 16 x token_lanes >= 128) and `tiles` (1 or 2) are for benchmarks."""
+                                 token_lanes: int = TOKEN_LANES) -> Quantized:
+    """`triton_quant.requantize_tokens_transposed(q_in, fmt)`'s bytes, for operands `runs` takes. `warps` and
+    `token_lanes` (4 or 8; warps x 16 x token_lanes >= 128) are for benchmarks."""
     block_c = G.block_columns(warps, token_lanes)
-    if tiles not in (1, 2):
-        raise OperandError(f"a program takes 1 or 2 token groups, got {tiles}")
     if q_in.fmt.group % block_c:
         raise OperandError(f"a program's {block_c} columns must lie in one input group, got groups of "
                            f"{q_in.fmt.group}")
@@ -124,10 +104,9 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, warps: int =
     if q.numel() == 0:
         return out
     args = T._fmt_args(fmt, False)
-    _requant_kernel[(triton.cdiv(q.shape[1], tiles * TILE.value), triton.cdiv(c, block_c))](
+    _requant_kernel[(q.shape[1] // TILE.value, triton.cdiv(c, block_c))](
         x, q_in.scale, q, scale, m, c, q.shape[1], q_in.scale.stride(1), STRIDE=x.stride(0), G_IN=q_in.fmt.group,
-        WARPS=warps, TOKEN_LANES=token_lanes, TILES=tiles, EVEN_M=m % (tiles * TILE.value) == 0,
-        EVEN_C=c % block_c == 0,
+        WARPS=warps, TOKEN_LANES=token_lanes, EVEN_M=m % TILE.value == 0, EVEN_C=c % block_c == 0,
         FMAX=args["FMAX"], RFMAX=args["RFMAX"], MBITS=args["MBITS"], EMIN=args["EMIN"], POW2=args["POW2"],
         num_warps=warps, enable_fp_fusion=False)
     return out

@@ -107,10 +107,8 @@ def test_the_sweep_times_every_gluon_requantizer_program_with_both_scale_kinds_w
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(gluon_requant, "available", lambda device: True)
     names = quant.kernel_names(sweep=True)
-    for program in quant.GLUON_REQUANT_SWEEP:
-        name = quant.gluon_program_name(*program)
-        assert {f"requant gluon {name}", f"requant pow2 gluon {name}"} <= set(names)
-    assert {"requant gluon w8 t8", "requant gluon w8 t8 x2"} <= set(names)
+    for warps, lanes in quant.GLUON_REQUANT_SWEEP:
+        assert {f"requant gluon w{warps} t{lanes}", f"requant pow2 gluon w{warps} t{lanes}"} <= set(names)
     assert len(names) == len(set(names))
 
 

@@ -3,7 +3,7 @@
 #   main     the four attention/decoder files as on main (ab_main/, copied in);
 #   causal   this tree: teacher-forcing attention on flash (fast mode's forward, batch-invariant mode's backward);
 #   fused    causal plus s34's fast_mode_fused_producers.patch (applied with sed).
-# Then the GPU tests the two changes touch, on the fused tree.
+# Then the GPU tests the two changes touch, on the fused tree (or those TESTS names).
 set -u
 cd "$(dirname "$0")/../../.."
 here=benchmarks/2026-12-05/s35_calls
@@ -27,5 +27,5 @@ for tree in ${TREES:-main causal fused}; do
   echo "$tree rc=$?"; grep -E "^(bf16_baseline|jetrl_unified) +(fast|batch)" "$OUT/block_$tree.txt" | cut -c1-110
 done
 use fused
-gpu_tests tests_fused ${TESTS_S:-150} tests/numerics/gpu/test_triton_invariant_gpu.py tests/numerics/gpu/test_fused_add_norm_gpu.py tests/rl/gpu tests/models
+gpu_tests tests_fused ${TESTS_S:-150} ${TESTS:-tests/numerics/gpu/test_triton_invariant_gpu.py tests/numerics/gpu/test_fused_add_norm_gpu.py tests/rl/gpu tests/models}
 use causal

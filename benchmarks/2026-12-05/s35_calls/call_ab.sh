@@ -10,7 +10,7 @@ here=benchmarks/2026-12-05/s35_calls
 source scripts/device_env.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
 if [ -d /tmp/deep_gemm ]; then export PYTHONPATH=/tmp/deep_gemm:$PYTHONPATH DG_JIT_CACHE_DIR=/tmp/dgcache TORCH_EXTENSIONS_DIR=/tmp/torch_ext
-else source scripts/device_deep_gemm.sh; fi
+elif [ -z "${NO_DG:-}" ]; then source scripts/device_deep_gemm.sh; fi  # NO_DG=1: without DeepGEMM (50 s saved)
 files="models/decoder.py numerics/invariant.py numerics/masked_attention.py numerics/triton_attention.py"
 mkdir -p /tmp/ab_causal
 for f in $files; do cp precision_engine/$f /tmp/ab_causal/$(basename $f); done

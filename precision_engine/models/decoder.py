@@ -460,9 +460,10 @@ class _Ops:
         return tuple(self.linear(m, x, x_quantized=x_quantized) for m in modules)
 
     def triton_norm(self, x: torch.Tensor) -> bool:
-        """Whether RMSNorm runs `numerics.invariant`'s kernel: in batch-invariant mode, and in a fast forward
-        without autograd on the GPU (rollout), where one kernel replaces the four that the torch ops launch."""
-        return self.invariant or (x.is_cuda and not torch.is_grad_enabled())
+        """Whether RMSNorm runs `numerics.invariant`'s kernel: in batch-invariant mode, and on the GPU in fast mode
+        too, where one kernel replaces the four that the torch ops launch and, in front of FP8 linears, also makes
+        their input's quantization (`fused_input`), in the trainer's forward as in rollout's."""
+        return self.invariant or x.is_cuda
 
     def fused_input(self, readers: tuple[nn.Module, ...], x: torch.Tensor) -> QuantFormat | None:
         """The 1xG format `readers` would quantize their input x to, when the op that makes x may make it instead

@@ -47,7 +47,7 @@ from precision_engine.numerics.fused_quant import (add_rms_norm, rms_norm_quanti
                                                    silu_mul_quantize, silu_mul_quantize_packed)
 from precision_engine.numerics.kv_cache import KVScales, dequantize_kv, quantize_kv
 from precision_engine.numerics.linear import Fp8Linear
-from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
+from precision_engine.numerics.masked_attention import causal_sdpa, masked_sdpa, visible_slots
 from precision_engine.policy import KVScale
 
 SUPPORTED_TYPES = ("llama", "qwen2", "qwen3")
@@ -372,7 +372,7 @@ class Decoder(nn.Module):
                 record.append((_masked_amax(k, valid), _masked_amax(v, valid)))
             if scales is not None:
                 k, v = _RoundKV.apply(k, scales.k[i]), _RoundKV.apply(v, scales.v[i])
-            return ops.attention(q, k, v, q_pos, lengths, self.scaling, None, None, reader=reader)
+            return ops.attention(q, k, v, q_pos, lengths, self.scaling, None, None, reader=reader, causal=True)
 
         return attend
 
@@ -460,9 +460,10 @@ class _Ops:
         return tuple(self.linear(m, x, x_quantized=x_quantized) for m in modules)
 
     def triton_norm(self, x: torch.Tensor) -> bool:
-        """Whether RMSNorm runs `numerics.invariant`'s kernel: in batch-invariant mode, and in a fast forward
-        without autograd on the GPU (rollout), where one kernel replaces the four that the torch ops launch."""
-        return self.invariant or (x.is_cuda and not torch.is_grad_enabled())
+        """Whether RMSNorm runs `numerics.invariant`'s kernel: in batch-invariant mode, and on the GPU in fast mode
+        too, where one kernel replaces the four that the torch ops launch and, in front of FP8 linears, also makes
+        their input's quantization (`fused_input`), in the trainer's forward as in rollout's."""
+        return self.invariant or x.is_cuda
 
     def fused_input(self, readers: tuple[nn.Module, ...], x: torch.Tensor) -> QuantFormat | None:
         """The 1xG format `readers` would quantize their input x to, when the op that makes x may make it instead
@@ -544,9 +545,12 @@ class _Ops:
         return fmt if triton_invariant.attention_quantize_fits(q.shape[-1], fmt) else None
 
     def attention(
-        self, q, k, v, q_pos, kv_len, scale, k_scale, v_scale, *, cached: bool = False, reader: nn.Module | None = None
+        self, q, k, v, q_pos, kv_len, scale, k_scale, v_scale, *, cached: bool = False, reader: nn.Module | None = None,
+        causal: bool = False,
     ) -> tuple[torch.Tensor, Quantized | None]:
-        """(attention output, its quantization for `reader` where the kernel makes it (`fused_output`), else None)."""
+        """(attention output, its quantization for `reader` where the kernel makes it (`fused_output`), else None).
+        `causal`: a teacher-forcing forward (query i at position i, or padding), which fast mode hands to flash
+        attention (`causal_sdpa`) and batch-invariant mode's backward too (`invariant.attention`)."""
         if not self.invariant and cached and q.is_cuda:  # fast mode's launch: 16-row decode tiles, FP8 read as is
             from precision_engine.numerics import triton_invariant
 
@@ -561,10 +565,12 @@ class _Ops:
             # through a mask built per layer (and a BF16 copy of an FP8 cache would cost more than it saves).
             fmt = self.fused_output(reader, q)
             out = invariant.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale,
-                                      quantize=fmt)
+                                      quantize=fmt, causal=causal)
             return (out, None) if fmt is None else out
         if k_scale is not None:
             k, v = dequantize_kv(k, k_scale, q.dtype), dequantize_kv(v, v_scale, q.dtype)
+        if causal:
+            return causal_sdpa(q, k, v, scale=scale), None
         return masked_sdpa(q, k, v, visible_slots(q_pos, kv_len, k.shape[2]), scale=scale), None
 
 

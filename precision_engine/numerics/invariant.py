@@ -69,6 +69,7 @@ def attention(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     quantize: QuantFormat | None = None,
+    causal: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, Quantized]:
     """Causal attention over position-indexed keys (slot j holds position j), in q.dtype.
 
@@ -84,15 +85,18 @@ def attention(
     `quantize` (a 1xG FP8 format): returns (out, quantize_rows_1xG of out as o_proj reads it, [B * Tq, Hq * D]).
     CUDA tensors with one group per head (`triton_invariant.attention_quantize_fits`) get it from the kernel's
     epilogue, one launch fewer; the rest quantize the output afterwards. The bits are the same either way.
+
+    `causal`: query i sits at position i below kv_len, or is padding (a teacher-forcing forward, Tq = S); the
+    Triton path's backward then recomputes with flash attention over the triangle. The output is the same.
     """
     if q.is_cuda:
         triton = _triton()
         if triton is not None and (quantize is None or triton.attention_quantize_fits(q.shape[-1], quantize)):
             return triton.attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale,
-                                    quantize=quantize)
+                                    quantize=quantize, causal=causal)
     if quantize is not None:
-        return _with_quantized(attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale),
-                               quantize)
+        return _with_quantized(attention(q, k, v, q_pos, kv_len, scale=scale, k_scale=k_scale, v_scale=v_scale,
+                                         causal=causal), quantize)
     b, hq, tq, d = q.shape
     hkv, s = k.shape[1], k.shape[2]
     group = hq // hkv

@@ -2,7 +2,8 @@
 
 Two places want attention without batch invariance: the decoder's fast mode and the batch-invariant attention's
 backward (which need not be bitwise). Both take keys by position (slot j holds position j) and a mask, not
-`is_causal`, because ragged rows end at different kv_len.
+`is_causal`, because ragged rows end at different kv_len; a teacher-forcing forward, whose query i sits at position
+i (or is padding), takes `causal_sdpa` instead.
 """
 
 from __future__ import annotations
@@ -32,3 +33,17 @@ def masked_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torc
     mask = visible[:, None, None].expand(b, 1, group, t, s).reshape(b, 1, group * t, s)
     out = F.scaled_dot_product_attention(q.reshape(b, hkv, group * t, d), k, v, attn_mask=mask, scale=scale)
     return out.reshape(b, hq, t, d)
+
+
+def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float) -> torch.Tensor:
+    """q [B, Hq, T, D], k/v [B, Hkv, T, D] -> [B, Hq, T, D], query i seeing slots j <= i: `masked_sdpa`'s output for
+    every query that sits at position i below kv_len (a teacher-forcing forward, rows right-padded); a padding
+    query's output is finite and meaningless, as there. No mask: PyTorch's flash kernel skips the triangle's upper
+    half, which `masked_sdpa`'s masked kernel computes and discards, and reads each kv head once (enable_gqa).
+    Flash takes 16-bit inputs only; others go to the memory-efficient kernel, which takes no enable_gqa (the math
+    kernel would materialise every T x T score matrix), so their kv heads are repeated first."""
+    if q.dtype in (torch.float16, torch.bfloat16):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)

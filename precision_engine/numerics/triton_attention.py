@@ -24,7 +24,7 @@ import triton.language as tl
 from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, fp8_dtype
 from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
-from precision_engine.numerics.masked_attention import masked_sdpa, visible_slots
+from precision_engine.numerics.masked_attention import causal_sdpa, masked_sdpa, visible_slots
 from precision_engine.numerics.triton_exact import _mma_operand, _round
 from precision_engine.numerics.triton_quant import (
     _amax,
@@ -396,12 +396,13 @@ class _Attention(torch.autograd.Function):
     in q's dtype with the same visibility mask, GQA as G x T queries per kv head (k and v read once). The fp32
     recomputation this replaces materialised every T x S score matrix one kv head at a time: it made the 8B
     decoder layer's batch-invariant backward 3x its fast one on the H200 (BENCHMARKS.md, bench block).
-    With `quantize`, the FP8 data and scales are outputs too, without a gradient."""
+    With `quantize`, the FP8 data and scales are outputs too, without a gradient. With `causal` (`attention`), the
+    recomputation is `causal_sdpa`: flash attention over the triangle, no mask."""
 
     @staticmethod
-    def forward(ctx, q, k, v, q_pos, kv_len, scale, quantize):
+    def forward(ctx, q, k, v, q_pos, kv_len, scale, quantize, causal):
         ctx.save_for_backward(q, k, v, q_pos, kv_len)
-        ctx.scale = scale
+        ctx.scale, ctx.causal = scale, causal
         if quantize is None:
             return attention_forward(q, k, v, q_pos, kv_len, scale=scale)
         out, xq = attention_forward(q, k, v, q_pos, kv_len, scale=scale, quantize=quantize)
@@ -411,20 +412,25 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, *_quantized):
         q, k, v, q_pos, kv_len = ctx.saved_tensors
-        visible = visible_slots(q_pos, kv_len, k.shape[2])
-        grad = grad.masked_fill(~visible.any(-1)[:, None, :, None], 0)  # blind queries: output 0, no gradient
+        blind = (q_pos < 0) | (kv_len[:, None] < 1)  # queries that see no slot: output 0, no gradient
+        grad = grad.masked_fill(blind[:, None, :, None], 0)
         filled = (torch.arange(k.shape[2], device=k.device) < kv_len[:, None])[:, None, :, None]
         with torch.enable_grad():
             qh, kh, vh = (x.detach().requires_grad_() for x in (q, k, v))
             # slots past kv_len may hold anything (a preallocated cache): zeros, as the forward reads them
-            out = masked_sdpa(qh, torch.where(filled, kh, 0), torch.where(filled, vh, 0), visible, scale=ctx.scale)
+            kz, vz = torch.where(filled, kh, 0), torch.where(filled, vh, 0)
+            if ctx.causal:
+                out = causal_sdpa(qh, kz, vz, scale=ctx.scale)
+            else:
+                out = masked_sdpa(qh, kz, vz, visible_slots(q_pos, kv_len, k.shape[2]), scale=ctx.scale)
             gq, gk, gv = torch.autograd.grad(out, (qh, kh, vh), grad.to(out.dtype))
-        return gq, gk, gv, None, None, None, None
+        return gq, gk, gv, None, None, None, None, None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, kv_len: torch.Tensor, *,
               scale: float, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
-              fast: bool = False, quantize: QuantFormat | None = None) -> torch.Tensor | tuple[torch.Tensor, Quantized]:
+              fast: bool = False, quantize: QuantFormat | None = None,
+              causal: bool = False) -> torch.Tensor | tuple[torch.Tensor, Quantized]:
     """Causal attention of q[B, Hq, Tq, D] over a position-indexed cache k, v [B, Hkv, S, D] (CONTRACTS.md):
     query i of sequence b sees slots j <= q_pos[b, i], j < kv_len[b]; q_pos < 0 marks padding (zeros out).
 
@@ -435,15 +441,20 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Te
 
     `quantize` (1xD FP8, `attention_quantize_fits`): returns (out, Q) with Q the bytes and scales of
     `quantize_rows_1xG(out.transpose(1, 2).reshape(B * Tq, Hq * D), quantize)`, o_proj's input quantized by
-    the kernel's epilogue, which saves the decoder the quantizer's launch; out's bits are unchanged."""
+    the kernel's epilogue, which saves the decoder the quantizer's launch; out's bits are unchanged.
+
+    `causal`: the caller's word that query i sits at position i below kv_len or is padding (a teacher-forcing
+    forward, Tq = S), so that the backward may recompute with flash attention over the triangle (`causal_sdpa`)."""
     _check_attention(q, k, v, q_pos, kv_len, k_scale, v_scale, quantize)
+    if causal and q.shape[2] != k.shape[2]:
+        raise ValueError(f"attention: causal takes as many queries as slots, got Tq={q.shape[2]}, S={k.shape[2]}")
     kw = dict(scale=scale, k_scale=k_scale, v_scale=v_scale, quantize=quantize)
     if fast:
         return attention_forward(q, k, v, q_pos, kv_len, fast=True, **kw)
     if k.dtype != FP8_KV_DTYPE and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
                                                                  or v.requires_grad):
         if quantize is None:
-            return _Attention.apply(q, k, v, q_pos, kv_len, scale, None)
-        out, data, xs = _Attention.apply(q, k, v, q_pos, kv_len, scale, quantize)
+            return _Attention.apply(q, k, v, q_pos, kv_len, scale, None, causal)
+        out, data, xs = _Attention.apply(q, k, v, q_pos, kv_len, scale, quantize, causal)
         return out, Quantized(data, xs, quantize)
     return attention_forward(q, k, v, q_pos, kv_len, **kw)

@@ -370,20 +370,31 @@ def test_attention_batch_invariant_bitwise():
                       full[perm])
 
 
-def test_attention_backward_matches_float64():
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_backward_matches_float64(causal):
+    """A right-padded teacher-forcing batch, its padding slots NaN and its padding queries given a gradient: the
+    backward (masked SDPA, or with `causal` flash-style SDPA over the triangle) ignores both."""
     b, hq, hkv, d, t = 2, 4, 2, 16, 20
     q = _randn(b, hq, t, d, seed=16).requires_grad_()
-    k = _randn(b, hkv, t, d, seed=17).requires_grad_()
-    v = _randn(b, hkv, t, d, seed=18).requires_grad_()
+    k, v = _cache(b, hkv, t, d, [t, 15], seed=17)
+    k.requires_grad_(), v.requires_grad_()
     q_pos = torch.arange(t).repeat(b, 1).to(DEVICE)
     q_pos[1, 15:] = -1
     kv_len = torch.tensor([t, 15], device=DEVICE)
     gy = _randn(b, hq, t, d, seed=19)
-    TI.attention(q, k, v, q_pos, kv_len, scale=0.25).backward(gy)
+    TI.attention(q, k, v, q_pos, kv_len, scale=0.25, causal=causal).backward(gy)
     qd, kd, vd = (x.detach().double().requires_grad_() for x in (q, k, v))
     TI.attention_reference(qd, kd, vd, q_pos, kv_len, scale=0.25).backward(gy.double())
     for got, ref in ((q.grad, qd.grad), (k.grad, kd.grad), (v.grad, vd.grad)):
         assert torch.isfinite(got).all() and _rel(got, ref) < 1e-2
+
+
+def test_attention_causal_takes_as_many_queries_as_slots():
+    q = _randn(1, 2, 4, 16, seed=20)
+    k, v = _cache(1, 2, 8, 16, [8], seed=21)
+    with pytest.raises(ValueError, match="causal"):
+        TI.attention(q, k, v, torch.arange(4)[None].to(DEVICE), torch.tensor([8], device=DEVICE), scale=0.25,
+                     causal=True)
 
 
 def test_attention_refuses_odd_head_dims():

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Thirty-fifth session (carry .whl and .dg; about 8 minutes): the 8B block in both modes, three trees on one card:
-#   main     the four attention/decoder files as on main (ab_main/, copied in);
+#   main     the four attention/decoder files as on main before (ab_main/, copied in: made beside this script with
+#            `git show 8881811:precision_engine/<file>` for the four files below, not kept in the repository);
 #   causal   this tree: teacher-forcing attention on flash (fast mode's forward, batch-invariant mode's backward);
 #   fused    causal plus s34's fast_mode_fused_producers.patch (applied with sed).
 # Then the GPU tests the two changes touch, on the fused tree (or those TESTS names).

@@ -24,7 +24,13 @@ import triton.language as tl
 from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, fp8_dtype
 from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
-from precision_engine.numerics.masked_attention import causal_sdpa, masked_sdpa, visible_slots
+from precision_engine.numerics.masked_attention import (
+    causal_flash_backward,
+    causal_sdpa,
+    flash_backward_fits,
+    masked_sdpa,
+    visible_slots,
+)
 from precision_engine.numerics.triton_exact import _mma_operand, _round
 from precision_engine.numerics.triton_quant import (
     _amax,
@@ -141,13 +147,14 @@ _NO_QUANT = {"FMAX": 1.0, "RFMAX": 1.0, "MBITS": 3, "EMIN": -6, "POW2": False, "
 
 
 @triton.jit(do_not_specialize=["pos_ptr", "len_ptr", "Tq", "S", "stride_pb", "stride_pt"])
-def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, pos_ptr, len_ptr, ks_ptr, vs_ptr, qk_scale, Tq,
-                      S, Hkv, stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_ks,
+def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, lse_ptr, pos_ptr, len_ptr, ks_ptr, vs_ptr,
+                      qk_scale, Tq, S, Hkv, stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_ks,
                       stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_ot, stride_pb, stride_pt,
                       G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       FP8_KV: tl.constexpr, SCALE_PER_HEAD: tl.constexpr, FOLD_SCALES: tl.constexpr,
-                      INTERPRET: tl.constexpr, QUANT: tl.constexpr, FMAX: tl.constexpr, RFMAX: tl.constexpr,
-                      MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+                      INTERPRET: tl.constexpr, LSE: tl.constexpr, QUANT: tl.constexpr, FMAX: tl.constexpr,
+                      RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr, POW2: tl.constexpr,
+                      EXACT_ROUND: tl.constexpr):
     """Rows r of one (sequence, kv head): query r // G, query head r % G. Arguments that differ between a decode
     step and the full forward (Tq, S, the positions' layout) are not specialized on: one binary for both.
 
@@ -158,7 +165,10 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, pos_ptr, len_p
 
     QUANT: the output is also quantized for o_proj, whose input [B * Tq, Hq * D] holds row (query t, head hq)
     of sequence b as group hq of token b * Tq + t: `triton_quant`'s 1xD arithmetic on the stored output, into
-    xq [B * Tq, Hq * D] and M-major scales xs (strides (1, B * Tq)), the bytes of `quantize_rows_1xG`."""
+    xq [B * Tq, Hq * D] and M-major scales xs (strides (1, B * Tq)), the bytes of `quantize_rows_1xG`.
+
+    LSE: each row's logsumexp of its scaled scores in natural-log units (+inf where it sees nothing) into lse
+    [B, Hq, Tq], contiguous: from the m and l the output came from, what a flash backward reads."""
     # Heaviest causal tiles first (numerics-neutral).
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     b = tl.program_id(1) // Hkv
@@ -218,6 +228,10 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, pos_ptr, len_p
     o_offs = b.to(tl.int64) * stride_ob + hq.to(tl.int64) * stride_oh + t.to(tl.int64) * stride_ot
     out = _round(out, o_ptr.dtype.element_ty, INTERPRET)
     tl.store(o_ptr + o_offs[:, None] + offs_d[None, :], out, mask=row_ok[:, None])
+    if LSE:
+        log2_sum = m_i + tl.log2(tl.where(l_i == 0.0, 1.0, l_i))
+        lse = tl.where(l_i == 0.0, float("inf"), log2_sum * 0.6931471805599453)  # ln 2: natural-log units
+        tl.store(lse_ptr + (b.to(tl.int64) * (Hkv * G) + hq) * Tq + t, lse, mask=row_ok)
     if QUANT:
         # The tile is read back as stored (the program's own stores, visible after the barrier): nothing above
         # depends on the quantization, so the attention compiles as it does without it (as in
@@ -275,10 +289,13 @@ def _check_attention(q, k, v, q_pos, kv_len, k_scale=None, v_scale=None, quantiz
 
 
 def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scale=None, fast: bool = False,
-                      quantize: QuantFormat | None = None) -> torch.Tensor | tuple[torch.Tensor, Quantized]:
+                      quantize: QuantFormat | None = None,
+                      logsumexp: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, Quantized]:
     """The kernel launch, no autograd (shapes as in `attention`). `fast`: fast mode's launch (FAST_BLOCK_M rows
     per program at decode, FOLD_SCALES for an FP8 cache): not batch-invariant, the bits of no other launch.
-    `quantize` (a format `attention_quantize_fits`): (out, Q(out) as o_proj reads it), as in `attention`."""
+    `quantize` (a format `attention_quantize_fits`): (out, Q(out) as o_proj reads it), as in `attention`.
+    `logsumexp`: a contiguous fp32 [B, Hq, Tq] the kernel fills with each query's natural-log logsumexp of its
+    scaled scores, +inf where it sees nothing (the output's bits are the same with it or without)."""
     b, hq, tq, d = q.shape
     hkv, s = k.shape[1], k.shape[2]
     g = hq // hkv
@@ -293,6 +310,10 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
         xq = torch.empty((b * tq, hq * d), dtype=fp8_dtype(quantize), device=q.device)
         xs = torch.empty((hq, b * tq), dtype=torch.float32, device=q.device).t()  # M-major, as quantize_rows
         quant = _fmt_args(quantize, None)
+    if logsumexp is not None and (logsumexp.shape != (b, hq, tq) or logsumexp.dtype != torch.float32
+                                  or not logsumexp.is_contiguous()):
+        raise ValueError(f"attention: logsumexp must be a contiguous fp32 {(b, hq, tq)}, got "
+                         f"{tuple(logsumexp.shape)} {logsumexp.dtype}")
     result = out if quantize is None else (out, Quantized(xq, xs, quantize))
     if out.numel() == 0:
         return result
@@ -307,12 +328,14 @@ def attention_forward(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_s
     cap = {"maxnreg": max_regs} if max_regs and not TRITON_INTERPRET else {}
     grid = (triton.cdiv(g * tq, block_m), b * hkv)
     _attention_kernel[grid](
-        q, k, v, out, xq, xs, q_pos, kv_len, k_scale, v_scale, scale * LOG2E, tq, s, hkv,
+        q, k, v, out, xq, xs, out if logsumexp is None else logsumexp, q_pos, kv_len, k_scale, v_scale,
+        scale * LOG2E, tq, s, hkv,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
         q_pos.stride(0), q_pos.stride(1),
         G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, FP8_KV=fp8, SCALE_PER_HEAD=fp8 and k_scale.numel() > 1,
-        FOLD_SCALES=fp8 and fast, INTERPRET=TRITON_INTERPRET, QUANT=quantize is not None, **quant,
+        FOLD_SCALES=fp8 and fast, INTERPRET=TRITON_INTERPRET, LSE=logsumexp is not None,
+        QUANT=quantize is not None, **quant,
         num_warps=warps, num_stages=stages, **cap,
     )
     return result
@@ -397,24 +420,35 @@ class _Attention(torch.autograd.Function):
     recomputation this replaces materialised every T x S score matrix one kv head at a time: it made the 8B
     decoder layer's batch-invariant backward 3x its fast one on the H200 (BENCHMARKS.md, bench block).
     With `quantize`, the FP8 data and scales are outputs too, without a gradient. With `causal` (`attention`), the
-    recomputation is `causal_sdpa`: flash attention over the triangle, no mask."""
+    backward is flash attention's over the triangle, no mask: from the kernel's own output and logsumexp
+    (`causal_flash_backward`, the forward not run again) where `flash_backward_fits`, else `causal_sdpa`
+    recomputed."""
 
     @staticmethod
     def forward(ctx, q, k, v, q_pos, kv_len, scale, quantize, causal):
-        ctx.save_for_backward(q, k, v, q_pos, kv_len)
         ctx.scale, ctx.causal = scale, causal
+        lse = None
+        if causal and flash_backward_fits(q):
+            lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        result = attention_forward(q, k, v, q_pos, kv_len, scale=scale, quantize=quantize, logsumexp=lse)
+        out = result if quantize is None else result[0]
+        ctx.save_for_backward(q, k, v, q_pos, kv_len, *(() if lse is None else (out, lse)))
         if quantize is None:
-            return attention_forward(q, k, v, q_pos, kv_len, scale=scale)
-        out, xq = attention_forward(q, k, v, q_pos, kv_len, scale=scale, quantize=quantize)
+            return out
+        xq = result[1]
         ctx.mark_non_differentiable(xq.data, xq.scale)
         return out, xq.data, xq.scale
 
     @staticmethod
     def backward(ctx, grad, *_quantized):
-        q, k, v, q_pos, kv_len = ctx.saved_tensors
+        q, k, v, q_pos, kv_len, *flash = ctx.saved_tensors
         blind = (q_pos < 0) | (kv_len[:, None] < 1)  # queries that see no slot: output 0, no gradient
         grad = grad.masked_fill(blind[:, None, :, None], 0)
         filled = (torch.arange(k.shape[2], device=k.device) < kv_len[:, None])[:, None, :, None]
+        if flash:  # a blind query's logsumexp is +inf: its probabilities are 0 and it adds nothing to dk, dv
+            kz, vz = torch.where(filled, k, 0), torch.where(filled, v, 0)
+            gq, gk, gv = causal_flash_backward(grad.to(q.dtype), q, kz, vz, *flash, scale=ctx.scale)
+            return gq, gk, gv, None, None, None, None, None
         with torch.enable_grad():
             qh, kh, vh = (x.detach().requires_grad_() for x in (q, k, v))
             # slots past kv_len may hold anything (a preallocated cache): zeros, as the forward reads them

@@ -141,13 +141,14 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from precision_engine.numerics import triton_attention as TA
 
-def float_ops(quant, kv, block_m, fold, stages):
+def float_ops(quant, kv, block_m, fold, stages, lse=False):
     """The kernel's float instructions (sm_90 PTX) by opcode, a paired rounding (to bf16x2, f16x2) or NaN test
     counted as two (the same instruction on each value: LLVM packs them or not by context)."""
-    types = ["*bf16", kv, kv, "*bf16", "*fp8e4nv", "*fp32", "*i64", "*i64", "*fp32", "*fp32", "fp32"] + ["i32"] * 17
+    types = ["*bf16", kv, kv, "*bf16", "*fp8e4nv", "*fp32", "*fp32", "*i64", "*i64", "*fp32", "*fp32", "fp32"]
+    types += ["i32"] * 17
     fmt = dict(FMAX=448.0, RFMAX=1 / 448.0, MBITS=3, EMIN=-6, POW2=False, EXACT_ROUND=False) if quant else TA._NO_QUANT
     constexprs = dict(G=4, D=128, BLOCK_M=block_m, BLOCK_N=64, FP8_KV=kv != "*bf16", SCALE_PER_HEAD=True,
-                      FOLD_SCALES=fold, INTERPRET=False, QUANT=quant, **fmt)
+                      FOLD_SCALES=fold, INTERPRET=False, LSE=lse, QUANT=quant, **fmt)
     fn = TA._attention_kernel
     sig = dict(zip(fn.arg_names, types + ["constexpr"] * len(constexprs)))
     attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(types) if t.startswith("*")}
@@ -172,6 +173,10 @@ for kv, block_m, fold, stages in (("*bf16", 64, False, 2), ("*fp8e4nv", 64, Fals
     assert not any(op.startswith(("add.", "sub.")) for op in epilogue), epilogue  # nothing contracted away
     assert epilogue["cvt.rn.satfinite.e4m3x2.f32"] * 2 * 128 == block_m * 128, epilogue
     assert epilogues.setdefault(block_m, epilogue) == epilogue, (kv, block_m)  # the same whatever the cache
+# the training forward's logsumexp (bf16 q, k, v): every instruction of the attention kept
+for quant in (False, True):
+    plain, lse = (float_ops(quant, "*bf16", 64, False, 2, lse=with_lse) for with_lse in (False, True))
+    assert not plain - lse, (quant, plain - lse)
 print("ok")
 '''
 
@@ -180,6 +185,7 @@ print("ok")
 def test_the_epilogue_leaves_the_attention_instructions_alone():
     """Ahead-of-time sm_90 PTX (no GPU; ~10 s): with QUANT the kernel keeps every float instruction of the
     launch without it and adds the same quantization epilogue for a BF16 and an FP8 cache (per tile shape:
-    the invariant 64-row tile, the fast 16-row one), with no add left over from a contraction change. The bits
-    themselves are pinned on the GPU (tests/numerics/gpu/test_attention_quant_gpu.py)."""
+    the invariant 64-row tile, the fast 16-row one), with no add left over from a contraction change. The same
+    holds for the logsumexp the training forward stores. The bits themselves are pinned on the GPU
+    (tests/numerics/gpu/test_attention_quant_gpu.py)."""
     run_offline_compile(_COMPILE_FOR_SM90)

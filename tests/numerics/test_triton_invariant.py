@@ -425,15 +425,16 @@ for split, persistent in ((False, False), (True, False), (False, True)):
     ptx = compile_(TL._linear_kernel, lin, dict(HAS_BIAS=True, SPLIT=split, PERSISTENT=persistent, TMA=True,
                    INTERPRET=False, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8), num_warps=4, num_stages=4)
     assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
-att = ["*bf16"] * 4 + ["*fp8e4nv", "*fp32", "*i64", "*i64", "*fp32", "*fp32", "fp32"] + ["i32"] * 17
-ptx = compile_(TA._attention_kernel, att, dict(G=4, D=128, BLOCK_M=64, BLOCK_N=64, FP8_KV=False,
-               SCALE_PER_HEAD=False, FOLD_SCALES=False, INTERPRET=False, QUANT=False, **TA._NO_QUANT),
-               num_warps=4, num_stages=2)
-assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
+att = ["*bf16"] * 4 + ["*fp8e4nv", "*fp32", "*fp32", "*i64", "*i64", "*fp32", "*fp32", "fp32"] + ["i32"] * 17
+for lse in (False, True):  # the training forward stores its logsumexp for the flash backward
+    ptx = compile_(TA._attention_kernel, att, dict(G=4, D=128, BLOCK_M=64, BLOCK_N=64, FP8_KV=False,
+                   SCALE_PER_HEAD=False, FOLD_SCALES=False, INTERPRET=False, LSE=lse, QUANT=False, **TA._NO_QUANT),
+                   num_warps=4, num_stages=2)
+    assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
 att_fp8 = ["*bf16", "*fp8e4nv", "*fp8e4nv", "*bf16"] + att[4:]
 e4m3 = dict(FMAX=448.0, RFMAX=1 / 448.0, MBITS=3, EMIN=-6, POW2=False, EXACT_ROUND=False)
 compile_(TA._attention_kernel, att_fp8, dict(G=4, D=128, BLOCK_M=16, BLOCK_N=64, FP8_KV=True, SCALE_PER_HEAD=True,
-         FOLD_SCALES=True, INTERPRET=False, QUANT=True, **e4m3), num_warps=4, num_stages=3)  # fast decode, o_proj's Q
+         FOLD_SCALES=True, INTERPRET=False, LSE=False, QUANT=True, **e4m3), num_warps=4, num_stages=3)  # fast decode, o_proj's Q
 compile_(TN._rms_norm_kernel, ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32", "fp32"],
          dict(BLOCK_H=4096, INTERPRET=False), num_warps=8)
 compile_(TN._rms_norm_backward_kernel, ["*bf16"] * 4 + ["*fp32"] + ["i32"] * 5 + ["fp32"],

@@ -3,7 +3,7 @@
 Two places want attention without batch invariance: the decoder's fast mode and the batch-invariant attention's
 backward (which need not be bitwise). Both take keys by position (slot j holds position j) and a mask, not
 `is_causal`, because ragged rows end at different kv_len; a teacher-forcing forward, whose query i sits at position
-i (or is padding), takes `causal_sdpa` instead; `causal_flash_backward` differentiates it from a forward's own
+i (or is padding), takes `causal_sdpa` instead; `causal_backward_from_lse` differentiates it from a forward's own
 output and logsumexp, without recomputing the forward.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
 
 
 def visible_slots(q_pos: torch.Tensor, kv_len: torch.Tensor, slots: int) -> torch.Tensor:
@@ -50,28 +51,34 @@ def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: flo
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
 
 
-def flash_backward_fits(q: torch.Tensor) -> bool:
-    """Whether `causal_flash_backward` runs for queries like q: 16-bit, head dim <= 256, on the CPU or on a GPU
-    with PyTorch's flash kernel (sm80 and later, not switched off)."""
-    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[-1] > 256:
+
+def lse_backward_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether `causal_backward_from_lse` runs for these inputs: 16-bit ones on the CPU (its flash kernel takes a
+    logsumexp), or on a GPU where SDPA itself would run them on cuDNN. Its backward from a given logsumexp took
+    2.8 ms at the 8B layer's 8192 tokens on an H100 against 3.8 for SDPA's fwd+bwd; flash's took 5.1 (BENCHMARKS,
+    thirty-sixth session), so elsewhere the forward is recomputed instead."""
+    if q.dtype not in (torch.float16, torch.bfloat16):
         return False
     if q.device.type == "cpu":
         return True
-    return (q.is_cuda and torch.backends.cuda.flash_sdp_enabled()
-            and torch.cuda.get_device_capability(q.device) >= (8, 0))
+    choice = torch.ops.aten._fused_sdp_choice(q, k, v, None, 0.0, True, enable_gqa=True)
+    return q.is_cuda and choice == SDPBackend.CUDNN_ATTENTION.value
 
 
-def causal_flash_backward(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                          logsumexp: torch.Tensor, *, scale: float) -> tuple[torch.Tensor, ...]:
+def causal_backward_from_lse(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             out: torch.Tensor, logsumexp: torch.Tensor, *, scale: float) -> tuple[torch.Tensor, ...]:
     """(dq, dk, dv) of `causal_sdpa(q, k, v)` at a forward that gave `out` with `logsumexp` ([B, Hq, T] fp32,
-    natural log of each query's sum of exp(scale * scores), +inf for a query that saw nothing): PyTorch's flash
-    backward, which rebuilds the probabilities from logsumexp, so the forward is not run again (`causal_sdpa`
-    under autograd runs it once more inside the backward). GQA as in `causal_sdpa`: dk, dv per kv head. Only
-    where `flash_backward_fits(q)`; k and v must be finite in every slot a query's triangle covers."""
+    natural log of each query's sum of exp(scale * scores), +inf for a query that saw nothing): a fused backward
+    that rebuilds the probabilities from logsumexp, so the forward is not run again (`causal_sdpa` under autograd
+    runs it once more inside the backward). GQA as in `causal_sdpa`: dk, dv per kv head. Only where
+    `lse_backward_fits`; k and v must be finite in every slot a query's triangle covers."""
     t = q.shape[2]
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             grad, q, k, v, out, logsumexp, 0.0, True, scale=scale)
-    no_dropout = torch.empty((), dtype=torch.int64, device=q.device)  # the philox state, read only with dropout
-    return torch.ops.aten._scaled_dot_product_flash_attention_backward(
-        grad, q, k, v, out, logsumexp, None, None, t, t, 0.0, True, no_dropout, no_dropout, scale=scale)
+    if grad.stride() != out.stride():  # cuDNN would copy it, with a warning
+        grad = grad.contiguous() if out.is_contiguous() else torch.empty_like(out).copy_(grad)
+    no_dropout = torch.zeros((), dtype=torch.int64, device=q.device)  # the philox state, read only with dropout
+    return torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+        grad, q, k, v, out, logsumexp[..., None], no_dropout, no_dropout, None, None, None, t, t, 0.0, True,
+        scale=scale)[:3]

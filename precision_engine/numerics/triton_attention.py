@@ -25,9 +25,9 @@ from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, fp8_dtype
 from precision_engine.numerics.formats import Axis, Granularity, QuantFormat
 from precision_engine.numerics.masked_attention import (
-    causal_flash_backward,
+    causal_backward_from_lse,
     causal_sdpa,
-    flash_backward_fits,
+    lse_backward_fits,
     masked_sdpa,
     visible_slots,
 )
@@ -420,15 +420,15 @@ class _Attention(torch.autograd.Function):
     recomputation this replaces materialised every T x S score matrix one kv head at a time: it made the 8B
     decoder layer's batch-invariant backward 3x its fast one on the H200 (BENCHMARKS.md, bench block).
     With `quantize`, the FP8 data and scales are outputs too, without a gradient. With `causal` (`attention`), the
-    backward is flash attention's over the triangle, no mask: from the kernel's own output and logsumexp
-    (`causal_flash_backward`, the forward not run again) where `flash_backward_fits`, else `causal_sdpa`
+    backward is a fused one over the triangle, no mask: from the kernel's own output and logsumexp
+    (`causal_backward_from_lse`, the forward not run again) where `lse_backward_fits`, else `causal_sdpa`
     recomputed."""
 
     @staticmethod
     def forward(ctx, q, k, v, q_pos, kv_len, scale, quantize, causal):
         ctx.scale, ctx.causal = scale, causal
         lse = None
-        if causal and flash_backward_fits(q):
+        if causal and lse_backward_fits(q, k, v):
             lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
         result = attention_forward(q, k, v, q_pos, kv_len, scale=scale, quantize=quantize, logsumexp=lse)
         out = result if quantize is None else result[0]
@@ -441,13 +441,13 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, *_quantized):
-        q, k, v, q_pos, kv_len, *flash = ctx.saved_tensors
+        q, k, v, q_pos, kv_len, *from_lse = ctx.saved_tensors
         blind = (q_pos < 0) | (kv_len[:, None] < 1)  # queries that see no slot: output 0, no gradient
         grad = grad.masked_fill(blind[:, None, :, None], 0)
         filled = (torch.arange(k.shape[2], device=k.device) < kv_len[:, None])[:, None, :, None]
-        if flash:  # a blind query's logsumexp is +inf: its probabilities are 0 and it adds nothing to dk, dv
+        if from_lse:  # a blind query's logsumexp is +inf: its probabilities are 0 and it adds nothing to dk, dv
             kz, vz = torch.where(filled, k, 0), torch.where(filled, v, 0)
-            gq, gk, gv = causal_flash_backward(grad.to(q.dtype), q, kz, vz, *flash, scale=ctx.scale)
+            gq, gk, gv = causal_backward_from_lse(grad.to(q.dtype), q, kz, vz, *from_lse, scale=ctx.scale)
             return gq, gk, gv, None, None, None, None, None
         with torch.enable_grad():
             qh, kh, vh = (x.detach().requires_grad_() for x in (q, k, v))

@@ -370,10 +370,12 @@ def test_attention_batch_invariant_bitwise():
                       full[perm])
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_attention_backward_matches_float64(causal):
+@pytest.mark.parametrize("causal,from_lse", [(False, False), (True, False), (True, True)])
+def test_attention_backward_matches_float64(causal, from_lse, monkeypatch):
     """A right-padded teacher-forcing batch, its padding slots NaN and its padding queries given a gradient: the
-    backward (masked SDPA, or with `causal` flash-style SDPA over the triangle) ignores both."""
+    backward (masked SDPA; with `causal`, SDPA over the triangle recomputed, or a fused backward from the kernel's
+    own logsumexp) ignores both."""
+    monkeypatch.setattr(triton_attention, "lse_backward_fits", lambda *inputs: from_lse)
     b, hq, hkv, d, t = 2, 4, 2, 16, 20
     q = _randn(b, hq, t, d, seed=16).requires_grad_()
     k, v = _cache(b, hkv, t, d, [t, 15], seed=17)
@@ -387,6 +389,29 @@ def test_attention_backward_matches_float64(causal):
     TI.attention_reference(qd, kd, vd, q_pos, kv_len, scale=0.25).backward(gy.double())
     for got, ref in ((q.grad, qd.grad), (k.grad, kd.grad), (v.grad, vd.grad)):
         assert torch.isfinite(got).all() and _rel(got, ref) < 1e-2
+
+
+def test_attention_logsumexp_matches_float64():
+    """The training forward's logsumexp (natural log, scaled scores) within 1e-5 of float64 on every query of a
+    right-padded GQA batch, +inf where a query sees nothing; the output's bits the same with it or without."""
+    b, hq, hkv, d, t = 3, 4, 2, 16, 24
+    q = _randn(b, hq, t, d, seed=22)
+    k, v = _cache(b, hkv, t, d, [t, 13, 1], seed=23)
+    kv_len = torch.tensor([t, 13, 1], device=DEVICE)
+    cols = torch.arange(t, device=DEVICE)
+    q_pos = torch.where(cols < kv_len[:, None], cols, -1)
+    lse = torch.full((b, hq, t), float("nan"), device=DEVICE)
+    out = triton_attention.attention_forward(q, k, v, q_pos, kv_len, scale=0.25, logsumexp=lse)
+    assert _same_bits(out, triton_attention.attention_forward(q, k, v, q_pos, kv_len, scale=0.25))
+    kd = torch.nan_to_num(k.double()).repeat_interleave(hq // hkv, 1)
+    scores = (q.double() @ kd.transpose(-1, -2)) * 0.25
+    seen = triton_attention.visible_slots(q_pos, kv_len, t)[:, None]
+    want = scores.masked_fill(~seen, float("-inf")).logsumexp(-1)
+    real = seen.any(-1).expand_as(lse)
+    assert (lse[real].double() - want[real]).abs().max() < 1e-5
+    assert torch.equal(lse[~real], torch.full_like(lse[~real], float("inf"))) and (~real).any()
+    with pytest.raises(ValueError, match="logsumexp"):
+        triton_attention.attention_forward(q, k, v, q_pos, kv_len, scale=0.25, logsumexp=lse[:, :, :4])
 
 
 def test_attention_causal_takes_as_many_queries_as_slots():

@@ -114,10 +114,17 @@ def test_attention_decode_equals_prefill_bitwise_8b_heads():
     assert _rel(full, sdpa) < 4e-3
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_attention_padding_queries_and_backward(causal):
+@pytest.mark.parametrize("causal,from_lse", [(False, False), (True, False), (True, True)])
+def test_attention_padding_queries_and_backward(causal, from_lse, monkeypatch):
     """A right-padded teacher-forcing batch whose padding queries are given a gradient: the backward (masked
-    SDPA, or with `causal` flash attention over the triangle) ignores it."""
+    SDPA; with `causal`, SDPA over the triangle recomputed, or cuDNN's backward from the kernel's logsumexp where
+    SDPA picks cuDNN) ignores it."""
+    from precision_engine.numerics import masked_attention, triton_attention
+
+    if from_lse and not masked_attention.lse_backward_fits(*(torch.empty(1, 4, 8, 128, dtype=torch.bfloat16,
+                                                                         device="cuda") for _ in range(3))):
+        pytest.skip("SDPA does not pick cuDNN on this GPU: the backward recomputes")
+    monkeypatch.setattr(triton_attention, "lse_backward_fits", lambda *inputs: from_lse)
     b, hq, hkv, d, t = 2, 32, 8, 128, 256
     q = _randn(b, hq, t, d, seed=10).requires_grad_()
     k = _randn(b, hkv, t, d, seed=11).requires_grad_()

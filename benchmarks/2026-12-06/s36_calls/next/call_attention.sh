@@ -9,10 +9,13 @@ cd "$(dirname "$0")/../../../.."
 here=benchmarks/2026-12-06/s36_calls/next
 source scripts/device_env.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
+cp precision_engine/numerics/triton_attention.py /tmp/ta_main.py  # restored with `restore`
+apply_patch() { git apply "$1" 2>/dev/null || patch -s -p1 < "$1" || { echo "cannot apply $1"; exit 4; }; }
+restore() { cp /tmp/ta_main.py precision_engine/numerics/triton_attention.py; }
 timeout 120 python3 $here/probe_attention_tiles.py > "$OUT/tiles_main.txt" 2>&1; echo "main rc=$?"
 tail -n 13 "$OUT/tiles_main.txt"
-git apply $here/attention_whole_blocks.patch && echo "patch applied"
+apply_patch $here/attention_whole_blocks.patch && echo "patch applied"
 timeout 120 python3 $here/probe_attention_tiles.py > "$OUT/tiles_whole.txt" 2>&1; echo "whole blocks rc=$?"
 tail -n 13 "$OUT/tiles_whole.txt"
 gpu_tests tests_whole ${TESTS_S:-240} ${TESTS:-tests/numerics/gpu/test_triton_invariant_gpu.py tests/numerics/gpu/test_attention_quant_gpu.py tests/numerics/gpu/test_triton_attention_fast_gpu.py tests/numerics/gpu/test_triton_attention_fp8kv_gpu.py tests/rl/gpu/test_engine_gpu.py}
-git apply -R $here/attention_whole_blocks.patch && echo "patch reverted"
+restore && echo "patch reverted"

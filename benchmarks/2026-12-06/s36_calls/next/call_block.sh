@@ -11,13 +11,16 @@ cd "$(dirname "$0")/../../../.."
 here=benchmarks/2026-12-06/s36_calls/next
 source scripts/device_env.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
+cp precision_engine/numerics/triton_attention.py /tmp/ta_main.py  # restored with `restore`
+apply_patch() { git apply "$1" 2>/dev/null || patch -s -p1 < "$1" || { echo "cannot apply $1"; exit 4; }; }
+restore() { cp /tmp/ta_main.py precision_engine/numerics/triton_attention.py; }
 [ -z "${NO_DG:-}" ] && source scripts/device_deep_gemm.sh
 for tree in ${TREES:-main whole layout}; do
-  git checkout -q precision_engine/numerics/triton_attention.py
-  [ $tree != main ] && git apply $here/attention_whole_blocks.patch
-  [ $tree = layout ] && git apply $here/attention_out_token_major.patch
+  restore
+  [ $tree != main ] && apply_patch $here/attention_whole_blocks.patch
+  [ $tree = layout ] && apply_patch $here/attention_out_token_major.patch
   timeout ${BLOCK_S:-140} python3 -c "from precision_engine.cli.app import main; main()" bench block --reps 10 \
     --policy bf16_baseline --policy jetrl_unified --out "$OUT/block_$tree.json" > "$OUT/block_$tree.txt" 2>&1
   echo "$tree rc=$?"; grep -E "^(bf16_baseline|jetrl_unified) +(fast|batch)|^jetrl.*target" "$OUT/block_$tree.txt" | cut -c1-160
 done
-git checkout -q precision_engine/numerics/triton_attention.py
+restore

@@ -51,18 +51,17 @@ def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: flo
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
 
 
-
 def lse_backward_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether `causal_backward_from_lse` runs for these inputs: 16-bit ones on the CPU (its flash kernel takes a
     logsumexp), or on a GPU where SDPA itself would run them on cuDNN. Its backward from a given logsumexp took
-    2.8 ms at the 8B layer's 8192 tokens on an H100 against 3.8 for SDPA's fwd+bwd; flash's took 5.1 (BENCHMARKS,
+    2.8 ms at the 8B layer's 8192 tokens on an H100 against 3.8 for SDPA's fwd+bwd; flash's about 5.1 (BENCHMARKS,
     thirty-sixth session), so elsewhere the forward is recomputed instead."""
     if q.dtype not in (torch.float16, torch.bfloat16):
         return False
     if q.device.type == "cpu":
         return True
-    choice = torch.ops.aten._fused_sdp_choice(q, k, v, None, 0.0, True, enable_gqa=True)
-    return q.is_cuda and choice == SDPBackend.CUDNN_ATTENTION.value
+    return q.is_cuda and (torch.ops.aten._fused_sdp_choice(q, k, v, None, 0.0, True, enable_gqa=True)
+                          == SDPBackend.CUDNN_ATTENTION.value)
 
 
 def causal_backward_from_lse(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -168,7 +168,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, lse_ptr, pos_p
     xq [B * Tq, Hq * D] and M-major scales xs (strides (1, B * Tq)), the bytes of `quantize_rows_1xG`.
 
     LSE: each row's logsumexp of its scaled scores in natural-log units (+inf where it sees nothing) into lse
-    [B, Hq, Tq], contiguous: from the m and l the output came from, what a flash backward reads."""
+    [B, Hq, Tq], contiguous: from the m and l the output came from, what a fused attention backward reads."""
     # Heaviest causal tiles first (numerics-neutral).
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     b = tl.program_id(1) // Hkv

@@ -439,9 +439,12 @@ from precision_engine.numerics import triton_linear as TL
 from precision_engine.numerics import triton_norm as TN
 from precision_engine.numerics import triton_rope as TR
 
-def compile_(fn, types, constexprs, **opts):
+def compile_(fn, types, constexprs, divisible=(), **opts):
+    """PTX for sm_90; pointers (and the integer arguments named in `divisible`) taken as multiples of 16, as the
+    runtime specialises them."""
     sig = dict(zip(fn.arg_names, types + ["constexpr"] * len(constexprs)))
-    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(types) if t.startswith("*")}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(types)
+             if t.startswith("*") or fn.arg_names[i] in divisible}
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts).asm["ptx"]
 
@@ -451,11 +454,14 @@ for split, persistent in ((False, False), (True, False), (False, True)):
                    INTERPRET=False, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8), num_warps=4, num_stages=4)
     assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
 att = ["*bf16"] * 4 + ["*fp8e4nv", "*fp32", "*fp32", "*i64", "*i64", "*fp32", "*fp32", "fp32"] + ["i32"] * 17
-for lse in (False, True):  # the training forward stores its logsumexp for the flash backward
+# a contiguous head dim of 128: every stride but the positions' (not specialised) is a multiple of 16
+strides = [n for n in TA._attention_kernel.arg_names if n.startswith("stride_") and n not in ("stride_pb", "stride_pt")]
+for lse in (False, True):  # the training forward stores its logsumexp for the fused backward
     ptx = compile_(TA._attention_kernel, att, dict(G=4, D=128, BLOCK_M=64, BLOCK_N=64, FP8_KV=False,
                    SCALE_PER_HEAD=False, FOLD_SCALES=False, INTERPRET=False, LSE=lse, QUANT=False, **TA._NO_QUANT),
-                   num_warps=4, num_stages=2)
+                   divisible=strides, num_warps=4, num_stages=2)
     assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
+    assert "cp.async.cg.shared.global" in ptx and "ld.global.b16" not in ptx  # K, V pipelined in 16-byte copies
 att_fp8 = ["*bf16", "*fp8e4nv", "*fp8e4nv", "*bf16"] + att[4:]
 e4m3 = dict(FMAX=448.0, RFMAX=1 / 448.0, MBITS=3, EMIN=-6, POW2=False, EXACT_ROUND=False)
 compile_(TA._attention_kernel, att_fp8, dict(G=4, D=128, BLOCK_M=16, BLOCK_N=64, FP8_KV=True, SCALE_PER_HEAD=True,
@@ -487,6 +493,6 @@ print("ok")
 def test_kernels_compile_for_hopper_on_tensor_cores():
     """Ahead-of-time compilation for sm_90 with this machine's Triton (no GPU needed; ~10-30 s): every kernel
     lowers (with the training backward kernels of RMSNorm and the SiLU product, and the weight quantizer writing
-    both layouts), and linear (all three
-    launches) and attention multiply on wgmma, never mma.sync, whatever M."""
+    both layouts), and linear (all three launches) and attention multiply on wgmma, never mma.sync, whatever M;
+    attention, its strides specialised as at run time, loads K and V in pipelined 16-byte copies."""
     run_offline_compile(_COMPILE_FOR_SM90)

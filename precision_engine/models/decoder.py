@@ -549,8 +549,8 @@ class _Ops:
         causal: bool = False,
     ) -> tuple[torch.Tensor, Quantized | None]:
         """(attention output, its quantization for `reader` where the kernel makes it (`fused_output`), else None).
-        `causal`: a teacher-forcing forward (query i at position i, or padding), which fast mode hands to flash
-        attention (`causal_sdpa`) and batch-invariant mode's backward too (`invariant.attention`)."""
+        `causal`: a teacher-forcing forward (query i at position i, or padding), which fast mode hands to SDPA's
+        causal kernels (`causal_sdpa`), and batch-invariant mode's backward too (`invariant.attention`)."""
         if not self.invariant and cached and q.is_cuda:  # fast mode's launch: 16-row decode tiles, FP8 read as is
             from precision_engine.numerics import triton_invariant
 

@@ -87,7 +87,8 @@ def attention(
     epilogue, one launch fewer; the rest quantize the output afterwards. The bits are the same either way.
 
     `causal`: query i sits at position i below kv_len, or is padding (a teacher-forcing forward, Tq = S); the
-    Triton path's backward then recomputes with flash attention over the triangle. The output is the same.
+    Triton path's backward then runs a fused causal backward over the triangle (`triton_attention._Attention`).
+    The output is the same.
     """
     if q.is_cuda:
         triton = _triton()

@@ -75,8 +75,8 @@ def causal_backward_from_lse(grad: torch.Tensor, q: torch.Tensor, k: torch.Tenso
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             grad, q, k, v, out, logsumexp, 0.0, True, scale=scale)
-    if grad.stride() != out.stride():  # cuDNN would copy it, with a warning
-        grad = grad.contiguous() if out.is_contiguous() else torch.empty_like(out).copy_(grad)
+    if grad.stride() != out.stride():  # cuDNN would copy it into out's layout, with a warning
+        grad = torch.empty_like(out).copy_(grad)
     no_dropout = torch.zeros((), dtype=torch.int64, device=q.device)  # the philox state, read only with dropout
     return torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
         grad, q, k, v, out, logsumexp[..., None], no_dropout, no_dropout, None, None, None, t, t, 0.0, True,

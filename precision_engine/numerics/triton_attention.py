@@ -478,7 +478,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Te
     the kernel's epilogue, which saves the decoder the quantizer's launch; out's bits are unchanged.
 
     `causal`: the caller's word that query i sits at position i below kv_len or is padding (a teacher-forcing
-    forward, Tq = S), so that the backward may recompute with flash attention over the triangle (`causal_sdpa`)."""
+    forward, Tq = S), so that the backward may run a fused causal backward over the triangle, from the kernel's
+    logsumexp or recomputed (`_Attention`)."""
     _check_attention(q, k, v, q_pos, kv_len, k_scale, v_scale, quantize)
     if causal and q.shape[2] != k.shape[2]:
         raise ValueError(f"attention: causal takes as many queries as slots, got Tq={q.shape[2]}, S={k.shape[2]}")

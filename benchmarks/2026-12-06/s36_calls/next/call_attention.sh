@@ -6,12 +6,7 @@
 # the patched tree. A launch or the patch lands only if it is faster and every bits column says True.
 set -u
 cd "$(dirname "$0")/../../../.."
-here=benchmarks/2026-12-06/s36_calls/next
-source scripts/device_env.sh
-nvidia-smi --query-gpu=name --format=csv,noheader
-cp precision_engine/numerics/triton_attention.py /tmp/ta_main.py  # restored with `restore`
-apply_patch() { git apply "$1" 2>/dev/null || patch -s -p1 < "$1" || { echo "cannot apply $1"; exit 4; }; }
-restore() { cp /tmp/ta_main.py precision_engine/numerics/triton_attention.py; }
+source benchmarks/2026-12-06/s36_calls/next/setup.sh
 timeout 120 python3 $here/probe_attention_tiles.py > "$OUT/tiles_main.txt" 2>&1; echo "main rc=$?"
 tail -n 13 "$OUT/tiles_main.txt"
 apply_patch $here/attention_whole_blocks.patch && echo "patch applied"

@@ -10,12 +10,7 @@
 # TREES picks some (default "main whole layout"); BLOCK_S bounds each block run (s).
 set -u
 cd "$(dirname "$0")/../../../.."
-here=benchmarks/2026-12-06/s36_calls/next
-source scripts/device_env.sh
-nvidia-smi --query-gpu=name --format=csv,noheader
-cp precision_engine/numerics/triton_attention.py /tmp/ta_main.py  # restored with `restore`
-apply_patch() { git apply "$1" 2>/dev/null || patch -s -p1 < "$1" || { echo "cannot apply $1"; exit 4; }; }
-restore() { cp /tmp/ta_main.py precision_engine/numerics/triton_attention.py; }
+source benchmarks/2026-12-06/s36_calls/next/setup.sh
 [ -z "${NO_DG:-}" ] && source scripts/device_deep_gemm.sh
 for tree in ${TREES:-main whole layout}; do
   restore

@@ -125,9 +125,10 @@ def kv_write(k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, k_store:
 ATTN_BLOCK_M = 64  # rows (query, head of the GQA group) per program, in decode and in the full forward alike
 KV_BLOCK = 64  # KV slots per online-softmax step, walked from slot 0 upwards
 ATTN_WARPS = 4
-ATTN_STAGES = 2
-# A decode step (one query per row) pipelines 3 KV blocks: bitwise the same, 2-4 us a layer faster at 256-384
-# cached tokens on the H200 (scripts/decode_sweep.py --attention); the full forward keeps 2.
+# KV blocks in flight in the full forward and in a decode step, bitwise the same at any depth: 3 makes the forward
+# 1.14-1.17x faster than 2 on the H200 and the H100 (8192 tokens, 8B heads: benchmarks/2026-12-06/s37_calls) and
+# a decode step 2-4 us a layer faster at 256-384 cached tokens (scripts/decode_sweep.py --attention).
+ATTN_STAGES = 3
 ATTN_DECODE_STAGES = 3
 # Fast mode (not batch-invariant) decodes with 16-row tiles, the GQA group padded to the smallest tensor-core
 # tile instead of 64 rows, and an FP8 cache widened exactly to BF16 with its scales applied to the scores and
@@ -199,28 +200,49 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, lse_ptr, pos_p
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)
-    for start in range(0, hi, BLOCK_N):
-        slots = start + tl.arange(0, BLOCK_N)
-        slot_ok = slots < kv_len  # slots past kv_len may hold anything (NaN): never loaded
-        k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=slot_ok[:, None],
-                    other=0.0)
-        if FP8_KV:
-            k = _widen_kv(k, k_scale, q_ptr.dtype.element_ty, FOLD_SCALES, INTERPRET)
-        s = tl.dot(_mma_operand(q, INTERPRET), _mma_operand(k, INTERPRET).T) * qk_scale  # log2 units
-        seen = (slots[None, :] <= pos[:, None]) & slot_ok[None, :]
-        s = tl.where(seen, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet: p = 0, no NaN
-        alpha = tl.where(m_new == m_i, 1.0, tl.exp2(m_i - m_use))  # exactly 1 when the block adds nothing
-        p = tl.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=slot_ok[:, None],
-                    other=0.0)
-        if FP8_KV:
-            v = _widen_kv(v, v_scale, q_ptr.dtype.element_ty, FOLD_SCALES, INTERPRET)
-        acc = acc * alpha[:, None]
-        acc = tl.dot(_mma_operand(_round(p, v.dtype, INTERPRET), INTERPRET), _mma_operand(v, INTERPRET), acc)
-        m_i = m_new
+    # Blocks below `whole` are seen whole by every row the tile stores (none when a row sees nothing): the first
+    # pass walks them without masks, the second the rest with them. The masks select nothing there, so every
+    # row gets the same bits either way, and every launch (decode or full forward) walks the same blocks.
+    lowest = tl.min(tl.where(row_ok, pos, 2147483647), axis=0)
+    whole = (tl.maximum(tl.minimum(lowest + 1, kv_len), 0) // BLOCK_N * BLOCK_N).to(tl.int32)
+    for masked in tl.static_range(2):
+        if masked:
+            lo = whole
+            top = hi
+        else:
+            lo = 0
+            top = whole
+        for start in range(lo, top, BLOCK_N):
+            slots = start + tl.arange(0, BLOCK_N)
+            slot_ok = slots < kv_len  # slots past kv_len may hold anything (NaN): never loaded
+            if masked:
+                k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=slot_ok[:, None],
+                            other=0.0)
+            else:
+                k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :])
+            if FP8_KV:
+                k = _widen_kv(k, k_scale, q_ptr.dtype.element_ty, FOLD_SCALES, INTERPRET)
+            s = tl.dot(_mma_operand(q, INTERPRET), _mma_operand(k, INTERPRET).T)
+            if masked:  # before the multiplier, so both passes give exp2 the same product to contract into an FMA
+                seen = (slots[None, :] <= pos[:, None]) & slot_ok[None, :]
+                s = tl.where(seen, s, float("-inf"))
+            s = s * qk_scale  # log2 units
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet: p = 0, no NaN
+            alpha = tl.where(m_new == m_i, 1.0, tl.exp2(m_i - m_use))  # exactly 1 when the block adds nothing
+            p = tl.exp2(s - m_use[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            if masked:
+                v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=slot_ok[:, None],
+                            other=0.0)
+            else:
+                v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :])
+            if FP8_KV:
+                v = _widen_kv(v, v_scale, q_ptr.dtype.element_ty, FOLD_SCALES, INTERPRET)
+            acc = acc * alpha[:, None]
+            acc = tl.dot(_mma_operand(_round(p, v.dtype, INTERPRET), INTERPRET), _mma_operand(v, INTERPRET),
+                         acc)
+            m_i = m_new
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a padding query (nothing seen) gives zeros
     if FP8_KV:
         if FOLD_SCALES:
@@ -384,7 +406,7 @@ def attention_twin(q, k, v, q_pos, kv_len, *, scale: float, k_scale=None, v_scal
     for lo in range(0, s, block):
         blk = slice(lo, lo + block)
         ok = seen[..., blk]
-        sc = torch.where(ok, (qf @ kf[:, :, blk].transpose(-1, -2)) * qk_scale.to(q.device), float("-inf"))
+        sc = torch.where(ok, qf @ kf[:, :, blk].transpose(-1, -2), float("-inf")) * qk_scale.to(q.device)
         m_new = torch.maximum(m_i, sc.amax(-1, keepdim=True))
         m_use = torch.where(m_new == float("-inf"), 0.0, m_new)
         alpha = torch.where(m_new == m_i, 1.0, torch.exp2(m_i - m_use))

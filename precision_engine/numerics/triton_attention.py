@@ -126,7 +126,7 @@ ATTN_BLOCK_M = 64  # rows (query, head of the GQA group) per program, in decode 
 KV_BLOCK = 64  # KV slots per online-softmax step, walked from slot 0 upwards
 ATTN_WARPS = 4
 # KV blocks in flight in the full forward and in a decode step, bitwise the same at any depth: 3 makes the forward
-# 1.14-1.17x faster than 2 on the H200 and the H100 (8192 tokens, 8B heads: benchmarks/2026-12-06/s37_calls) and
+# 1.14-1.20x faster than 2 on the H200 and the H100 (8192 tokens, 8B heads: benchmarks/2026-12-06/s37_calls) and
 # a decode step 2-4 us a layer faster at 256-384 cached tokens (scripts/decode_sweep.py --attention).
 ATTN_STAGES = 3
 ATTN_DECODE_STAGES = 3

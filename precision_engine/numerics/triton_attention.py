@@ -147,6 +147,16 @@ FAST_ATTN_MAX_REGS = {True: 120, False: None}  # by FP8 cache or not
 _NO_QUANT = {"FMAX": 1.0, "RFMAX": 1.0, "MBITS": 3, "EMIN": -6, "POW2": False, "EXACT_ROUND": False}
 
 
+@triton.jit
+def _kv_block(base, slots, stride, offs_d, slot_ok, MASKED: tl.constexpr):
+    """A KV block's rows [BLOCK_N, D]; MASKED where it may reach past kv_len, whose slots may hold anything (NaN)
+    and are never loaded."""
+    at = base + slots[:, None] * stride + offs_d[None, :]
+    if MASKED:
+        return tl.load(at, mask=slot_ok[:, None], other=0.0)
+    return tl.load(at)
+
+
 @triton.jit(do_not_specialize=["pos_ptr", "len_ptr", "Tq", "S", "stride_pb", "stride_pt"])
 def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, lse_ptr, pos_ptr, len_ptr, ks_ptr, vs_ptr,
                       qk_scale, Tq, S, Hkv, stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_ks,
@@ -214,12 +224,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, lse_ptr, pos_p
             top = whole
         for start in range(lo, top, BLOCK_N):
             slots = start + tl.arange(0, BLOCK_N)
-            slot_ok = slots < kv_len  # slots past kv_len may hold anything (NaN): never loaded
-            if masked:
-                k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=slot_ok[:, None],
-                            other=0.0)
-            else:
-                k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :])
+            slot_ok = slots < kv_len
+            k = _kv_block(k_base, slots, stride_ks, offs_d, slot_ok, masked)
             if FP8_KV:
                 k = _widen_kv(k, k_scale, q_ptr.dtype.element_ty, FOLD_SCALES, INTERPRET)
             s = tl.dot(_mma_operand(q, INTERPRET), _mma_operand(k, INTERPRET).T)
@@ -232,11 +238,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, xq_ptr, xs_ptr, lse_ptr, pos_p
             alpha = tl.where(m_new == m_i, 1.0, tl.exp2(m_i - m_use))  # exactly 1 when the block adds nothing
             p = tl.exp2(s - m_use[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            if masked:
-                v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=slot_ok[:, None],
-                            other=0.0)
-            else:
-                v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :])
+            v = _kv_block(v_base, slots, stride_vs, offs_d, slot_ok, masked)
             if FP8_KV:
                 v = _widen_kv(v, v_scale, q_ptr.dtype.element_ty, FOLD_SCALES, INTERPRET)
             acc = acc * alpha[:, None]

@@ -459,7 +459,7 @@ strides = [n for n in TA._attention_kernel.arg_names if n.startswith("stride_") 
 for lse in (False, True):  # the training forward stores its logsumexp for the fused backward
     ptx = compile_(TA._attention_kernel, att, dict(G=4, D=128, BLOCK_M=64, BLOCK_N=64, FP8_KV=False,
                    SCALE_PER_HEAD=False, FOLD_SCALES=False, INTERPRET=False, LSE=lse, QUANT=False, **TA._NO_QUANT),
-                   divisible=strides, num_warps=4, num_stages=2)
+                   divisible=strides, num_warps=TA.ATTN_WARPS, num_stages=TA.ATTN_STAGES)
     assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
     assert "cp.async.cg.shared.global" in ptx and "ld.global.b16" not in ptx  # K, V pipelined in 16-byte copies
 att_fp8 = ["*bf16", "*fp8e4nv", "*fp8e4nv", "*bf16"] + att[4:]

@@ -48,7 +48,7 @@ class ModulePlan:
         """
         if phase not in PHASES_WITH_BACKWARD or self.linear is None:
             return self.forward_numerics
-        return self.forward_numerics + (self.linear.grad_output, self.linear.wgrad_operands)
+        return self.forward_numerics + (self.linear.grad_output, self.linear.wgrad_operands, self.linear.wgrad_x)
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def first_match(rules: tuple[Rule, ...], module: ModuleInfo) -> Rule | None:
 
 
 def _quantizes(spec: LinearSpec) -> bool:
-    operands = (spec.weight, spec.input, spec.grad_output, spec.wgrad_operands)
+    operands = (spec.weight, spec.input, spec.grad_output, spec.wgrad_operands, spec.wgrad_input)
     return any(fmt is not None and fmt.is_quantized for fmt in operands)
 
 

@@ -77,6 +77,12 @@ def _fmt(fmt, compute) -> str:
     return fmt.describe() if fmt is not None else compute.value
 
 
+def _wgrad(spec) -> str:
+    """The wgrad's operands: one format for both, or dy's then x's where `wgrad_input` differs."""
+    dy = _fmt(spec.wgrad_operands, spec.compute)
+    return dy if spec.wgrad_input in (None, spec.wgrad_operands) else f"dY {dy}, X {spec.wgrad_input.describe()}"
+
+
 def numerics_label(plan: ModulePlan, phase: str) -> str:
     """One line naming every format a module uses in `phase`: 'W e4m3 128x128 · X e4m3 1x128 · ...'."""
     if plan.linear is None:
@@ -84,7 +90,7 @@ def numerics_label(plan: ModulePlan, phase: str) -> str:
     spec = plan.linear
     parts = [f"W {_fmt(spec.weight, spec.compute)}", f"X {_fmt(spec.input, spec.compute)}"]
     if phase in PHASES_WITH_BACKWARD:
-        parts += [f"dY {_fmt(spec.grad_output, spec.compute)}", f"wgrad {_fmt(spec.wgrad_operands, spec.compute)}"]
+        parts += [f"dY {_fmt(spec.grad_output, spec.compute)}", f"wgrad {_wgrad(spec)}"]
     return " · ".join(parts + [spec.compute.value, spec.kernel.value])
 
 
@@ -99,7 +105,7 @@ def _row(plan: Plan, phase: str, mp: ModulePlan) -> tuple[str, ...]:
     if phase in PHASES_WITH_BACKWARD:
         cells += [
             _fmt(spec.grad_output, spec.compute) if spec else "-",
-            _fmt(spec.wgrad_operands, spec.compute) if spec else "-",
+            _wgrad(spec) if spec else "-",
         ]
     identical = "yes" if plan.identical(mp.module.name) else "NO"
     cells += [spec.kernel.value if spec else "-", mp.rule or "(default)", identical]

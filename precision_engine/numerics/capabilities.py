@@ -197,7 +197,8 @@ def linear_problems(spec: LinearSpec, *, backward: bool, experts: bool = False, 
                     ) -> list[Problem]:
     """Everything that keeps the FP8 GEMMs from running `spec` (empty: it runs).
 
-    `backward`: the phase trains, so grad_output / wgrad_operands run too. `experts`: a fused MoE experts
+    `backward`: the phase trains, so grad_output / wgrad_operands / wgrad_input run too (wgrad_input in 128x128
+    blocks, or as wgrad_operands). `experts`: a fused MoE experts
     module (forward only: there is no grouped FP8 backward yet). `exported`: the weights travel to the rollout
     engine (the rollout phase: weight sync and `export`), so they must be in the exchange format.
     """
@@ -222,6 +223,13 @@ def linear_problems(spec: LinearSpec, *, backward: bool, experts: bool = False, 
     for role, fmt in operands:
         if fmt is not None and fmt.is_quantized:
             found.extend(_group_problems(role, fmt))
+    wgrad_x = spec.wgrad_input
+    if backward and wgrad_x is not None and wgrad_x.is_quantized and not (
+            wgrad_x.granularity is Granularity.BLOCK and wgrad_x.block == WEIGHT_BLOCK) and _group_problems(
+            "wgrad_operands", wgrad_x):
+        found.append(Problem("wgrad_input", f"the FP8 wgrad takes x in {WEIGHT_BLOCK[0]}x{WEIGHT_BLOCK[1]} blocks or "
+                             f"128x1 groups along tokens, got {wgrad_x.describe()}",
+                             "use `granularity: block, block: [128, 128]`"))
     if spec.compute.is_fp8:
         found.append(Problem("compute", f"compute dtype must be bf16, fp16 or fp32, got {spec.compute.value}"))
     found.extend(_kernel_problems(spec, backward))
@@ -249,7 +257,7 @@ def _kernel_problems(spec: LinearSpec, backward: bool) -> list[Problem]:
     if missing:
         found.append(Problem("kernel", f"kernel {row.kernel.value} does not run the {'/'.join(missing)} GEMM",
                              "use kernel: auto"))
-    dtypes = {f.dtype for f in (spec.weight, spec.input, spec.grad_output, spec.wgrad_operands)
+    dtypes = {f.dtype for f in (spec.weight, spec.input, spec.grad_output, spec.wgrad_operands, spec.wgrad_input)
               if f is not None and f.is_quantized}
     if not dtypes <= row.dtypes:
         found.append(Problem("kernel", f"kernel {row.kernel.value} takes "

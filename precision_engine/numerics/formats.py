@@ -108,10 +108,13 @@ class LinearSpec:
 
     fprop  y  = Q(x, input) @ Q(W, weight)^T
     dgrad  dx = Q(dy, grad_output) @ Q(W, weight)
-    wgrad  dW = Q(dy, wgrad_operands)^T @ Q(x, wgrad_operands)   (re-quantized along tokens)
+    wgrad  dW = Q(dy, wgrad_operands)^T @ Q(x, wgrad_x)           (re-quantized along tokens)
 
     `grad_output` / `wgrad_operands` of None mean that GEMM runs in the compute dtype (rollout-only policies
-    leave them unset). `compute` is the dtype of everything that is not quantized (outputs, bias, grads).
+    leave them unset). `wgrad_input`: x^T's own wgrad format where it differs from dy^T's; 128x128 blocks over
+    (channels, tokens) give the wgrad the fprop's GEMM form (1x128 by 128x128), which the block-scaled GEMMs
+    run faster than 1x128 by 1x128. `compute` is the dtype of everything that is not quantized (outputs, bias,
+    grads).
     """
 
     weight: QuantFormat
@@ -120,10 +123,16 @@ class LinearSpec:
     wgrad_operands: QuantFormat | None = None
     compute: DType = DType.BF16
     kernel: Kernel = Kernel.AUTO
+    wgrad_input: QuantFormat | None = None
 
     @property
     def forward_is_fp8(self) -> bool:
         return self.weight.is_quantized and self.input.is_quantized
+
+    @property
+    def wgrad_x(self) -> QuantFormat | None:
+        """x^T's format in the wgrad: `wgrad_input`, else `wgrad_operands` (None: the wgrad is not FP8)."""
+        return self.wgrad_input or self.wgrad_operands
 
 
 # Presets by name: `formats:` in a policy may reference these without defining them.

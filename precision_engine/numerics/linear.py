@@ -4,7 +4,8 @@
     dgrad  dx = Q(dy)[1x128] @ Q(W)[128x128]          (the same cached weight bytes, which the quantizer also
                                                       writes transposed in its one pass per weight version)
     wgrad  dW = Q(dy)[128x1]^T @ Q(x)[128x1]          (both re-quantized along tokens; x from the saved FP8
-                                                      activation, not from a BF16 copy)
+                                                      activation, not from a BF16 copy; with the spec's
+                                                      `wgrad_input` in 128x128 blocks, Q(x)^T[128x128])
 
 Saved for backward: x in FP8 with its 1x128 scales (half the bytes of BF16), plus the compute-dtype x only when
 the spec leaves `wgrad_operands` unset. A spec whose `grad_output` / `wgrad_operands` is None runs that GEMM in
@@ -48,7 +49,7 @@ from precision_engine.numerics.contract import (
     capturing_cuda_graph,
     fp8_dtype,
 )
-from precision_engine.numerics.formats import LinearSpec, QuantFormat
+from precision_engine.numerics.formats import Granularity, LinearSpec, QuantFormat
 from precision_engine.numerics.gemm import fp8_gemm, transpose_operand
 from precision_engine.numerics.quantize import (
     check_finite,
@@ -59,6 +60,7 @@ from precision_engine.numerics.quantize import (
     quantize_rows_1xG,
     quantize_rows_and_tokens_transposed,
     quantize_tokens_transposed,
+    requantize_blocks_transposed,
     requantize_tokens_transposed,
 )
 from precision_engine.numerics.specs import NonFinite, NumericsSpec
@@ -234,6 +236,8 @@ class Fp8Linear(nn.Linear):
         fmts = [f"w={s.weight.describe()}", f"x={s.input.describe()}"]
         fmts.append(f"dy={s.grad_output.describe() if s.grad_output else s.compute.value}")
         fmts.append(f"wgrad={s.wgrad_operands.describe() if s.wgrad_operands else s.compute.value}")
+        if s.wgrad_input is not None:
+            fmts.append(f"wgrad_x={s.wgrad_input.describe()}")
         return f"{super().extra_repr()}, {', '.join(fmts)}"
 
 
@@ -390,7 +394,8 @@ class _Fp8LinearFn(torch.autograd.Function):
                 if dyt is None:
                     dyt = quantize_tokens_transposed(dy2, spec.wgrad_operands)
                     check_finite(dyt, numerics.nonfinite, "grad_output")
-                xt = requantize_tokens_transposed(xq, spec.wgrad_operands)
+                blocks = spec.wgrad_x.granularity is Granularity.BLOCK
+                xt = (requantize_blocks_transposed if blocks else requantize_tokens_transposed)(xq, spec.wgrad_x)
                 dw = fp8_gemm(dyt, xt, out_dtype=compute, kernel=spec.kernel, gemm=Gemm.WGRAD)
             dws = [d.to(w.dtype) if need else None for d, w, need in zip(_split(dw, rows), weights, needs_w)]
 

@@ -239,6 +239,20 @@ def requantize_tokens_transposed(
     return _REFERENCE["tokens_t"](dequantize(q), fmt)
 
 
+def requantize_blocks_transposed(q: Quantized, fmt: QuantFormat, *, backend: str = "auto") -> Quantized:
+    """x^T in RxC blocks from a saved 1xG FP8 activation q [M, C]: `quantize_blocks` of dequantize(q)^T, [C, M_pad]
+    with the token columns zero-padded to whole groups as `tokens_buffers` pads the wgrad's other operand (M_pad =
+    M rounded up to fmt's block along tokens), so the wgrad multiplies 1x128 by 128x128 (the fprop's GEMM form).
+    The fp32 dequantized copy is exact; the block quantizer rounds it once."""
+    if q.fmt.granularity is not Granularity.GROUP or q.fmt.axis is not Axis.K:
+        raise OperandError(f"requantize_blocks_transposed needs a 1xG operand, got {q.fmt.describe()}")
+    _check_fp8(fmt, Granularity.BLOCK)
+    m = q.data.shape[0]
+    pad = -m % fmt.block[1]
+    xt = torch.nn.functional.pad(dequantize(q), (0, 0, 0, pad)).t().contiguous()
+    return quantize_blocks(xt, fmt, backend=backend)
+
+
 def dequantize(q: Quantized, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """q.data * scale in fp32, then cast to `dtype`. A tokens-transposed operand comes back as x^T [C, M]."""
     data = q.data.float()

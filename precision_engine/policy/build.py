@@ -52,7 +52,8 @@ def _build_rule(data: dict, rule: dict, label: str, default_kernel: Kernel, loca
             return None if ref is None else build_format(resolve_format(ref, data))
 
         linear = LinearSpec(weight=operand("weight"), input=operand("input"), grad_output=operand("grad_output"),
-                            wgrad_operands=operand("wgrad_operands"), compute=compute,
+                            wgrad_operands=operand("wgrad_operands"), wgrad_input=operand("wgrad_input"),
+                            compute=compute,
                             kernel=Kernel(spec["kernel"]) if "kernel" in spec else default_kernel)
     return Rule(match=_tuple(rule.get("match")), types=_tuple(rule.get("types")), compute=compute, linear=linear,
                 label=label, location=location)

@@ -18,7 +18,7 @@ from precision_engine.policy.model import PHASES, Policy
 from precision_engine.policy.yaml_source import SourceMap
 
 FP8_DTYPES = ("float8_e4m3", "float8_e5m2")
-_OPERANDS = ("weight", "input", "grad_output", "wgrad_operands")
+_OPERANDS = ("weight", "input", "grad_output", "wgrad_operands", "wgrad_input")
 _ACTIVATIONS = ("input", "grad_output")
 _GRANULARITIES = tuple(g.value for g in Granularity)
 _CATCH_ALL = frozenset({"*", "re:.*", "re:.+"})
@@ -154,12 +154,15 @@ class _Checker:
             scheme = "W8A16" if is_fp8(weight) else "W16A8"
             self.error(path, f"{scheme}: weight is {weight.get('dtype')} but input is {act.get('dtype')}; an FP8 "
                        "GEMM needs both operands in FP8", "quantize both (W8A8) or neither")
-        for operand in ("grad_output", "wgrad_operands"):
+        for operand in ("grad_output", "wgrad_operands", "wgrad_input"):
             if is_fp8(formats.get(operand)) and not (is_fp8(weight) and is_fp8(act)):
                 plain = "input" if is_fp8(weight) else "weight"
                 self.error(path + (operand,), f"FP8 {operand} needs an FP8 forward, but {plain} is "
                            f"{(formats.get(plain) or {}).get('dtype', 'unset')}",
                            "quantize weight and input too, or drop this operand")
+        if is_fp8(formats.get("wgrad_input")) and not is_fp8(formats.get("wgrad_operands")):
+            self.error(path + ("wgrad_input",), "FP8 wgrad_input needs an FP8 wgrad_operands (dy's side of the "
+                       "same GEMM)", "set wgrad_operands, or drop wgrad_input")
 
     def operand_role(self, path: tuple, operand: str, fmt: dict, ref: Any) -> None:
         """Each GEMM operand has a layout its quantizer supports (numerics contract)."""
@@ -170,12 +173,15 @@ class _Checker:
         if operand in _ACTIVATIONS and granularity == "block":
             self.error(path, f"{operand} cannot use block granularity{named}: blocks are for weights",
                        "use `granularity: group, group: 128` (1x128 along K)")
-        if operand != "wgrad_operands" and axis == "tokens":
+        if operand not in ("wgrad_operands", "wgrad_input") and axis == "tokens":
             self.error(path, f"{operand} cannot be grouped along tokens{named}: axis 'tokens' is only for "
-                       "wgrad_operands", "use `axis: k`")
+                       "wgrad_operands and wgrad_input", "use `axis: k`")
         if operand == "wgrad_operands" and (granularity != "group" or axis != "tokens"):
             self.error(path, f"wgrad_operands must be grouped along tokens{named}, got {granularity!r} "
                        f"along {axis!r}", "use `granularity: group, group: 128, axis: tokens` (128x1, Jet-RL)")
+        if operand == "wgrad_input" and granularity != "block" and (granularity != "group" or axis != "tokens"):
+            self.error(path, f"wgrad_input must be blocks or grouped along tokens{named}, got {granularity!r} "
+                       f"along {axis!r}", "use `granularity: block, block: [128, 128]`")
 
     def phases(self) -> None:
         phases, rules = self.data.get("phases"), self.data.get("rules")

@@ -198,6 +198,28 @@ def test_requantize_equals_quantize_of_dequantized():
     assert torch.equal(fused.scale, direct.scale) and fused.fmt == TOKENS
 
 
+def test_requantize_to_blocks_is_x_transposed_in_blocks_checked_in_float64():
+    """x^T in 128x128 blocks from the saved 1x128 activation: token columns padded with zeros to whole blocks,
+    one scale a block (amax / 448 of the dequantized x, in float64), every element within half an FP8 ulp."""
+    x = torch.randn(200, 256, dtype=torch.bfloat16) * torch.logspace(-2, 1, 256)  # channels over three decades
+    saved = Q.quantize_rows_1xG(x, ROWS)
+    out = Q.requantize_blocks_transposed(saved, BLOCKS)
+    assert out.data.shape == (256, 256) and out.scale.shape == (2, 2) and out.fmt == BLOCKS
+    xt = torch.zeros(256, 256, dtype=torch.float64)
+    xt[:, :200] = Q.dequantize(saved).double().t()
+    amax = xt.view(2, 128, 2, 128).abs().amax(dim=(1, 3))
+    assert torch.allclose(out.scale.double(), amax / FP8_MAX[E4M3], rtol=2**-23)
+    back = Q.dequantize(out).double()
+    assert torch.equal(back[:, 200:], torch.zeros(256, 56, dtype=torch.float64))
+    bound = torch.maximum(xt.abs() * REL_HALF_ULP[E4M3], out.scale.double().repeat_interleave(128, 0)
+                          .repeat_interleave(128, 1) * 2.0**-10)
+    assert ((back - xt).abs() <= bound).all()
+    with pytest.raises(ValueError, match="1xG"):
+        Q.requantize_blocks_transposed(out, BLOCKS)
+    with pytest.raises(ValueError):
+        Q.requantize_blocks_transposed(saved, TOKENS)
+
+
 def test_bad_requests_are_refused():
     with pytest.raises(ValueError, match="not an FP8 format"):
         Q.quantize(torch.randn(2, 2), QuantFormat(DType.BF16))

@@ -9,7 +9,7 @@ A policy (schema.json, printed by `precision schema`, is the reference for every
   axis k/tokens, fp32 or pow2 scales); rules may also name the presets in numerics.formats.PRESET_FORMATS.
 - `rules`: named, ordered rule sets; for each module the first rule whose `match` patterns and `types` fit
   wins (pattern semantics in `matching`). A rule sets `compute` (unquantized dtype) and optionally `linear`:
-  a format per GEMM operand (weight, input, grad_output, wgrad_operands) and a kernel.
+  a format per GEMM operand (weight, input, grad_output, wgrad_operands, wgrad_input) and a kernel.
 - `phases`: the rule set for `train` and for `rollout`; naming the same set means identical numerics.
 - `kv_cache`, `correction` (importance sampling), `master_weights`, `kernel`, `numerics`.
 - `extends`: shipped names or relative paths, merged as JSON Merge Patch (`extends`); `--set key.path=value`

@@ -197,10 +197,9 @@ def linear_problems(spec: LinearSpec, *, backward: bool, experts: bool = False, 
                     ) -> list[Problem]:
     """Everything that keeps the FP8 GEMMs from running `spec` (empty: it runs).
 
-    `backward`: the phase trains, so grad_output / wgrad_operands / wgrad_input run too (wgrad_input in 128x128
-    blocks, or as wgrad_operands). `experts`: a fused MoE experts
-    module (forward only: there is no grouped FP8 backward yet). `exported`: the weights travel to the rollout
-    engine (the rollout phase: weight sync and `export`), so they must be in the exchange format.
+    `backward`: the phase trains, so grad_output / wgrad_operands / wgrad_input run too. `experts`: a fused MoE
+    experts module (forward only: there is no grouped FP8 backward yet). `exported`: the weights travel to the
+    rollout engine (the rollout phase: weight sync and `export`), so they must be in the exchange format.
     """
     found: list[Problem] = []
     if not spec.forward_is_fp8:
@@ -223,13 +222,8 @@ def linear_problems(spec: LinearSpec, *, backward: bool, experts: bool = False, 
     for role, fmt in operands:
         if fmt is not None and fmt.is_quantized:
             found.extend(_group_problems(role, fmt))
-    wgrad_x = spec.wgrad_input
-    if backward and wgrad_x is not None and wgrad_x.is_quantized and not (
-            wgrad_x.granularity is Granularity.BLOCK and wgrad_x.block == WEIGHT_BLOCK) and _group_problems(
-            "wgrad_operands", wgrad_x):
-        found.append(Problem("wgrad_input", f"the FP8 wgrad takes x in {WEIGHT_BLOCK[0]}x{WEIGHT_BLOCK[1]} blocks or "
-                             f"128x1 groups along tokens, got {wgrad_x.describe()}",
-                             "use `granularity: block, block: [128, 128]`"))
+    if backward and spec.wgrad_input is not None and spec.wgrad_input.is_quantized:
+        found.extend(_wgrad_input_problems(spec.wgrad_input))
     if spec.compute.is_fp8:
         found.append(Problem("compute", f"compute dtype must be bf16, fp16 or fp32, got {spec.compute.value}"))
     found.extend(_kernel_problems(spec, backward))
@@ -241,6 +235,14 @@ def _group_problems(role: str, fmt: QuantFormat) -> list[Problem]:
     if fmt.granularity is Granularity.GROUP and fmt.group == SCALE_BLOCK and fmt.axis is axis:
         return []
     return [Problem(role, f"the FP8 GEMMs take {role} in {want}, got {fmt.describe()}", f"use `{yaml}`")]
+
+
+def _wgrad_input_problems(fmt: QuantFormat) -> list[Problem]:
+    """x's own wgrad format: 128x128 blocks (the wgrad then has the fprop's GEMM form), or wgrad_operands' 128x1."""
+    if fmt.granularity is Granularity.BLOCK and fmt.block == WEIGHT_BLOCK or not _group_problems("wgrad_operands", fmt):
+        return []
+    return [Problem("wgrad_input", f"the FP8 wgrad takes x in {WEIGHT_BLOCK[0]}x{WEIGHT_BLOCK[1]} blocks or 128x1 "
+                    f"groups along tokens, got {fmt.describe()}", "use `granularity: block, block: [128, 128]`")]
 
 
 def _kernel_problems(spec: LinearSpec, backward: bool) -> list[Problem]:

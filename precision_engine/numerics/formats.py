@@ -108,7 +108,7 @@ class LinearSpec:
 
     fprop  y  = Q(x, input) @ Q(W, weight)^T
     dgrad  dx = Q(dy, grad_output) @ Q(W, weight)
-    wgrad  dW = Q(dy, wgrad_operands)^T @ Q(x, wgrad_x)           (re-quantized along tokens)
+    wgrad  dW = Q(dy, wgrad_operands)^T @ Q(x, wgrad_x)           (x re-quantized from the saved Q(x))
 
     `grad_output` / `wgrad_operands` of None mean that GEMM runs in the compute dtype (rollout-only policies
     leave them unset). `wgrad_input`: x^T's own wgrad format where it differs from dy^T's; 128x128 blocks over

@@ -3,8 +3,10 @@
   blocks    dW = dY^T (1x128 along tokens) x X^T in 128x128 blocks (tokens x channels): the fprop's GEMM form,
             which AUTO runs on DeepGEMM (1x128 by 128x128) where it is installed;
 against BF16's dy^T @ x, for the 8B projections (N x K) at 8192 and 16384 tokens: median ms of 30 calls over two
-input sets, TFLOP/s and x BF16, and each form's error against float64 on the first shape. The quantizers are not
-timed (the blocks form needs a re-quantizer to 128x128 blocks that does not exist yet). Prints a table."""
+input sets, TFLOP/s and x BF16, and each form's error against float64 on the first shape. Then each form's
+re-quantizer from the saved Q(x) [tokens, K] (`quantize.requantize_tokens_transposed`, and
+`requantize_blocks_transposed` as `quantize` routes it: the reference composition, or a fused kernel where one is
+wired), median ms. Prints two tables."""
 
 import torch
 
@@ -24,8 +26,8 @@ def operands(m, n, k, seed):
     xq = Q.quantize_rows_1xG(x, act)
     dyt = Q.quantize_tokens_transposed(dy, tok)
     xt = Q.requantize_tokens_transposed(xq, tok)
-    xt_blocks = Q.quantize_blocks(Q.dequantize(xq).bfloat16().t().contiguous(), blk)
-    return x, dy, dyt, xt, xt_blocks
+    xt_blocks = Q.requantize_blocks_transposed(xq, blk)
+    return x, dy, dyt, xt, xt_blocks, xq
 
 
 rows = []
@@ -34,13 +36,17 @@ for m in (8192, 16384):
         sets = [operands(m, n, k, seed) for seed in range(2)]
         flop = 2 * m * n * k
         t = {"bf16": median(time_cuda(lambda x, dy, *_: dy.t() @ x, reps=30, inputs_rotation=sets)),
-             "tokens^T": median(time_cuda(lambda x, dy, dyt, xt, xb: gemm.fp8_gemm(dyt, xt, gemm=Gemm.WGRAD),
+             "tokens^T": median(time_cuda(lambda x, dy, dyt, xt, xb, xq: gemm.fp8_gemm(dyt, xt, gemm=Gemm.WGRAD),
                                           reps=30, inputs_rotation=sets)),
-             "blocks": median(time_cuda(lambda x, dy, dyt, xt, xb: gemm.fp8_gemm(dyt, xb, gemm=Gemm.WGRAD),
+             "blocks": median(time_cuda(lambda x, dy, dyt, xt, xb, xq: gemm.fp8_gemm(dyt, xb, gemm=Gemm.WGRAD),
                                         reps=30, inputs_rotation=sets))}
-        rows.append((m, n, k, t, flop))
+        requant = {"tokens^T": median(time_cuda(lambda *s: Q.requantize_tokens_transposed(s[-1], tok), reps=30,
+                                                inputs_rotation=sets)),
+                   "blocks": median(time_cuda(lambda *s: Q.requantize_blocks_transposed(s[-1], blk), reps=30,
+                                              inputs_rotation=sets))}
+        rows.append((m, n, k, t, flop, requant))
         if m == 8192 and (n, k) == SHAPES[0]:
-            x, dy, dyt, xt, xb = sets[0]
+            x, dy, dyt, xt, xb, _ = sets[0]
             ref = dy.double().t() @ x.double()
             errors = {name: ((out.double() - ref).norm() / ref.norm()).item() for name, out in
                       (("tokens^T", gemm.fp8_gemm(dyt, xt, gemm=Gemm.WGRAD)),
@@ -49,7 +55,11 @@ for m in (8192, 16384):
 print(f"errors against float64 (8192 x 4096 x 4096): {errors}")
 print(f"{'tokens':>7} {'N x K':>11} {'bf16 ms':>8} {'tokens^T ms':>12} {'TFLOP/s':>8} {'x':>5} {'blocks ms':>10} "
       f"{'TFLOP/s':>8} {'x':>5}")
-for m, n, k, t, flop in rows:
+for m, n, k, t, flop, _ in rows:
     print(f"{m:>7} {n:>5}x{k:<5} {t['bf16']:>8.3f} {t['tokens^T']:>12.3f} {flop / t['tokens^T'] / 1e9:>8.0f} "
           f"{t['bf16'] / t['tokens^T']:>5.2f} {t['blocks']:>10.3f} {flop / t['blocks'] / 1e9:>8.0f} "
           f"{t['bf16'] / t['blocks']:>5.2f}")
+print(f"\n{'tokens':>7} {'K':>6} {'requant tokens^T ms':>20} {'requant blocks ms':>18}")
+for m, n, k, _, _, requant in rows:
+    if n == 4096:  # one row per (tokens, K): the re-quantizers read x only
+        print(f"{m:>7} {k:>6} {requant['tokens^T']:>20.3f} {requant['blocks']:>18.3f}")

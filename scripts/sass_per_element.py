@@ -74,14 +74,15 @@ def kernel_counts(fn, constexprs: dict, pointers: dict, options: dict, elements:
     return registers, len(body), len(body) / elements
 
 
-def tokens_kernel(config: dict, dequant: bool, pow2: bool) -> tuple[int, int, float]:
+def tokens_kernel(config: dict, dequant: bool, pow2: bool, block_scale: bool = False) -> tuple[int, int, float]:
     """`kernel_counts` of `_tokens_t_kernel` on whole 128-token groups: the re-quantizer (FP8 input, `dequant`)
-    or the BF16 tokens quantizer, fp32 or power-of-two scales."""
+    or the BF16 tokens quantizer, fp32 or power-of-two scales; `block_scale`: one scale a 128x128 tile (the blocks
+    re-quantizer)."""
     config = dict(config)
     warps = config.pop("num_warps")
     constexprs = dict(G=GROUP, G_IN=GROUP if dequant else 1, PACK=4, BLOCK_SUB=GROUP // 4, DEQUANT=dequant,
-                      EVEN_M=True, EVEN_C=True, IEEE_DIV=False, HW_PACK=True, **fmt_args("fp8_group_tokens", pow2),
-                      **config)
+                      BLOCK_SCALE=block_scale, EVEN_M=True, EVEN_C=True, IEEE_DIV=False, HW_PACK=True,
+                      **fmt_args("fp8_group_tokens", pow2), **config)
     pointers = {"x_ptr": "*fp8e4nv" if dequant else "*bf16", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv",
                 "s_ptr": "*fp32"}
     options = {"num_warps": warps, **({"enable_fp_fusion": False} if dequant else {})}  # as `_launch_tokens_t`
@@ -145,7 +146,9 @@ def main() -> None:
     for pow2 in (False, True):  # bytes an element: read plus written, scales aside
         counts = [(name, label, 2 if dequant else 3, tokens_kernel(config, dequant, pow2))
                   for name, label, config, dequant in tokens]
-        counts += [("rows 1x128, bf16", "shipped (64 rows, 8 warps)", 3, rows_kernel(pow2)),
+        counts += [("blocks re-quantizer", "shipped (128 cols, 8 warps)", 2,
+                    tokens_kernel({**T._REQUANT_BLOCKS_CONFIG, "BLOCK_C": GROUP, "CHUNKS": 1}, True, pow2, True)),
+                   ("rows 1x128, bf16", "shipped (64 rows, 8 warps)", 3, rows_kernel(pow2)),
                    ("weight + ^T, bf16", "shipped (128x128, 8 warps)", 4, blocks_kernel(pow2))]
         counts += [("re-quantizer", f"Gluon, {warps} warps, {lanes} token lanes", 2,
                     gluon_requant(pow2, warps, lanes)) for warps, lanes in GLUON_REQUANT_SWEEP]

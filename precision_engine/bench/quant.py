@@ -2,13 +2,14 @@
 
 Bytes are the floor each kernel must move (input read once, FP8 data and fp32 scales written once), so
 ``% copy`` is directly the fraction of achievable HBM bandwidth reached (issue 3 target for the 1x128
-activation quantizer: >= 80%; issue 12 for the re-quantizer: >= 80%). Fused kernels are timed beside the
-unfused pair they replace, both against the fused kernel's floor, so the rows compare directly: the grad-output
-quantizer (one read of dy, both layouts written), RMSNorm -> 1x128 (x read, y and its FP8 bytes written) and
-SiLU(gate) * up -> 1x128 (gate and up read, h and its FP8 bytes written). ``--sweep`` adds every launch config
-of the 1x128, tokens-transposed, re-quantizing, grad-output and SiLU-mul kernels, both divisions of the
-re-quantizer and, where it runs, its Gluon kernel's program shapes (rows named "<kernel> <config>"): the shipped
-defaults in numerics/triton_quant.py, triton_fused_quant.py and gluon_requant.py are one-line choices among them.
+activation quantizer: >= 80%; issue 12 for the re-quantizer: >= 80%, as for its twin writing x^T in 128x128
+blocks for a `wgrad_input` in blocks). Fused kernels are timed beside the unfused pair they replace, both
+against the fused kernel's floor, so the rows compare directly: the grad-output quantizer (one read of dy, both
+layouts written), RMSNorm -> 1x128 (x read, y and its FP8 bytes written) and SiLU(gate) * up -> 1x128 (gate and
+up read, h and its FP8 bytes written). ``--sweep`` adds every launch config of the 1x128, tokens-transposed,
+re-quantizing (both layouts), grad-output and SiLU-mul kernels, both divisions of the re-quantizer and, where it
+runs, its Gluon kernel's program shapes (rows named "<kernel> <config>"): the shipped defaults in
+numerics/triton_quant.py, triton_fused_quant.py and gluon_requant.py are one-line choices among them.
 The re-quantizer's rows are AUTO's (the Gluon kernel on Hopper for fp32 scales) and the Triton kernel's, side by
 side.
 Each timed call gets the next of several freshly drawn input sets whose total exceeds the L2 several times.
@@ -37,13 +38,15 @@ TOKENS_SWEEP = [(64, 1, 4, 4), (64, 1, 4, 2), (32, 1, 4, 2), (32, 1, 4, 1), (128
                 (64, 2, 4, 4), (64, 1, 8, 4), (128, 1, 8, 8), (64, 1, 4, 8), (32, 1, 4, 4), (16, 1, 4, 2)]
 # The Gluon re-quantizer's programs (warps, lanes along tokens).
 GLUON_REQUANT_SWEEP = [(8, 8), (8, 4), (4, 8), (4, 4), (2, 8), (2, 4)]
+# The blocks re-quantizer's warps (a program is one 128x128 tile).
+BLOCKS_REQUANT_SWEEP = [4, 8, 16]
 # Grad-output configs (1x128 programs of BLOCK_M rows, tokens-transposed programs of BLOCK_C columns, warps).
 DUAL_SWEEP = [(32, 64, 4), (64, 64, 4), (16, 64, 4), (32, 32, 4), (64, 64, 8), (64, 128, 8), (32, 128, 4),
               (64, 32, 4), (64, 16, 4)]
 # SiLU-mul configs (BLOCK_M rows x GROUPS groups per program, warps).
 SILU_SWEEP = [(64, 1, 8), (32, 1, 8), (32, 2, 8), (16, 1, 4), (128, 1, 8)]
-# Rows with a bandwidth target, % of copy: issue 3's activation quantizer and issue 12's wgrad re-quantizer.
-TARGETS = {"1x128 act (triton)": 80.0, "requant fp8 -> tokens^T": 80.0}
+# Rows with a bandwidth target, % of copy: issue 3's activation quantizer and issue 12's wgrad re-quantizers.
+TARGETS = {"1x128 act (triton)": 80.0, "requant fp8 -> tokens^T": 80.0, "requant fp8 -> blocks^T": 80.0}
 NORM_SHAPES = [(8192, 4096), (16384, 4096), (8192, 8192)]  # tokens x hidden (8B; 70B)
 MLP_SHAPES = [(8192, 14336), (16384, 14336)]  # tokens x intermediate (8B)
 
@@ -71,6 +74,13 @@ def activation_bytes(m: int, k: int, in_bytes: int = 2) -> int:
 def requantize_bytes(m: int, k: int) -> int:
     """The wgrad re-quantization of a saved 1x128 activation: its FP8 bytes and scales read, 128x1 written."""
     return activation_bytes(m, k, in_bytes=1) + 4 * m * -(-k // 128)
+
+
+def requantize_blocks_bytes(m: int, k: int) -> int:
+    """The saved 1x128 activation re-quantized into 128x128 blocks of x^T: its FP8 bytes and scales read, x^T's FP8
+    bytes (tokens padded to whole blocks) and block scales written."""
+    m_pad = -(-m // 128) * 128
+    return m * k + 4 * m * -(-k // 128) + k * m_pad + 4 * -(-k // 128) * (m_pad // 128)
 
 
 def grad_output_bytes(m: int, k: int) -> int:
@@ -131,6 +141,7 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
         shape = (m, k)
         nbytes = activation_bytes(m, k)
         requant_bytes = requantize_bytes(m, k)
+        blocks_bytes = requantize_blocks_bytes(m, k)
         dual_bytes = grad_output_bytes(m, k)
         cases.append(("1x128 act (triton)", shape, lambda x: Q.quantize_rows_1xG(x, act), bf16(shape), nbytes))
         cases.append((same_bytes_copy("1x128 act (triton)"), shape, copy, copy_inputs(nbytes), nbytes))
@@ -154,6 +165,10 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                       saved(shape, act_pow2), requant_bytes))
         cases.append(("requant pow2 triton kernel", shape, lambda q: T.requantize_tokens_transposed(q, tok_pow2),
                       saved(shape, act_pow2), requant_bytes))
+        cases.append(("requant fp8 -> blocks^T", shape, lambda q: Q.requantize_blocks_transposed(q, blk),
+                      saved(shape), blocks_bytes))
+        cases.append((same_bytes_copy("requant fp8 -> blocks^T"), shape, copy, copy_inputs(blocks_bytes),
+                      blocks_bytes))
         cases.append(("dy 1x128+tokens^T fused", shape,
                       lambda x: Q.quantize_rows_and_tokens_transposed(x, act, tok), bf16(shape), dual_bytes))
         cases.append(("dy 1x128+tokens^T 2 kernels", shape, separate, bf16(shape), dual_bytes))
@@ -178,6 +193,11 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                 cases.append((f"requant pow2 {tag}", shape,
                               lambda q, c=config: T.requantize_tokens_transposed(q, tok_pow2, config=c),
                               saved(shape, act_pow2), requant_bytes))
+            for warps in BLOCKS_REQUANT_SWEEP:
+                config = {"VEC": 4, "num_warps": warps}
+                cases.append((f"requant blocks w{warps}", shape,
+                              lambda q, c=config: T.requantize_blocks_transposed(q, blk, config=c), saved(shape),
+                              blocks_bytes))
             for block_m, block_c, warps in DUAL_SWEEP:
                 config = {"BLOCK_M": block_m, "BLOCK_C": block_c, "num_warps": warps}
                 cases.append((f"dy fused m{block_m} c{block_c} w{warps}", shape,

@@ -68,6 +68,13 @@ def requantize_tokens_transposed(q: Quantized, fmt: QuantFormat) -> Quantized:
     return Quantized(data, scale, fmt, tokens=q.data.shape[0])
 
 
+def requantize_blocks_transposed(q: Quantized, fmt: QuantFormat) -> Quantized:
+    """`quantize.requantize_blocks_transposed` as one op."""
+    data, scale = torch.ops.precision_engine.requantize_blocks_transposed(q.data, q.scale, format_key(q.fmt),
+                                                                          format_key(fmt))
+    return Quantized(data, scale, fmt)
+
+
 def quantize_blocks_stacked(weights: list[torch.Tensor], fmt: QuantFormat, transposed: bool
                             ) -> tuple[Quantized, Quantized | None]:
     """`quantize.quantize_blocks_stacked` as one op."""
@@ -130,6 +137,13 @@ def fake_requantize_tokens_transposed(data, scale, in_fmt, fmt):
     return q.data, q.scale
 
 
+def fake_requantize_blocks_transposed(data, scale, in_fmt, fmt):
+    fmt = parse_format(fmt)
+    m_pad = -(-data.shape[0] // fmt.block[1]) * fmt.block[1]
+    q = block_buffers(data.shape[1], m_pad, fmt, data.device)
+    return q.data, q.scale
+
+
 def fake_transpose_operand(data, scale, fmt):
     return data.new_empty(data.shape[::-1]), scale.new_empty(scale.shape[::-1])
 
@@ -139,6 +153,6 @@ def fake_fp8_gemm(a, a_scale, a_fmt, b, b_scale, b_fmt, out_dtype, kernel, gemm,
 
 
 __all__ = ["fake_fp8_gemm", "fake_quantize", "fake_quantize_blocks_stacked", "fake_quantize_grad_output",
-           "fake_requantize_tokens_transposed", "fake_transpose_operand", "format_key", "fp8_gemm", "parse_format",
-           "quantize", "quantize_blocks_stacked", "quantize_grad_output", "requantize_tokens_transposed", "routes",
-           "transpose_operand"]
+           "fake_requantize_blocks_transposed", "fake_requantize_tokens_transposed", "fake_transpose_operand",
+           "format_key", "fp8_gemm", "parse_format", "quantize", "quantize_blocks_stacked", "quantize_grad_output",
+           "requantize_blocks_transposed", "requantize_tokens_transposed", "routes", "transpose_operand"]

@@ -243,10 +243,20 @@ def requantize_blocks_transposed(q: Quantized, fmt: QuantFormat, *, backend: str
     """x^T in RxC blocks from a saved 1xG FP8 activation q [M, C]: `quantize_blocks` of dequantize(q)^T, [C, M_pad]
     with the token columns zero-padded to whole groups as `tokens_buffers` pads the wgrad's other operand (M_pad =
     M rounded up to fmt's block along tokens), so the wgrad multiplies 1x128 by 128x128 (the fprop's GEMM form).
-    The fp32 dequantized copy is exact; the block quantizer rounds it once."""
+    The fp32 dequantized copy is exact; the block quantizer rounds it once.
+
+    Fused into one Triton kernel on the GPU for 1x128 inputs and 128x128 blocks (the tokens re-quantizer's program
+    with one scale a tile, dequantizing as it loads: no fp32 copy); other shapes take the composition above."""
     if q.fmt.granularity is not Granularity.GROUP or q.fmt.axis is not Axis.K:
         raise OperandError(f"requantize_blocks_transposed needs a 1xG operand, got {q.fmt.describe()}")
     _check_fp8(fmt, Granularity.BLOCK)
+    if backend == "auto" and custom_ops.routes(q.data):
+        return custom_ops.requantize_blocks_transposed(q, fmt)
+    if _use_triton(q.data, backend):
+        from precision_engine.numerics import triton_quant
+
+        if triton_quant.requantizes_blocks(q, fmt):
+            return triton_quant.requantize_blocks_transposed(q, fmt)
     m = q.data.shape[0]
     pad = -m % fmt.block[1]
     xt = torch.nn.functional.pad(dequantize(q), (0, 0, 0, pad)).t().contiguous()
@@ -391,6 +401,14 @@ def _requantize_tokens_transposed_op(data: torch.Tensor, scale: torch.Tensor, in
     return q.data, q.scale
 
 
+@torch.library.custom_op("precision_engine::requantize_blocks_transposed", mutates_args=())
+def _requantize_blocks_transposed_op(data: torch.Tensor, scale: torch.Tensor, in_fmt: str, fmt: str
+                                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    q = requantize_blocks_transposed(Quantized(data, scale, custom_ops.parse_format(in_fmt)),
+                                     custom_ops.parse_format(fmt))
+    return q.data, q.scale
+
+
 @torch.library.custom_op("precision_engine::quantize_blocks_stacked", mutates_args=())
 def _quantize_blocks_stacked_op(weights: list[torch.Tensor], fmt: str, transposed: bool
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -404,6 +422,7 @@ _quantize_op.register_fake(custom_ops.fake_quantize)
 _quantize_blocks_stacked_op.register_fake(custom_ops.fake_quantize_blocks_stacked)
 _quantize_grad_output_op.register_fake(custom_ops.fake_quantize_grad_output)
 _requantize_tokens_transposed_op.register_fake(custom_ops.fake_requantize_tokens_transposed)
+_requantize_blocks_transposed_op.register_fake(custom_ops.fake_requantize_blocks_transposed)
 
 
 def _check_input(x: torch.Tensor) -> None:

@@ -41,7 +41,7 @@ import triton.language as tl
 from precision_engine.errors import OperandError
 from precision_engine.numerics.contract import (TRITON_INTERPRET, Quantized, block_buffers, fp8_dtype, rows_buffers,
                                                 scale_from_amax, tokens_buffers)
-from precision_engine.numerics.formats import FP8_MAX, DType, QuantFormat, ScaleKind
+from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind
 from precision_engine.numerics.pdl import release_dependents
 
 _INTERPRET = tl.constexpr(TRITON_INTERPRET)
@@ -328,27 +328,28 @@ def _tokens_t_load(x_ptr, s_in_ptr, toks, cols, tok_ok, col_ok, stride_xm, strid
 def _tokens_t_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm, stride_sig,
                      G: tl.constexpr, G_IN: tl.constexpr, PACK: tl.constexpr, BLOCK_SUB: tl.constexpr,
                      BLOCK_C: tl.constexpr, CHUNKS: tl.constexpr, VEC: tl.constexpr, DEQUANT: tl.constexpr,
-                     EVEN_M: tl.constexpr, EVEN_C: tl.constexpr, IEEE_DIV: tl.constexpr, HW_PACK: tl.constexpr,
-                     FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
-                     POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+                     BLOCK_SCALE: tl.constexpr, EVEN_M: tl.constexpr, EVEN_C: tl.constexpr, IEEE_DIV: tl.constexpr,
+                     HW_PACK: tl.constexpr, FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr,
+                     EMIN: tl.constexpr, POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
     """Gx1 groups along tokens, written transposed: q [C, M_pad], scales [M_pad/G, C] (= [C, M_pad/G] with
     strides (1, C)). One program per (token group, CHUNKS x BLOCK_C columns); the group is loaded as PACK
     tiles of G/PACK rows (tokens PACK*j + i in tile i), whose quotients `_store_tokens_t` packs into words.
     With DEQUANT the input is a saved 1xG_IN FP8 activation (`s_in_ptr`: its M-major scales), dequantized in
     registers: the wgrad re-quantization, in one pass and with no fp32 copy. Padding tokens [M, M_pad) load as
-    0 and are written as FP8 zeros, as the contract requires."""
+    0 and are written as FP8 zeros, as the contract requires. BLOCK_SCALE: BLOCK_C x G blocks of x^T instead of
+    Gx1 groups, one scale per tile into scales [C/BLOCK_C, M_pad/G] row-major (the block layout)."""
     _tokens_t_program(tl.program_id(0), tl.program_id(1), x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm,
-                      stride_sig, G, G_IN, PACK, BLOCK_SUB, BLOCK_C, CHUNKS, VEC, DEQUANT, EVEN_M, EVEN_C, IEEE_DIV,
-                      HW_PACK, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND)
+                      stride_sig, G, G_IN, PACK, BLOCK_SUB, BLOCK_C, CHUNKS, VEC, DEQUANT, BLOCK_SCALE, EVEN_M, EVEN_C,
+                      IEEE_DIV, HW_PACK, FMAX, RFMAX, MBITS, EMIN, POW2, EXACT_ROUND)
 
 
 @triton.jit
 def _tokens_t_program(pid_t, pid_c, x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_xm, stride_sig,
                       G: tl.constexpr, G_IN: tl.constexpr, PACK: tl.constexpr, BLOCK_SUB: tl.constexpr,
                       BLOCK_C: tl.constexpr, CHUNKS: tl.constexpr, VEC: tl.constexpr, DEQUANT: tl.constexpr,
-                      EVEN_M: tl.constexpr, EVEN_C: tl.constexpr, IEEE_DIV: tl.constexpr, HW_PACK: tl.constexpr,
-                      FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
-                      POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
+                      BLOCK_SCALE: tl.constexpr, EVEN_M: tl.constexpr, EVEN_C: tl.constexpr, IEEE_DIV: tl.constexpr,
+                      HW_PACK: tl.constexpr, FMAX: tl.constexpr, RFMAX: tl.constexpr, MBITS: tl.constexpr,
+                      EMIN: tl.constexpr, POW2: tl.constexpr, EXACT_ROUND: tl.constexpr):
     """`_tokens_t_kernel`'s program (pid_t, pid_c), shared with the grad-output kernel."""
     tok0 = pid_t * G
     j = tl.arange(0, BLOCK_SUB)
@@ -374,9 +375,15 @@ def _tokens_t_program(pid_t, pid_c, x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, 
             x3 = _tokens_t_load(xb, sb, rows + 3, cv, j_ok & (tok0 + rows + 3 < M), col_ok, stride_xm,
                                 stride_sig, col0, G_IN, BLOCK_C, DEQUANT, even)
             a = _max_nan(_max_nan(a, tl.abs(x1)), _max_nan(tl.abs(x2), tl.abs(x3)))
-        scale = _scale_from_amax(_amax(a, 0), FMAX, RFMAX, POW2)
-        s2 = scale[None, :]
-        inv = _reciprocal(scale, POW2)[None, :]
+        amax = _amax(a, 0)
+        if BLOCK_SCALE:  # the tile's amax: one scale, one reciprocal. Columns past C hold 0 times the token's
+            amax = _amax(amax, 0)  # input scale: NaN only where that input group's columns in the tile are NaN too
+        scale = _scale_from_amax(amax, FMAX, RFMAX, POW2)
+        s2 = scale
+        inv = _reciprocal(scale, POW2)
+        if not BLOCK_SCALE:
+            s2 = s2[None, :]
+            inv = inv[None, :]
         y0 = _quotient(x0, s2, inv, POW2, IEEE_DIV)
         if PACK == 4:
             y1 = _quotient(x1, s2, inv, POW2, IEEE_DIV)
@@ -386,7 +393,9 @@ def _tokens_t_program(pid_t, pid_c, x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, 
             y1, y2, y3 = y0, y0, y0
         _store_tokens_t(q_ptr, y0, y1, y2, y3, col0, tok0, c, j, col_ok, j_ok, M_pad, PACK, EVEN_C, even_t,
                         MBITS, EMIN, EXACT_ROUND, HW_PACK)
-        if EVEN_C:
+        if BLOCK_SCALE:
+            tl.store(s_ptr + (col0 // BLOCK_C) * (M_pad // G) + pid_t, scale)
+        elif EVEN_C:
             tl.store(s_ptr + pid_t * C + col0 + c, scale)
         else:
             tl.store(s_ptr + pid_t * C + col0 + c, scale, mask=col_ok)
@@ -417,8 +426,8 @@ def _grad_output_kernel(x_ptr, qr_ptr, sr_ptr, qt_ptr, st_ptr, M, C, M_pad, stri
                       GR, BLOCK_GR, BLOCK_M, 1, FMAX_R, RFMAX_R, MBITS_R, EMIN_R, POW2_R, EXACT_ROUND)
     else:
         _tokens_t_program(token_group, col_group * TOKEN_PROGRAMS + part - ROW_PROGRAMS, x_ptr, x_ptr, qt_ptr, st_ptr,
-                          M, C, M_pad, stride_xm, 0, GT, 1, PACK, BLOCK_SUB, BLOCK_C, 1, VEC, False, EVEN_M, EVEN_C,
-                          False, HW_PACK, FMAX_T, RFMAX_T, MBITS_T, EMIN_T, POW2_T, EXACT_ROUND)
+                          M, C, M_pad, stride_xm, 0, GT, 1, PACK, BLOCK_SUB, BLOCK_C, 1, VEC, False, False, EVEN_M,
+                          EVEN_C, False, HW_PACK, FMAX_T, RFMAX_T, MBITS_T, EMIN_T, POW2_T, EXACT_ROUND)
 
 
 @triton.jit
@@ -531,6 +540,11 @@ _INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}
 # against 54.3-60.6% for the two kernels it replaces; 16-row, 128-column and 8-warp programs slower.
 _DUAL_CONFIG = {"BLOCK_M": 64, "BLOCK_C": 64, "num_warps": 4}
 _BLOCKS_CONFIG = {"num_warps": 8}  # 128x128 weight blocks, one per program
+# Blocks re-quantizer: the tokens re-quantizer's program on one whole 128x128 tile (its scale needs the tile's
+# amax), 64 values a thread at 8 warps. Compiled offline for sm_90a (Triton 3.9, `scripts/sass_per_element.py`):
+# 103 registers, no spill, 11.8 SASS an element with fp32 scales (9.6 pow2) against the tokens re-quantizer's 13.1;
+# 4 warps take 9.9 but 167 registers. Not yet timed on a GPU. The interpreter runs the same launch.
+_REQUANT_BLOCKS_CONFIG = {"VEC": 4, "num_warps": 8}
 _INTERPRET_DUAL = {"BLOCK_M": 32, "BLOCK_C": 64}
 
 
@@ -633,10 +647,17 @@ def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, exact_round: bool | No
 
 def _launch_tokens_t(x: torch.Tensor, s_in: torch.Tensor | None, g_in: int, fmt: QuantFormat, config: dict,
                      exact_round: bool | None, ieee_div: bool) -> Quantized:
+    """x^T in fmt's Gx1 groups along tokens, or in its blocks (BLOCK_C x G tiles of x^T, one scale each)."""
     m, c = x.shape
-    g = fmt.group
-    out = tokens_buffers(m, c, fmt, x.device)
-    q, scale = out.data, out.scale.t()  # the kernel writes scales [M_pad/G, C] row-major
+    block_scale = fmt.granularity is Granularity.BLOCK
+    if block_scale:
+        g = fmt.block[1]
+        out = block_buffers(c, -(-m // g) * g, fmt, x.device)
+        q, scale = out.data, out.scale
+    else:
+        g = fmt.group
+        out = tokens_buffers(m, c, fmt, x.device)
+        q, scale = out.data, out.scale.t()  # the kernel writes scales [M_pad/G, C] row-major
     if q.numel():
         config = dict(config)
         block_c, chunks = config["BLOCK_C"], config["CHUNKS"]
@@ -645,7 +666,7 @@ def _launch_tokens_t(x: torch.Tensor, s_in: torch.Tensor | None, g_in: int, fmt:
         _tokens_t_kernel[(q.shape[1] // g, triton.cdiv(c, block_c * chunks))](
             x, s_in if dequant else x, q, scale, m, c, q.shape[1], x.stride(0),
             s_in.stride(1) if dequant else 0,
-            G=g, G_IN=g_in, PACK=pack, BLOCK_SUB=_pow2_block(g // pack), DEQUANT=dequant,
+            G=g, G_IN=g_in, PACK=pack, BLOCK_SUB=_pow2_block(g // pack), DEQUANT=dequant, BLOCK_SCALE=block_scale,
             EVEN_M=m % g == 0, EVEN_C=c % (block_c * chunks) == 0, IEEE_DIV=ieee_div, HW_PACK=_hw_pack(x.device),
             **_fmt_args(fmt, exact_round), **config,
             # The re-quantizer multiplies in the kernel before it divides; no contraction may touch that product.
@@ -674,6 +695,28 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, *, exact_rou
         raise OperandError("requantize_tokens_transposed needs M-major input scales (strides (1, M))")
     config = config or (_INTERPRET_TOKENS if TRITON_INTERPRET else _REQUANT_CONFIG)
     return _launch_tokens_t(_rowmajor(q_in.data), q_in.scale, q_in.fmt.group, fmt, config, exact_round, ieee_div)
+
+
+def requantizes_blocks(q_in: Quantized, fmt: QuantFormat) -> bool:
+    """Whether `requantize_blocks_transposed` takes q_in to fmt: 1x128 input groups along K with M-major scales,
+    128x128 output blocks (a program's 128 columns are then one input group: one input scale per token)."""
+    return (q_in.fmt.granularity is Granularity.GROUP and q_in.fmt.axis is Axis.K and q_in.fmt.group == 128
+            and fmt.granularity is Granularity.BLOCK and fmt.block == (128, 128) and q_in.scale.stride(0) == 1)
+
+
+def requantize_blocks_transposed(q_in: Quantized, fmt: QuantFormat, *, exact_round: bool | None = None,
+                                 config: dict | None = None) -> Quantized:
+    """Saved 1x128 FP8 activation [M, C] -> x^T [C, M_pad] in 128x128 blocks, the bytes of
+    `quantize.requantize_blocks_transposed` in one kernel: the tokens re-quantizer's program with BLOCK_SCALE, a
+    program per 128-token x 128-column tile taking the tile's amax and writing its one scale. `config` ({"VEC",
+    "num_warps"}) is for benchmarks."""
+    if not requantizes_blocks(q_in, fmt):
+        raise OperandError(
+            f"requantize_blocks_transposed needs 1x128 input groups with M-major scales (strides (1, M)) and "
+            f"128x128 blocks, got {q_in.fmt.describe()} with scale strides {tuple(q_in.scale.stride())} -> "
+            f"{fmt.describe()} (hint: quantize.requantize_blocks_transposed takes the reference there)")
+    config = {**(config or _REQUANT_BLOCKS_CONFIG), "BLOCK_C": fmt.block[0], "CHUNKS": 1}
+    return _launch_tokens_t(_rowmajor(q_in.data), q_in.scale, q_in.fmt.group, fmt, config, exact_round, False)
 
 
 def quantize_rows_and_tokens_transposed(x: torch.Tensor, rows_fmt: QuantFormat, tokens_fmt: QuantFormat, *,

@@ -7,6 +7,8 @@ outputs' shapes, dtypes and strides, AOT dispatch), and with the CPU routed thro
 give eager's bits. The GPU run of the same: tests/numerics/gpu/test_compile_gpu.py.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -23,6 +25,7 @@ from helpers import GraphRecorder, route_through_custom_ops
 P = PRESET_FORMATS
 JETRL = LinearSpec(weight=P["fp8_block_weight"], input=P["fp8_group_act"], grad_output=P["fp8_group_act"],
                    wgrad_operands=P["fp8_group_tokens"])
+WGRAD_BLOCKS = replace(JETRL, wgrad_input=P["fp8_block_weight"])  # x^T re-quantized in 128x128 blocks
 # The ops a compiled training step holds (transpose_operand serves the eager weight cache only).
 OPS = ("quantize", "quantize_blocks_stacked", "quantize_grad_output", "requantize_tokens_transposed", "fp8_gemm")
 
@@ -63,6 +66,15 @@ def test_grad_output_requantize_and_transpose_ops_fakes_match():
                  (wq.data, wq.scale, custom_ops.format_key(wq.fmt)))
 
 
+@pytest.mark.parametrize("fmt", [P["fp8_block_weight"], replace(P["fp8_block_weight"], scale=ScaleKind.POW2)],
+                         ids=lambda f: f.describe())
+@pytest.mark.parametrize("shape", [(130, 256), (256, 200), (1, 128)], ids=str)  # padded tokens, a partial block
+def test_requantize_blocks_op_fake_matches(fmt, shape):
+    xq = quantize_rows_1xG(torch.randn(shape), P["fp8_group_act"])
+    _opcheck(torch.ops.precision_engine.requantize_blocks_transposed.default,
+             (xq.data, xq.scale, custom_ops.format_key(xq.fmt), custom_ops.format_key(fmt)))
+
+
 @pytest.mark.parametrize("rows, transposed", [((384,), True), ((256, 128, 100), True), ((256, 128), False)])
 def test_quantize_blocks_stacked_op_fake_matches(rows, transposed):
     weights = [torch.randn(r, 200, dtype=torch.bfloat16) for r in rows]
@@ -92,9 +104,9 @@ def routed(monkeypatch):
     route_through_custom_ops(monkeypatch)
 
 
-def _layer(n=384, k=256, seed=0):
+def _layer(n=384, k=256, seed=0, spec=JETRL):
     torch.manual_seed(seed)
-    return Fp8Linear.from_linear(nn.Linear(k, n, dtype=torch.bfloat16), JETRL)
+    return Fp8Linear.from_linear(nn.Linear(k, n, dtype=torch.bfloat16), spec)
 
 
 def _grads(step, x, params):
@@ -124,6 +136,25 @@ def test_compiled_training_step_is_one_graph_of_the_ops_with_eager_bits(routed, 
     assert len(recorder.code) == 1
     assert all(f"precision_engine.{op}" in recorder.code[0] for op in OPS)
     for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
+
+
+def test_compiled_step_requantizes_x_into_blocks_as_one_op(routed):
+    """With `wgrad_input` in 128x128 blocks the wgrad takes x^T from the blocks re-quantizer's op, in a single
+    graph, with eager's bits."""
+    torch._dynamo.reset()
+    layer = _layer(spec=WGRAD_BLOCKS)
+    params = list(layer.parameters())
+
+    def step(x):
+        return layer(x).float().square().sum()
+
+    x = torch.randn(200, 256, dtype=torch.bfloat16)
+    recorder = GraphRecorder()
+    compiled = _grads(torch.compile(step, backend=recorder, fullgraph=True), x, params)
+    assert len(recorder.code) == 1 and "precision_engine.requantize_blocks_transposed" in recorder.code[0]
+    assert "precision_engine.requantize_tokens_transposed" not in recorder.code[0]
+    for a, b in zip(_grads(step, x, params), compiled):
         assert torch.equal(a, b)
 
 

@@ -284,6 +284,49 @@ def test_requantize_every_tile(g_in, shape):
             assert_bitwise(to_cpu(got), ref)
 
 
+BLOCK_FMTS = [f for f in FORMATS if f.granularity is Granularity.BLOCK and f.dtype is DType.FLOAT8_E4M3]
+
+
+@pytest.mark.parametrize("shape", [(m, c) for m in (128, 200, 1) for c in (128, 256)] + [(200, 200)], ids=str)
+@pytest.mark.parametrize("fmt", BLOCK_FMTS, ids=lambda f: f.describe())
+def test_blocks_requantizer_matches_reference(fmt, shape):
+    """The blocks re-quantizer (one scale a 128x128 tile of x^T) equals the reference composition bitwise: whole
+    and padded token blocks, a partial channel block, an outlier token, FP8 -0 in Q(x), and a NaN input group,
+    whose NaN reaches its block's scale."""
+    from precision_engine.numerics import triton_quant as T
+
+    m, c = shape
+    x = _wide_rows(shape, seed=stable_seed(fmt, shape))
+    x[m // 2] *= 1e4  # an outlier token: the rest of its blocks quantize to FP8 subnormals and zeros
+    x[0, :7] = -x[0, :7].abs() * 1e-30  # FP8 underflow to signed zeros in Q(x)
+    if m > 1:
+        x[m - 1, c - 1] = math.nan  # a NaN input group, in the last (perhaps partial) channel block
+    saved = Q.quantize_rows_1xG(x.to(torch.bfloat16), BASE[2], backend="reference")
+    assert bool((saved.data.view(torch.uint8) == 0x80).any())
+    ref = Q.requantize_blocks_transposed(saved, fmt, backend="reference")
+    assert bool(ref.scale.isnan().any()) == (m > 1)
+    on_device = replace(saved, data=saved.data.to(DEVICE), scale=saved.scale.to(DEVICE))
+    got = T.requantize_blocks_transposed(on_device, fmt)
+    assert got.data.stride() == ref.data.stride()
+    assert_bitwise(to_cpu(got), ref)
+    assert_bitwise(to_cpu(Q.requantize_blocks_transposed(on_device, fmt, backend="triton")), ref)
+
+
+def test_blocks_requantizer_refuses_other_groups_and_blocks():
+    """Only 1x128 inputs to 128x128 blocks: the kernel refuses the rest, and `quantize` takes the reference there."""
+    from precision_engine.numerics import triton_quant as T
+
+    saved = Q.quantize_rows_1xG(torch.randn(8, 128), replace(BASE[2], group=64), backend="reference")
+    with pytest.raises(Q.OperandError, match="1x128 input groups"):
+        T.requantize_blocks_transposed(saved, BASE[4])
+    ours = Q.quantize_rows_1xG(torch.randn(8, 128), BASE[2], backend="reference")
+    with pytest.raises(Q.OperandError, match="128x128 blocks"):
+        T.requantize_blocks_transposed(ours, replace(BASE[4], block=(64, 128)))
+    on_device = replace(saved, data=saved.data.to(DEVICE), scale=saved.scale.to(DEVICE))
+    assert_bitwise(to_cpu(Q.requantize_blocks_transposed(on_device, BASE[4], backend="triton")),
+                   Q.requantize_blocks_transposed(saved, BASE[4], backend="reference"))
+
+
 @pytest.mark.parametrize("shape", [(64, 128), (96, 160)], ids=["even", "ragged"])
 def test_fused_grad_output_even_tiles(shape):
     """The grad-output kernel without masks (M and C multiples of the groups) and with them."""

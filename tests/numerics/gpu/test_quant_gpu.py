@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from precision_engine.bench.quant import DUAL_SWEEP, GLUON_REQUANT_SWEEP
+from precision_engine.bench.quant import BLOCKS_REQUANT_SWEEP, DUAL_SWEEP, GLUON_REQUANT_SWEEP
 from precision_engine.numerics import quantize as Q
 from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind
 
@@ -134,6 +134,23 @@ def hostile_input(shape) -> torch.Tensor:
     x[::9, ::5] *= 1e-30
     x[-1, 7] = math.nan
     return x
+
+
+@pytest.mark.parametrize("fmt", [replace(BASE[4], scale=k) for k in ScaleKind], ids=lambda f: f.describe())
+@pytest.mark.parametrize("shape", [(8192, 4096), (8192 + 7, 4096), (1000, 1100)],
+                         ids=["even", "ragged-tokens", "ragged-both"])
+def test_blocks_requantizer_gives_the_reference_bytes(shape, fmt):
+    """The blocks re-quantizer (x^T in 128x128 blocks, a `wgrad_input` in blocks) through AUTO, with exact
+    rounding and at every warp count the benchmark sweeps: the reference's bytes on padded tokens, a partial
+    channel block, signed zeros by the thousand and a NaN."""
+    from precision_engine.numerics import triton_quant as T
+
+    saved = Q.quantize_rows_1xG(hostile_input(shape), BASE[2])
+    want = Q.requantize_blocks_transposed(saved, fmt, backend="reference")
+    assert_bitwise(Q.requantize_blocks_transposed(saved, fmt), want)
+    assert_bitwise(T.requantize_blocks_transposed(saved, fmt, exact_round=True), want)
+    for warps in BLOCKS_REQUANT_SWEEP:
+        assert_bitwise(T.requantize_blocks_transposed(saved, fmt, config={"VEC": 4, "num_warps": warps}), want)
 
 
 @pytest.mark.parametrize("program", GLUON_REQUANT_SWEEP, ids=lambda p: f"w{p[0]}-lanes{p[1]}")

@@ -137,12 +137,13 @@ def hostile_input(shape) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("fmt", [replace(BASE[4], scale=k) for k in ScaleKind], ids=lambda f: f.describe())
-@pytest.mark.parametrize("shape", [(8192, 4096), (8192 + 7, 4096), (1000, 1100)],
-                         ids=["even", "ragged-tokens", "ragged-both"])
+@pytest.mark.parametrize("shape", [(8192, 4096), (8192 + 7, 4096), (1000, 1100), (77, 128), (300, 1001)],
+                         ids=["even", "ragged-tokens", "ragged-both", "one-tile", "odd-row-stride"])
 def test_blocks_requantizer_gives_the_reference_bytes(shape, fmt):
     """The blocks re-quantizer (x^T in 128x128 blocks, a `wgrad_input` in blocks) through AUTO, with exact
     rounding and at every warp count the benchmark sweeps: the reference's bytes on padded tokens, a partial
-    channel block, signed zeros by the thousand and a NaN."""
+    channel block, rows whose stride is not a multiple of 4 bytes, signed zeros by the thousand and a NaN, into
+    memory that held 0xFF bytes."""
     from precision_engine.numerics import triton_quant as T
 
     saved = Q.quantize_rows_1xG(hostile_input(shape), BASE[2])
@@ -150,6 +151,7 @@ def test_blocks_requantizer_gives_the_reference_bytes(shape, fmt):
     assert_bitwise(Q.requantize_blocks_transposed(saved, fmt), want)
     assert_bitwise(T.requantize_blocks_transposed(saved, fmt, exact_round=True), want)
     for warps in BLOCKS_REQUANT_SWEEP:
+        torch.full((4 * saved.data.numel(),), 0xFF, dtype=torch.uint8, device="cuda")  # freed: the outputs reuse it
         assert_bitwise(T.requantize_blocks_transposed(saved, fmt, config={"VEC": 4, "num_warps": warps}), want)
 
 

@@ -10,7 +10,8 @@ K being one segment), dgrad and wgrad on cuBLAS, and where DeepGEMM is installed
 forward above decode sizes and dgrad on DeepGEMM (cuBLAS's bits, faster: `gemm._deep_gemm_gives_cublas_bits`);
 `fp8_bi_pinned` is a policy's `kernel: cublas_pinned`, all three GEMMs on cuBLAS with a pinned algorithm, its
 rows under 16 and its decode sizes on Hopper on our one-segment launches (same bits; a note where its extension
-does not build); `torchao` and `torchao_triton` are torchao's `Float8BlockwiseLinear` over the same weight
+does not build); `fp8_bi_wblocks` is `fp8_bi` with `wgrad_input` in 128x128 blocks (x^T blocked in the wgrad, the
+fprop's GEMM form: `numerics.linear`), the same forward; `torchao` and `torchao_triton` are torchao's `Float8BlockwiseLinear` over the same weight
 (cuBLAS and Triton GEMMs; see `torchao_ref`: it re-quantizes W on every call, forward included), at training
 sizes only, where it runs; otherwise `torchao_note` says why.
   host     for the eager passes at training sizes, each variant's host time to issue a call with the GPU kept
@@ -57,7 +58,7 @@ from precision_engine.bench.gemm import (
 from precision_engine.bench.timing import host_and_gpu_ms, rotation
 from precision_engine.errors import UsageError
 
-OURS = ("bf16", "fp8_cublas", "fp8_bi", "fp8_bi_pinned")  # bf16, the baseline of every ratio, always runs
+OURS = ("bf16", "fp8_cublas", "fp8_bi", "fp8_bi_pinned", "fp8_bi_wblocks")  # bf16, the baseline of every ratio, always runs
 VARIANTS = (*OURS, *torchao_ref.VARIANTS)  # in run order, torchao's last
 KINDS = VARIANTS[1:]  # the table's columns after bf16
 DECODE_VARIANTS = ("bf16", "fp8_bi", "fp8_bi_pinned")  # decode rows time the batch-invariant rollout paths
@@ -110,6 +111,7 @@ def _specs():
         "fp8_cublas": (LinearSpec(**base, kernel=Kernel.CUBLAS), NumericsSpec(batch_invariant=False)),
         "fp8_bi": (LinearSpec(**base), NumericsSpec(batch_invariant=True)),
         "fp8_bi_pinned": (LinearSpec(**base, kernel=Kernel.CUBLAS_PINNED), NumericsSpec(batch_invariant=True)),
+        "fp8_bi_wblocks": (LinearSpec(**base, wgrad_input=P["fp8_block_weight"]), NumericsSpec(batch_invariant=True)),
     }
 
 
@@ -287,4 +289,5 @@ def format_table(rows: list[dict]) -> str:
     firsts = {v: sum(r[f"{v}_warmup_s"] for r in rows if f"{v}_warmup_s" in r) for v in VARIANTS
               if any(f"{v}_warmup_s" in r for r in rows)}
     total = "first calls s (all rows): " + ", ".join(f"{v} {s:.1f}" for v, s in firsts.items())
-    return "\n".join([format_header(), *map(format_row, rows), total, *notes(rows), *summary(rows)])
+    targets = [*summary(rows), *summary(rows, "fp8_bi_wblocks")]
+    return "\n".join([format_header(), *map(format_row, rows), total, *notes(rows), *targets])

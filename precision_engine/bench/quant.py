@@ -39,7 +39,7 @@ TOKENS_SWEEP = [(64, 1, 4, 4), (64, 1, 4, 2), (32, 1, 4, 2), (32, 1, 4, 1), (128
 # The Gluon re-quantizer's programs (warps, lanes along tokens).
 GLUON_REQUANT_SWEEP = [(8, 8), (8, 4), (4, 8), (4, 4), (2, 8), (2, 4)]
 # The blocks re-quantizer's warps (a program is one 128x128 tile).
-BLOCKS_REQUANT_SWEEP = [4, 8, 16]
+BLOCKS_REQUANT_SWEEP = [2, 4, 8]
 # Grad-output configs (1x128 programs of BLOCK_M rows, tokens-transposed programs of BLOCK_C columns, warps).
 DUAL_SWEEP = [(32, 64, 4), (64, 64, 4), (16, 64, 4), (32, 32, 4), (64, 64, 8), (64, 128, 8), (32, 128, 4),
               (64, 32, 4), (64, 16, 4)]

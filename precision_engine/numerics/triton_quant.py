@@ -541,11 +541,11 @@ _INTERPRET_TOKENS = {"BLOCK_C": 64, "CHUNKS": 2, "VEC": 4}
 _DUAL_CONFIG = {"BLOCK_M": 64, "BLOCK_C": 64, "num_warps": 4}
 _BLOCKS_CONFIG = {"num_warps": 8}  # 128x128 weight blocks, one per program
 # Blocks re-quantizer: the tokens re-quantizer's program on one whole 128x128 tile (its scale needs the tile's
-# amax), 128 values a thread at 4 warps. Compiled offline for sm_90a (Triton 3.9, `scripts/sass_per_element.py`):
-# 9.9 SASS an element with fp32 scales at 167 registers; 8 warps take 11.8 at 103 registers (the tokens
-# re-quantizer: 13.1). Timed on an H100 (2026-12-06, `bench quant --sweep`, 8192..16384 x 4096..14336): 4 warps
-# 62.7-78.8% of copy, 8 warps 49.6-59.1%, 16 warps 36.9-42.9%. The interpreter runs the same launch.
-_REQUANT_BLOCKS_CONFIG = {"VEC": 4, "num_warps": 4}
+# amax). Compiled offline for sm_90a (Triton 3.9, `scripts/sass_per_element.py`): 9.9 SASS an element with fp32
+# scales at 4 warps (167 registers), 11.8 at 8 (103; the tokens re-quantizer: 13.1). Timed on an H100 (2026-12-06,
+# `bench quant --sweep`, 8192..16384 x 4096..14336): 2 warps 62.4-83.2% of copy, 4 warps 62.6-79.3%, 8 warps
+# 49.6-59.1%, 16 warps 36.9-42.9%; 2 warps at least as fast on every shape. The interpreter runs the same launch.
+_REQUANT_BLOCKS_CONFIG = {"VEC": 4, "num_warps": 2}
 _INTERPRET_DUAL = {"BLOCK_M": 32, "BLOCK_C": 64}
 
 

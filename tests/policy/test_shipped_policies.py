@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from precision_engine.numerics.formats import Axis, DType, Granularity
@@ -11,7 +13,7 @@ from precision_engine.policy.yaml_source import parse_yaml
 from precision_engine.policy.schema import check_structure
 
 EXPECTED = {"bf16_baseline", "fp8_rollout_naive", "fp8rl_rollout_tis", "fp8rl_rollout_mis", "jetrl_unified",
-            "jetrl_unified_kv"}
+            "jetrl_unified_kv", "jetrl_unified_wgrad_blocks"}
 
 
 def test_all_expected_policies_ship():
@@ -51,6 +53,19 @@ def test_jetrl_unified_quantizes_all_three_gemms_identically_in_both_phases():
     assert (linear.wgrad_operands.group, linear.wgrad_operands.axis) == (128, Axis.TOKENS)
     assert policy.master_weights is DType.BF16
     assert policy.correction.importance_sampling is None
+
+
+def test_wgrad_blocks_changes_only_x_in_the_wgrad():
+    """jetrl_unified_wgrad_blocks is jetrl_unified but for x^T's wgrad format: 128x128 blocks, dy^T's unchanged."""
+    unified, blocks = load_policy("jetrl_unified"), load_policy("jetrl_unified_wgrad_blocks")
+    linear = next(r.linear for r in blocks.rules_for("train") if r.linear)
+    base = next(r.linear for r in unified.rules_for("train") if r.linear)
+    assert (linear.wgrad_input.granularity, linear.wgrad_input.block) == (Granularity.BLOCK, (128, 128))
+    assert linear.wgrad_input.dtype is DType.FLOAT8_E4M3 and base.wgrad_input is None
+    assert replace(linear, wgrad_input=None) == base
+    assert blocks.phases == unified.phases and blocks.rules_for("rollout") == blocks.rules_for("train")
+    assert (blocks.kv_cache, blocks.correction, blocks.master_weights) == \
+        (unified.kv_cache, unified.correction, unified.master_weights)
 
 
 def test_fp8rl_tis_is_bf16_training_with_fp8_rollout_kv_and_token_tis():

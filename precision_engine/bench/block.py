@@ -38,7 +38,7 @@ from precision_engine.models.loader import config_spec, resolve_config
 from precision_engine.pipeline import prepare
 from precision_engine.rewrite import invalidate_weight_caches
 
-POLICIES = ("bf16_baseline", "jetrl_unified", "jetrl_unified_kv", "fp8rl_rollout_tis")
+POLICIES = ("bf16_baseline", "jetrl_unified", "jetrl_unified_wgrad_blocks", "jetrl_unified_kv", "fp8rl_rollout_tis")
 BASELINE = "bf16_baseline"  # the policy every ratio is relative to
 PASSES = ("fwd", "fwd+bwd", "fwd+bwd" + GRAPHED)
 # Issue 12: the 8B block's training step under jetrl_unified against the BF16 block, both in the shipped

@@ -88,7 +88,8 @@ def register(app: typer.Typer) -> None:
                                                    "tiny-llama); one decoder layer of its shapes is built.")] = None,
         policy: Annotated[list[str] | None, typer.Option("--policy", help="A policy name or file; repeat for "
                                                          "several (default: bf16_baseline, jetrl_unified, "
-                                                         "jetrl_unified_kv, fp8rl_rollout_tis).")] = None,
+                                                         "jetrl_unified_wgrad_blocks, jetrl_unified_kv, "
+                                                         "fp8rl_rollout_tis).")] = None,
         mode: Annotated[list[str] | None, typer.Option("--mode", help="fast and/or batch-invariant "
                                                        "(default both).")] = None,
         batch: Annotated[int | None, typer.Option("--batch", min=1, help="Sequences (default 4; --quick 2).")] = None,

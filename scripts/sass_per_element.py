@@ -110,20 +110,24 @@ def blocks_kernel(pow2: bool) -> tuple[int, int, float]:
 
 
 def gluon_requant_constexprs(args: dict, warps: int, token_lanes: int, even: bool = True,
-                             stride: int = 4096) -> dict:
+                             stride: int = 4096, block_scale: bool = False) -> dict:
     """The Gluon re-quantizer's constexprs as `gluon_requant` launches it: the output format's constants `args`
-    (`triton_quant._fmt_args`), its program shape, whole tiles or not (`even`) and the input's row stride."""
+    (`triton_quant._fmt_args`), its program shape, whole tiles or not (`even`), the input's row stride and whether
+    it writes 128x128 blocks (`block_scale`)."""
     return {n: args[n] for n in ("FMAX", "RFMAX", "MBITS", "EMIN", "POW2")} | {
-        "STRIDE": stride, "G_IN": GROUP, "WARPS": warps, "TOKEN_LANES": token_lanes, "EVEN_M": even, "EVEN_C": even}
+        "STRIDE": stride, "G_IN": GROUP, "WARPS": warps, "TOKEN_LANES": token_lanes, "EVEN_M": even, "EVEN_C": even,
+        "BLOCK_SCALE": block_scale}
 
 
-def gluon_requant(pow2: bool, warps: int, token_lanes: int) -> tuple[int, int, float]:
+def gluon_requant(pow2: bool, warps: int, token_lanes: int, block_scale: bool = False) -> tuple[int, int, float]:
     """(registers, SASS a thread, SASS an element) of the Gluon re-quantizer (`gluon_requant`) on whole
-    128-token groups of an 8B activation's 4096 columns, fp32 or power-of-two scales."""
+    128-token groups of an 8B activation's 4096 columns, fp32 or power-of-two scales; `block_scale`: into
+    128x128 blocks."""
     from precision_engine.numerics import gluon_requant as R
     from precision_engine.numerics import gluon_tokens
 
-    constexprs = gluon_requant_constexprs(fmt_args("fp8_group_tokens", pow2), warps, token_lanes)
+    constexprs = gluon_requant_constexprs(fmt_args("fp8_group_tokens", pow2), warps, token_lanes,
+                                          block_scale=block_scale)
     pointers = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
     return kernel_counts(R._requant_kernel, constexprs, pointers, {"num_warps": warps, "enable_fp_fusion": False},
                          GROUP * gluon_tokens.block_columns(warps, token_lanes) / (32 * warps), GluonASTSource)
@@ -146,12 +150,14 @@ def main() -> None:
     for pow2 in (False, True):  # bytes an element: read plus written, scales aside
         counts = [(name, label, 2 if dequant else 3, tokens_kernel(config, dequant, pow2))
                   for name, label, config, dequant in tokens]
-        counts += [("blocks re-quantizer", "shipped (128 cols, 8 warps)", 2,
+        counts += [("blocks re-quantizer", "shipped (128 cols, 2 warps)", 2,
                     tokens_kernel({**T._REQUANT_BLOCKS_CONFIG, "BLOCK_C": GROUP, "CHUNKS": 1}, True, pow2, True)),
                    ("rows 1x128, bf16", "shipped (64 rows, 8 warps)", 3, rows_kernel(pow2)),
                    ("weight + ^T, bf16", "shipped (128x128, 8 warps)", 4, blocks_kernel(pow2))]
         counts += [("re-quantizer", f"Gluon, {warps} warps, {lanes} token lanes", 2,
                     gluon_requant(pow2, warps, lanes)) for warps, lanes in GLUON_REQUANT_SWEEP]
+        counts += [("blocks re-quantizer", f"Gluon, 8 warps, {lanes} token lanes", 2,
+                    gluon_requant(pow2, 8, lanes, block_scale=True)) for lanes in (8, 4)]
         for name, label, nbytes, (registers, per_thread, per_element) in counts:
             copy_us = elements * nbytes / (args.copy_gbps * 1e3)
             issue_us = elements * per_element / 32 / (SMS * SCHEDULERS * args.clock_ghz * 1e3)

@@ -10,8 +10,8 @@ up read, h and its FP8 bytes written). ``--sweep`` adds every launch config of t
 re-quantizing (both layouts), grad-output and SiLU-mul kernels, both divisions of the re-quantizer and, where it
 runs, its Gluon kernel's program shapes (rows named "<kernel> <config>"): the shipped defaults in
 numerics/triton_quant.py, triton_fused_quant.py and gluon_requant.py are one-line choices among them.
-The re-quantizer's rows are AUTO's (the Gluon kernel on Hopper for fp32 scales) and the Triton kernel's, side by
-side.
+The re-quantizers' rows are AUTO's (the Gluon kernels on Hopper for fp32 scales) and the Triton kernels', side
+by side.
 Each timed call gets the next of several freshly drawn input sets whose total exceeds the L2 several times.
 Run: ``precision bench quant [--sweep] [--only PARTS] [--out out.json]``.
 """
@@ -169,6 +169,8 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                       saved(shape), blocks_bytes))
         cases.append((same_bytes_copy("requant fp8 -> blocks^T"), shape, copy, copy_inputs(blocks_bytes),
                       blocks_bytes))
+        cases.append(("requant blocks triton kernel", shape, lambda q: T.requantize_blocks_transposed(q, blk),
+                      saved(shape), blocks_bytes))
         cases.append(("dy 1x128+tokens^T fused", shape,
                       lambda x: Q.quantize_rows_and_tokens_transposed(x, act, tok), bf16(shape), dual_bytes))
         cases.append(("dy 1x128+tokens^T 2 kernels", shape, separate, bf16(shape), dual_bytes))
@@ -198,6 +200,11 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                 cases.append((f"requant blocks w{warps}", shape,
                               lambda q, c=config: T.requantize_blocks_transposed(q, blk, config=c), saved(shape),
                               blocks_bytes))
+            if gluon:
+                for lanes in (8, 4):
+                    cases.append((f"requant blocks gluon t{lanes}", shape,
+                                  lambda q, t=lanes: gluon_requant.requantize_blocks_transposed(q, blk, t),
+                                  saved(shape), blocks_bytes))
             for block_m, block_c, warps in DUAL_SWEEP:
                 config = {"BLOCK_M": block_m, "BLOCK_C": block_c, "num_warps": warps}
                 cases.append((f"dy fused m{block_m} c{block_c} w{warps}", shape,

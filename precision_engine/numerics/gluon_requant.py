@@ -22,8 +22,12 @@ The input scale's multiply is the Triton kernel's (one fp32 multiply, no contrac
 fusion), the rest `gluon_tokens`', so the bytes are the Triton kernel's, -0 and NaN included; tokens past M load
 as zeros, so the padding tokens are FP8 zeros.
 
+With BLOCK_SCALE the same program writes x^T in 128x128 blocks instead (a policy's `wgrad_input` in blocks,
+`triton_quant.requantize_blocks_transposed`'s bytes): its 8 warps hold one whole block, which takes one scale from
+the tile's amax.
+
 GPU only (Hopper, sm_90, Triton 3.6, as `gluon_gemm`); 128-token output groups from input groups that are whole
-multiples of the program's columns; `runs` sends anything else to the Triton kernel.
+multiples of the program's columns; `runs` and `runs_blocks` send anything else to the Triton kernels.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from triton.experimental.gluon import language as gl
 from precision_engine.errors import OperandError
 from precision_engine.numerics import gluon_tokens as G
 from precision_engine.numerics import triton_quant as T
-from precision_engine.numerics.contract import Quantized, tokens_buffers
+from precision_engine.numerics.contract import Quantized, block_buffers, tokens_buffers
 from precision_engine.numerics.formats import QuantFormat, ScaleKind
 from precision_engine.numerics.gluon_gemm import _FP8_GL, _TRITON, GLUON_TRITON, _device
 from precision_engine.numerics.gluon_tokens import TILE
@@ -49,10 +53,10 @@ TOKEN_LANES = 8  # a program: 8 warps, 128 columns, one whole input group (`gluo
 def _requant_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, STRIDE: gl.constexpr,
                     G_IN: gl.constexpr, WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr, EVEN_M: gl.constexpr,
                     EVEN_C: gl.constexpr, FMAX: gl.constexpr, RFMAX: gl.constexpr, MBITS: gl.constexpr,
-                    EMIN: gl.constexpr, POW2: gl.constexpr):
+                    EMIN: gl.constexpr, POW2: gl.constexpr, BLOCK_SCALE: gl.constexpr):
     """Program (token group, `gluon_tokens.block_columns` columns): x [M, C] (row stride STRIDE) with M-major
     input scales s_in [M, C / G_IN] (strides (1, stride_sig)) -> q [C, M_pad] and scales [M_pad / 128, C]
-    row-major."""
+    row-major; with BLOCK_SCALE, scales [C / 128, M_pad / 128] row-major, one a program."""
     layout: gl.constexpr = G.tile_layout(WARPS, TOKEN_LANES)
     block_c: gl.constexpr = G.block_columns(WARPS, TOKEN_LANES)
     tok0 = gl.program_id(0) * TILE
@@ -70,7 +74,7 @@ def _requant_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, STRI
     else:
         s_in = gl.load(s_at, mask=tok0 + toks < M, other=1.0)
     G.quantize_tokens_transposed(x.to(gl.float32) * s_in[:, None], q_ptr, s_ptr, tok0, col0, C, M_pad, WARPS,
-                                 TOKEN_LANES, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2)
+                                 TOKEN_LANES, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2, BLOCK_SCALE)
 
 
 def available(device: torch.device) -> bool:
@@ -89,18 +93,40 @@ def runs(q_in: Quantized, fmt: QuantFormat) -> bool:
             and fmt.group == TILE.value and fmt.scale is ScaleKind.FP32)
 
 
+def runs_blocks(q_in: Quantized, fmt: QuantFormat) -> bool:
+    """Whether this kernel takes a re-quantization into 128x128 blocks: `available`, FP8 row-major data, the
+    Triton kernel's operands (`triton_quant.requantizes_blocks`: 1x128 input groups, 128x128 output blocks), fp32
+    output scales (as `runs`)."""
+    x = q_in.data
+    return (available(x.device) and x.dtype in _FP8_GL and x.dim() == 2 and x.stride(1) == 1
+            and T.requantizes_blocks(q_in, fmt) and fmt.scale is ScaleKind.FP32)
+
+
 def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, warps: int = WARPS,
                                  token_lanes: int = TOKEN_LANES) -> Quantized:
     """`triton_quant.requantize_tokens_transposed(q_in, fmt)`'s bytes, for operands `runs` takes. `warps` and
     `token_lanes` (4 or 8; warps x 16 x token_lanes >= 128) are for benchmarks."""
+    m, c = q_in.data.shape
+    out = tokens_buffers(m, c, fmt, q_in.data.device)
+    return _launch(q_in, out, out.scale.t(), fmt, warps, token_lanes, False)  # scales written [M_pad/G, C]
+
+
+def requantize_blocks_transposed(q_in: Quantized, fmt: QuantFormat, token_lanes: int = TOKEN_LANES) -> Quantized:
+    """`triton_quant.requantize_blocks_transposed(q_in, fmt)`'s bytes, for operands `runs_blocks` takes: a program
+    of 8 warps holds one 128x128 block. `token_lanes` (4 or 8) is for benchmarks."""
+    m, c = q_in.data.shape
+    out = block_buffers(c, -(-m // TILE.value) * TILE.value, fmt, q_in.data.device)
+    return _launch(q_in, out, out.scale, fmt, WARPS, token_lanes, True)
+
+
+def _launch(q_in: Quantized, out: Quantized, scale: torch.Tensor, fmt: QuantFormat, warps: int, token_lanes: int,
+            block_scale: bool) -> Quantized:
     block_c = G.block_columns(warps, token_lanes)
     if q_in.fmt.group % block_c:
         raise OperandError(f"a program's {block_c} columns must lie in one input group, got groups of "
                            f"{q_in.fmt.group}")
-    x = q_in.data
+    x, q = q_in.data, out.data
     m, c = x.shape
-    out = tokens_buffers(m, c, fmt, x.device)
-    q, scale = out.data, out.scale.t()  # the kernel writes scales [M_pad/G, C] row-major
     if q.numel() == 0:
         return out
     args = T._fmt_args(fmt, False)
@@ -108,5 +134,5 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, warps: int =
         x, q_in.scale, q, scale, m, c, q.shape[1], q_in.scale.stride(1), STRIDE=x.stride(0), G_IN=q_in.fmt.group,
         WARPS=warps, TOKEN_LANES=token_lanes, EVEN_M=m % TILE.value == 0, EVEN_C=c % block_c == 0,
         FMAX=args["FMAX"], RFMAX=args["RFMAX"], MBITS=args["MBITS"], EMIN=args["EMIN"], POW2=args["POW2"],
-        num_warps=warps, enable_fp_fusion=False)
+        BLOCK_SCALE=block_scale, num_warps=warps, enable_fp_fusion=False)
     return out

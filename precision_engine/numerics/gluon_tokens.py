@@ -89,16 +89,22 @@ def fp8_words(y, out_ty: gl.constexpr, MBITS: gl.constexpr, EMIN: gl.constexpr):
 @gluon.jit
 def quantize_tokens_transposed(x, q_ptr, s_ptr, tok0, col0, C, M_pad, WARPS: gl.constexpr,
                                TOKEN_LANES: gl.constexpr, EVEN_C: gl.constexpr, FMAX: gl.constexpr,
-                               RFMAX: gl.constexpr, MBITS: gl.constexpr, EMIN: gl.constexpr, POW2: gl.constexpr):
+                               RFMAX: gl.constexpr, MBITS: gl.constexpr, EMIN: gl.constexpr, POW2: gl.constexpr,
+                               BLOCK_SCALE: gl.constexpr):
     """x [128 tokens from tok0, block_columns from col0] in fp32 and `tile_layout` -> its 128x1 groups: FP8 bytes
-    into q [C, M_pad] (x^T) and scales into [M_pad / 128, C] row-major at s_ptr."""
+    into q [C, M_pad] (x^T) and scales into [M_pad / 128, C] row-major at s_ptr. BLOCK_SCALE: the tile is one block
+    of x^T instead (one scale from its amax), the scale stored at [C / block_columns, M_pad / 128] row-major."""
     layout: gl.constexpr = tile_layout(WARPS, TOKEN_LANES)
     block_c: gl.constexpr = block_columns(WARPS, TOKEN_LANES)
-    amax = gl.convert_layout(T._amax(gl.abs(x), 0), _column_layout(WARPS, TOKEN_LANES))
-    scale = T._scale_from_amax(amax, FMAX, RFMAX, POW2)
-    inv = gl.convert_layout(T._reciprocal(scale, POW2), gl.SliceLayout(0, layout))
-    scale = gl.convert_layout(scale, gl.SliceLayout(0, layout))
-    y = T._quotient(x, scale[None, :], inv[None, :], POW2, False)
+    if BLOCK_SCALE:
+        scale = T._scale_from_amax(T._amax(T._amax(gl.abs(x), 0), 0), FMAX, RFMAX, POW2)
+        y = T._quotient(x, scale, T._reciprocal(scale, POW2), POW2, False)
+    else:
+        amax = gl.convert_layout(T._amax(gl.abs(x), 0), _column_layout(WARPS, TOKEN_LANES))
+        scale = T._scale_from_amax(amax, FMAX, RFMAX, POW2)
+        inv = gl.convert_layout(T._reciprocal(scale, POW2), gl.SliceLayout(0, layout))
+        scale = gl.convert_layout(scale, gl.SliceLayout(0, layout))
+        y = T._quotient(x, scale[None, :], inv[None, :], POW2, False)
     words_layout: gl.constexpr = _words_layout(WARPS, TOKEN_LANES)
     words = gl.convert_layout(fp8_words(y, q_ptr.dtype.element_ty, MBITS, EMIN), words_layout)
     j = gl.arange(0, TILE // 4, layout=gl.SliceLayout(1, words_layout))
@@ -106,11 +112,16 @@ def quantize_tokens_transposed(x, q_ptr, s_ptr, tok0, col0, C, M_pad, WARPS: gl.
     pitch = M_pad // 4
     q_at = (q_ptr.to(gl.pointer_type(gl.uint32)) + col0.to(gl.int64) * pitch + tok0 // 4
             + (c[None, :] * pitch + j[:, None]))
-    cols = gl.arange(0, block_c, layout=gl.SliceLayout(0, layout))
-    s_at = s_ptr + (tok0 // TILE) * C + col0 + cols
     if EVEN_C:
         gl.store(q_at, words)
-        gl.store(s_at, scale)
     else:
         gl.store(q_at, words, mask=(col0 + c < C)[None, :])
-        gl.store(s_at, scale, mask=col0 + cols < C)
+    if BLOCK_SCALE:
+        gl.store(s_ptr + (col0 // block_c) * (M_pad // TILE) + tok0 // TILE, scale)
+    else:
+        cols = gl.arange(0, block_c, layout=gl.SliceLayout(0, layout))
+        s_at = s_ptr + (tok0 // TILE) * C + col0 + cols
+        if EVEN_C:
+            gl.store(s_at, scale)
+        else:
+            gl.store(s_at, scale, mask=col0 + cols < C)

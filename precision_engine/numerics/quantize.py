@@ -246,15 +246,19 @@ def requantize_blocks_transposed(q: Quantized, fmt: QuantFormat, *, backend: str
     The fp32 dequantized copy is exact; the block quantizer rounds it once.
 
     Fused into one Triton kernel on the GPU for 1x128 inputs and 128x128 blocks (the tokens re-quantizer's program
-    with one scale a tile, dequantizing as it loads: no fp32 copy); other shapes take the composition above."""
+    with one scale a tile, dequantizing as it loads: no fp32 copy); on Hopper with Triton 3.6 and fp32 scales, the
+    Gluon re-quantizer's program with one scale a tile (`gluon_requant`), the same bytes; other shapes take the
+    composition above."""
     if q.fmt.granularity is not Granularity.GROUP or q.fmt.axis is not Axis.K:
         raise OperandError(f"requantize_blocks_transposed needs a 1xG operand, got {q.fmt.describe()}")
     _check_fp8(fmt, Granularity.BLOCK)
     if backend == "auto" and custom_ops.routes(q.data):
         return custom_ops.requantize_blocks_transposed(q, fmt)
     if _use_triton(q.data, backend):
-        from precision_engine.numerics import triton_quant
+        from precision_engine.numerics import gluon_requant, triton_quant
 
+        if gluon_requant.runs_blocks(q, fmt):  # the same bytes, the Gluon program (Hopper, Triton 3.6)
+            return gluon_requant.requantize_blocks_transposed(q, fmt)
         if triton_quant.requantizes_blocks(q, fmt):
             return triton_quant.requantize_blocks_transposed(q, fmt)
     m = q.data.shape[0]

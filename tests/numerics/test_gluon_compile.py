@@ -202,17 +202,21 @@ for pow2, most in ((False, 10.5), (True, 8.5)):
     for warps, lanes in GLUON_REQUANT_SWEEP:
         registers, _, per_element = gluon_requant(pow2, warps, lanes)
         assert registers <= 96 and per_element <= most, (pow2, warps, lanes, registers, per_element)
+    for lanes in (8, 4):  # into 128x128 blocks: 8 warps a block
+        registers, _, per_element = gluon_requant(pow2, 8, lanes, block_scale=True)
+        assert registers <= 96 and per_element <= most, (pow2, "blocks", lanes, registers, per_element)
 types = {DType.FLOAT8_E4M3: "*fp8e4nv", DType.FLOAT8_E5M2: "*fp8e5"}
 for x_type, q_type in ((DType.FLOAT8_E4M3, DType.FLOAT8_E4M3), (DType.FLOAT8_E5M2, DType.FLOAT8_E4M3),
                        (DType.FLOAT8_E4M3, DType.FLOAT8_E5M2)):
     for scale in ScaleKind:
         args = _fmt_args(replace(PRESET_FORMATS["fp8_group_tokens"], dtype=q_type, scale=scale), False)
-        for warps, lanes, even, stride in ((R.WARPS, R.TOKEN_LANES, False, 4096), (4, 8, True, 14336),
-                                           (2, 4, False, 1001), (8, 4, True, 4096),
-                                           (R.WARPS, R.TOKEN_LANES, False, 1001)):
+        for warps, lanes, even, stride, blocks in (
+                (R.WARPS, R.TOKEN_LANES, False, 4096, False), (4, 8, True, 14336, False), (2, 4, False, 1001, False),
+                (8, 4, True, 4096, False), (R.WARPS, R.TOKEN_LANES, False, 1001, False),
+                (R.WARPS, R.TOKEN_LANES, True, 4096, True), (R.WARPS, 4, False, 1001, True)):
             report = _ptxas_report(
                 Path(tempfile.mkdtemp()), R._requant_kernel, 128, 128,
-                gluon_requant_constexprs(args, warps, lanes, even, stride),
+                gluon_requant_constexprs(args, warps, lanes, even, stride, blocks),
                 {"x_ptr": types[x_type], "s_in_ptr": "*fp32", "q_ptr": types[q_type], "s_ptr": "*fp32"},
                 options={"num_warps": warps, "enable_fp_fusion": False})
             assert "0 bytes spill stores" in report, report
@@ -223,8 +227,9 @@ print("ok")
 def test_gluon_requantizer_compiles_lean():
     """The Gluon re-quantizer (`gluon_requant`) keeps what it was written for: with fp32 scales at most 10.5 SASS
     instructions an element (ptxas: 9.7-10.1, against the Triton kernel's 13.1; 8.5 with power-of-two scales,
-    7.6-7.9) in at most 96 registers, in every shape of program; and every variant AUTO can launch (E4M3 and E5M2
-    either way, both scale kinds, ragged edges, a row stride not a multiple of 4) compiles without a spill. A
+    7.6-7.9) in at most 96 registers, in every shape of program, into 128x1 groups or 128x128 blocks (9.9-10.3 and
+    7.8-8.1); and every variant AUTO can launch (E4M3 and E5M2 either way, both scale kinds, ragged edges, a row
+    stride not a multiple of 4, both layouts) compiles without a spill. A
     change that brings back a transpose through shared memory (about 1.1 an element), or per-thread scales,
     fails here before a device run. In a fresh interpreter, as the grad-output quantizer's test."""
     from helpers import run_offline_compile

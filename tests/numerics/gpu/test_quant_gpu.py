@@ -139,20 +139,30 @@ def hostile_input(shape) -> torch.Tensor:
 @pytest.mark.parametrize("fmt", [replace(BASE[4], scale=k) for k in ScaleKind], ids=lambda f: f.describe())
 @pytest.mark.parametrize("shape", [(8192, 4096), (8192 + 7, 4096), (1000, 1100), (77, 128), (300, 1001)],
                          ids=["even", "ragged-tokens", "ragged-both", "one-tile", "odd-row-stride"])
-def test_blocks_requantizer_gives_the_reference_bytes(shape, fmt):
-    """The blocks re-quantizer (x^T in 128x128 blocks, a `wgrad_input` in blocks) through AUTO, with exact
-    rounding and at every warp count the benchmark sweeps: the reference's bytes on padded tokens, a partial
-    channel block, rows whose stride is not a multiple of 4 bytes, signed zeros by the thousand and a NaN, into
-    memory that held 0xFF bytes."""
+def test_blocks_requantizer_gives_the_reference_bytes(shape, fmt, monkeypatch):
+    """The blocks re-quantizers (x^T in 128x128 blocks, a `wgrad_input` in blocks), the Triton kernel with exact
+    rounding and at every warp count the benchmark sweeps, the Gluon program (Hopper, Triton 3.6) with 8 and 4
+    token lanes: the reference's bytes on padded tokens, a partial channel block, rows whose stride is not a
+    multiple of 4 bytes, signed zeros by the thousand and a NaN, into memory that held 0xFF bytes; and AUTO's
+    dispatch: to the Gluon program for fp32 scales where it runs, else to the Triton kernel."""
+    from precision_engine.numerics import gluon_requant as G
     from precision_engine.numerics import triton_quant as T
 
     saved = Q.quantize_rows_1xG(hostile_input(shape), BASE[2])
     want = Q.requantize_blocks_transposed(saved, fmt, backend="reference")
-    assert_bitwise(Q.requantize_blocks_transposed(saved, fmt), want)
     assert_bitwise(T.requantize_blocks_transposed(saved, fmt, exact_round=True), want)
     for warps in BLOCKS_REQUANT_SWEEP:
         torch.full((4 * saved.data.numel(),), 0xFF, dtype=torch.uint8, device="cuda")  # freed: the outputs reuse it
         assert_bitwise(T.requantize_blocks_transposed(saved, fmt, config={"VEC": 4, "num_warps": warps}), want)
+    gluon = G.available(saved.data.device)
+    for lanes in (8, 4) if gluon else ():
+        torch.full((4 * saved.data.numel(),), 0xFF, dtype=torch.uint8, device="cuda")
+        assert_bitwise(G.requantize_blocks_transposed(saved, fmt, lanes), want)
+    calls = []
+    program = G.requantize_blocks_transposed
+    monkeypatch.setattr(G, "requantize_blocks_transposed", lambda *a: calls.append(1) or program(*a))
+    assert_bitwise(Q.requantize_blocks_transposed(saved, fmt), want)
+    assert calls == ([1] if gluon and fmt.scale is ScaleKind.FP32 else [])
 
 
 @pytest.mark.parametrize("program", GLUON_REQUANT_SWEEP, ids=lambda p: f"w{p[0]}-lanes{p[1]}")

@@ -24,7 +24,9 @@ as zeros, so the padding tokens are FP8 zeros.
 
 With BLOCK_SCALE the same program writes x^T in 128x128 blocks instead (a policy's `wgrad_input` in blocks,
 `triton_quant.requantize_blocks_transposed`'s bytes): its 8 warps hold one whole block, which takes one scale from
-the tile's amax.
+the tile's amax. ptxas: 9.9 SASS an element at 80 registers (the Triton kernel: 255 registers at its fastest, 2
+warps); on an H100, 76.0-88.5% of copy bandwidth against the Triton kernel's 62.4-82.9% in the same run (8 token
+lanes; 4 ran 72.9-85.6%; BENCHMARKS.md, thirty-eighth session).
 
 GPU only (Hopper, sm_90, Triton 3.6, as `gluon_gemm`); 128-token output groups from input groups that are whole
 multiples of the program's columns; `runs` and `runs_blocks` send anything else to the Triton kernels.

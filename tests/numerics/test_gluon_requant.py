@@ -1,5 +1,6 @@
 """The Gluon re-quantizer's launcher refuses, before any launch, programs wider than an input group (its tokens'
-input scale would not be one a row). CPU: the check comes before the GPU is needed."""
+input scale would not be one a row), into 128x1 groups or 128x128 blocks; and neither layout claims a CPU tensor.
+CPU: the checks come before the GPU is needed."""
 
 from dataclasses import replace
 
@@ -20,3 +21,13 @@ def saved(group: int = 128) -> Q.Quantized:
 def test_refuses_programs_wider_than_an_input_group():
     with pytest.raises(OperandError, match="128 columns must lie in one input group, got groups of 64"):
         gluon_requant.requantize_tokens_transposed(saved(64), PRESET_FORMATS["fp8_group_tokens"])
+
+
+def test_blocks_refuse_programs_wider_than_an_input_group():
+    with pytest.raises(OperandError, match="128 columns must lie in one input group, got groups of 64"):
+        gluon_requant.requantize_blocks_transposed(saved(64), PRESET_FORMATS["fp8_block_weight"])
+
+
+def test_no_cpu_operand_runs_on_it():
+    assert not gluon_requant.runs(saved(), PRESET_FORMATS["fp8_group_tokens"])
+    assert not gluon_requant.runs_blocks(saved(), PRESET_FORMATS["fp8_block_weight"])

@@ -11,9 +11,9 @@ forward above decode sizes and dgrad on DeepGEMM (cuBLAS's bits, faster: `gemm._
 `fp8_bi_pinned` is a policy's `kernel: cublas_pinned`, all three GEMMs on cuBLAS with a pinned algorithm, its
 rows under 16 and its decode sizes on Hopper on our one-segment launches (same bits; a note where its extension
 does not build); `fp8_bi_wblocks` is `fp8_bi` with `wgrad_input` in 128x128 blocks (x^T blocked in the wgrad, the
-fprop's GEMM form: `numerics.linear`), the same forward; `torchao` and `torchao_triton` are torchao's `Float8BlockwiseLinear` over the same weight
-(cuBLAS and Triton GEMMs; see `torchao_ref`: it re-quantizes W on every call, forward included), at training
-sizes only, where it runs; otherwise `torchao_note` says why.
+fprop's GEMM form: `numerics.linear`), the same forward; `torchao` and `torchao_triton` are torchao's
+`Float8BlockwiseLinear` over the same weight (cuBLAS and Triton GEMMs; see `torchao_ref`: it re-quantizes W on
+every call, forward included), at training sizes only, where it runs; otherwise `torchao_note` says why.
   host     for the eager passes at training sizes, each variant's host time to issue a call with the GPU kept
            busy (`timing.host_issue_ms`) beside its GPU time (the call timed with a lead long enough for the host
            to issue all of it first): where the host's exceeds the GPU's, that eager row waits on the host
@@ -58,7 +58,8 @@ from precision_engine.bench.gemm import (
 from precision_engine.bench.timing import host_and_gpu_ms, rotation
 from precision_engine.errors import UsageError
 
-OURS = ("bf16", "fp8_cublas", "fp8_bi", "fp8_bi_pinned", "fp8_bi_wblocks")  # bf16, the baseline of every ratio, always runs
+# bf16, the baseline of every ratio, always runs
+OURS = ("bf16", "fp8_cublas", "fp8_bi", "fp8_bi_pinned", "fp8_bi_wblocks")
 VARIANTS = (*OURS, *torchao_ref.VARIANTS)  # in run order, torchao's last
 KINDS = VARIANTS[1:]  # the table's columns after bf16
 DECODE_VARIANTS = ("bf16", "fp8_bi", "fp8_bi_pinned")  # decode rows time the batch-invariant rollout paths

@@ -43,7 +43,8 @@ def register(app: typer.Typer) -> None:
         quick: QuickOpt = False,
         variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated columns to run (default "
                                                      "all: bf16,fp8_cublas,fp8_bi,fp8_bi_pinned,fp8_bi_wblocks,"
-                                                     "torchao,torchao_triton); bf16, the baseline, always runs.")] = None,
+                                                     "torchao,torchao_triton); bf16, the baseline, always "
+                                                     "runs.")] = None,
         tokens: Annotated[str | None, typer.Option("--tokens", help="Comma-separated token counts (default "
                                                    "8192,16384 and the decode sizes 1,16,64; --quick 8192,1); "
                                                    "up to 64 is a decode row.")] = None,

@@ -89,19 +89,21 @@ def runs(q_in: Quantized, fmt: QuantFormat) -> bool:
     groups of a multiple of the program's columns, 128-token output groups with fp32 scales. Power-of-two output
     scales stay on the Triton kernel, which issues few instructions with them and ran 81-84% of copy on an H100
     where this kernel, at 90 registers (two 8-warp programs an SM), ran 70-78%."""
-    x = q_in.data
-    return (available(x.device) and x.dtype in _FP8_GL and x.dim() == 2 and x.stride(1) == 1
-            and q_in.scale.stride(0) == 1 and q_in.fmt.group % G.block_columns(WARPS, TOKEN_LANES) == 0
-            and fmt.group == TILE.value and fmt.scale is ScaleKind.FP32)
+    return (_fp8_rows(q_in.data) and q_in.scale.stride(0) == 1
+            and q_in.fmt.group % G.block_columns(WARPS, TOKEN_LANES) == 0 and fmt.group == TILE.value
+            and fmt.scale is ScaleKind.FP32)
 
 
 def runs_blocks(q_in: Quantized, fmt: QuantFormat) -> bool:
     """Whether this kernel takes a re-quantization into 128x128 blocks: `available`, FP8 row-major data, the
     Triton kernel's operands (`triton_quant.requantizes_blocks`: 1x128 input groups, 128x128 output blocks), fp32
     output scales (as `runs`)."""
-    x = q_in.data
-    return (available(x.device) and x.dtype in _FP8_GL and x.dim() == 2 and x.stride(1) == 1
-            and T.requantizes_blocks(q_in, fmt) and fmt.scale is ScaleKind.FP32)
+    return _fp8_rows(q_in.data) and T.requantizes_blocks(q_in, fmt) and fmt.scale is ScaleKind.FP32
+
+
+def _fp8_rows(x: torch.Tensor) -> bool:
+    """What both layouts need of the saved activation: `available` on its device, FP8, 2-D, rows contiguous."""
+    return available(x.device) and x.dtype in _FP8_GL and x.dim() == 2 and x.stride(1) == 1
 
 
 def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, warps: int = WARPS,

@@ -99,8 +99,9 @@ def test_block_rejects_an_unknown_mode():
 
 def test_linear_rows_at_toy_size():
     """256 x 128 at 128 tokens (training: fwd and fwd+bwd) and 1 (decode): BF16 and the batch-invariant linear
-    run, and it with x^T in blocks in the wgrad; the cuBLAS variant (Hopper only) and torchao (CUDA only) leave their reason; the table shows '-'. Every
-    variant that ran, or failed on its first call, has that call's seconds; the table sums them."""
+    run, and it with x^T in blocks in the wgrad; the cuBLAS variant (Hopper only) and torchao (CUDA only) leave
+    their reason; the table shows '-'. Every variant that ran, or failed on its first call, has that call's
+    seconds; the table sums them."""
     rows = bench_linear(shapes=((256, 128),), ms=(128, 1), reps=1, warmup=0, device="cpu")
     assert [(r["m"], r["pass"]) for r in rows] == [(128, "fwd"), (128, "fwd+bwd"), (1, "fwd")]
     for r in rows:
@@ -162,7 +163,8 @@ def test_linear_variants_pick_the_columns_and_bf16_always_runs():
     assert columns == [["bf16_ms", "fp8_bi_ms"]] * 2
     assert all(r[f"{v}_{t}_ms"] > 0 for r in rows for v in ("bf16", "fp8_bi") for t in ("host", "gpu"))
     assert choose_variants(["torchao", "fp8_bi"]) == ("bf16", "fp8_bi", "torchao")
-    with pytest.raises(UsageError, match="unknown variant 'fp8': choose from bf16, fp8_cublas, fp8_bi, fp8_bi_pinned, fp8_bi_wblocks, torchao"):
+    with pytest.raises(UsageError, match="unknown variant 'fp8': choose from bf16, fp8_cublas, fp8_bi, "
+                                         "fp8_bi_pinned, fp8_bi_wblocks, torchao"):
         choose_variants(["fp8", "fp8_bi"])
 
 

@@ -173,14 +173,21 @@ def _masked_rows_kernel(src_ptr, dst_ptr, pos_ptr, len_ptr, rows, H, T, stride_s
 BACKWARD_INPUT_ROWS = 16
 
 
+def backward_inputs_fit(grad: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether `backward_inputs` takes these: rows contiguous (an expanded grad, as `out.sum()` gives, is not)
+    and a power-of-2 head dim. The backward masks the others with the torch ops."""
+    d = k.shape[-1]
+    return all(t.stride(-1) == 1 for t in (grad, k, v)) and d & (d - 1) == 0
+
+
 def backward_inputs(grad: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, kv_len: torch.Tensor,
                     out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What the batch-invariant attention's backward feeds cuDNN's (`causal_backward_from_lse`), in three launches
     that each read and write their rows once: the output's grad with blind queries' rows zeroed, in q's dtype and
     `out`'s layout (cuDNN's), and k, v with the slots past kv_len zeroed. grad comes in out's dtype (the caller
-    casts one that does not). The torch ops they replace (a broadcast
-    masked_fill, two where, the grad's copy into out's layout) ran as non-vectorised kernels: 0.37 ms a step of
-    the 8B layer on an H100 (BENCHMARKS, thirty-eighth session)."""
+    casts one that does not), and every input as `backward_inputs_fit` says. The torch ops they replace (a
+    broadcast masked_fill, two where, the grad's copy into out's layout) ran as seven non-vectorised kernels:
+    0.415 against 0.186 ms at the 8B layer's shape on an H100 (BENCHMARKS, thirty-ninth session)."""
     grad_in = torch.empty_like(out)
     kz = torch.empty_like(k, memory_format=torch.contiguous_format)
     vz = torch.empty_like(v, memory_format=torch.contiguous_format)
@@ -515,7 +522,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, *_quantized):
         q, k, v, q_pos, kv_len, *from_lse = ctx.saved_tensors
-        if from_lse and q.is_cuda:  # the masks below in one pass over each input; a blind query: as below
+        if from_lse and q.is_cuda and backward_inputs_fit(grad, k, v):  # the masks below, one pass an input
             grad, kz, vz = backward_inputs(grad.to(q.dtype), k, v, q_pos, kv_len, from_lse[0])
             gq, gk, gv = causal_backward_from_lse(grad, q, kz, vz, *from_lse, scale=ctx.scale)
             return gq, gk, gv, None, None, None, None, None

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from precision_engine.numerics.contract import TRITON_INTERPRET
-from precision_engine.numerics.triton_attention import backward_inputs
+from precision_engine.numerics.triton_attention import backward_inputs, backward_inputs_fit
 
 pytestmark = pytest.mark.skipif(not TRITON_INTERPRET, reason="Triton's interpreter (TRITON_INTERPRET=1)")
 
@@ -37,3 +37,13 @@ def test_refuses_a_grad_in_another_dtype():
     x = torch.zeros(1, 1, 4, 16, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="must be contiguous, a power of 2 long and in torch.bfloat16"):
         backward_inputs(x.float(), x, x, torch.zeros(1, 4, dtype=torch.long), torch.tensor([4]), x)
+
+
+def test_fit_sends_expanded_grads_and_other_head_dims_to_the_torch_ops():
+    k = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
+    grad = torch.zeros(1, 4, 8, 128, dtype=torch.bfloat16)
+    assert backward_inputs_fit(grad, k, k)
+    assert backward_inputs_fit(torch.zeros(1, 8, 4, 128).transpose(1, 2), k, k)  # token-major rows are contiguous
+    assert not backward_inputs_fit(torch.ones(()).expand(1, 4, 8, 128), k, k)  # out.sum()'s grad
+    k96 = torch.zeros(1, 2, 8, 96, dtype=torch.bfloat16)
+    assert not backward_inputs_fit(torch.zeros(1, 4, 8, 96), k96, k96)

@@ -18,13 +18,16 @@ embedding, the final norm and lm_head are not timed. Before every call the weigh
 (`rewrite.invalidate_weight_caches`, as after an optimizer step), so FP8 weights are re-quantized each time.
 Every policy gets BF16 weights (bf16_baseline's FP32 masters would add a cast per linear; the optimizer is not
 part of this timing). Median of `reps` CUDA-event timings after `warmup` calls (bench.timing), two or more input
-sets rotated. vs_bf16 = bf16_baseline's ms in the same mode and pass / this row's; vs_bf16_fast = against
-bf16_baseline in fast mode. Eager rows also get the host's time to issue one call and the call's GPU time
-(`timing.host_and_gpu_ms`): where the first exceeds the second, the eager row measured the host.
+sets rotated; with `rounds`, the median of that many such medians, the policies taking turns. vs_bf16 =
+bf16_baseline's ms in the same mode and pass / this row's; vs_bf16_fast = against bf16_baseline in fast mode; with
+rounds, vs_bf16_rounds pairs each round with its own baseline (the table's "by round" range). Eager rows also get
+the host's time to issue one call and the call's GPU time (`timing.host_and_gpu_ms`, first round): where the
+first exceeds the second, the eager row measured the host.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 
 import torch
@@ -61,14 +64,22 @@ def _train_step(model: Decoder, x: torch.Tensor, dy: torch.Tensor) -> None:
 
 def bench_block(model_spec: str = "llama-3.1-8b", *, policies: Sequence[str] = POLICIES,
                 modes: Sequence[str] | None = None, batch: int = 4, seq: int = 2048, reps: int = 20, warmup: int = 3,
-                device: str = "cuda", seed: int = 0, on_row: Callable[[dict], None] | None = None) -> list[dict]:
-    """Rows {policy, mode, pass, ms, vs_bf16, vs_bf16_fast, fp8_linears, ...} or {..., error}, one per (policy,
-    mode, pass); `modes` picks from MODES' names (default all); `on_row` sees each row as it is measured
-    (ratios are added once all are). `device` cpu runs the same loop (tests, at toy sizes)."""
+                rounds: int = 1, device: str = "cuda", seed: int = 0,
+                on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """Rows {policy, mode, pass, ms, ms_rounds, vs_bf16, vs_bf16_fast, fp8_linears, ...} or {..., error}, one per
+    (policy, mode, pass); `modes` picks from MODES' names (default all); `on_row` sees each row once its last
+    round is measured (ratios are added once all are).
+
+    `rounds` > 1 times every policy and mode that many times, the policies taking turns, so that a drift of the
+    card's clock or temperature during the run reaches each of them alike: a row's ms is the median of its
+    rounds' medians (`ms_rounds`), and each ratio also gets its range over the rounds, each round's time against
+    that round's baseline (`vs_bf16_rounds`). `device` cpu runs the same loop (tests, at toy sizes)."""
     known = [name for name, _ in MODES]
     unknown = [m for m in modes or () if m not in known]
     if unknown:
         raise UsageError(f"mode {unknown[0]!r}: use {' or '.join(known)}")
+    if rounds < 1:
+        raise UsageError(f"rounds {rounds}: at least 1")
     modes = modes or known
     config = resolve_config(model_spec)
     config["num_hidden_layers"] = 1
@@ -81,35 +92,52 @@ def bench_block(model_spec: str = "llama-3.1-8b", *, policies: Sequence[str] = P
             return x, torch.randn(batch, seq, hidden, device=device, dtype=torch.bfloat16)
 
         sets = rotation(make, 2 * batch * seq * hidden * 2)
-        rows: list[dict] = []
-        for name in policies:
-            for mode, invariant in MODES:
-                if mode not in modes:
-                    continue
-                base = {"policy": name, "mode": mode, "batch": batch, "seq": seq, "tokens": batch * seq}
-                try:
-                    base["fp8_linears"] = _rewrite(model, spec, name, invariant, device)
-                except Exception as err:  # noqa: BLE001 (one policy failing must not lose the others)
-                    base["error"] = f"{type(err).__name__}: {err}"
-                for pass_, step in zip(PASSES, (_forward, _train_step, _train_step)):
-                    graphed = pass_.endswith(GRAPHED)
-                    if graphed and torch.device(device).type != "cuda":
-                        continue
-                    row = {**base, "pass": pass_}
-                    if "error" not in row:
-                        call = lambda x, dy, step=step: step(model, x, dy)  # noqa: E731
-                        try:
-                            row["ms"] = timed(call, sets, graphed=graphed, warmup=warmup, reps=reps)
-                            if not graphed:  # a layer step queues hundreds of launches: two calls fit CUDA's queue
-                                row["host_ms"], row["gpu_ms"] = host_and_gpu_ms(call, sets, warmup=warmup, reps=reps,
-                                                                                calls=2)
-                        except Exception as err:  # noqa: BLE001
-                            row["error"] = f"{type(err).__name__}: {err}"
-                    rows.append(row)
-                    if on_row is not None:
-                        on_row(row)
-    _add_ratios(rows)
-    return rows
+        rows: dict[tuple[str, str, str], dict] = {}
+        for round_ in range(rounds):
+            for name in policies:
+                for mode, invariant in MODES:
+                    if mode in modes:
+                        _time_policy(rows, model, spec, name, (mode, invariant), sets, device=device, reps=reps,
+                                     warmup=warmup, first=round_ == 0, last=round_ == rounds - 1, on_row=on_row)
+    _add_ratios(list(rows.values()))
+    return list(rows.values())
+
+
+def _time_policy(rows: dict, model: Decoder, spec: str, policy: str, mode: tuple[str, bool], sets: list[tuple], *,
+                 device: str, reps: int, warmup: int, first: bool, last: bool,
+                 on_row: Callable[[dict], None] | None) -> None:
+    """One round of one policy in one mode: `model` rewritten for it, each pass timed into its row of `rows`
+    (created on the first round; the host's time to issue a call measured then only). One policy or pass failing
+    must not lose the others: its row keeps the error instead of a time."""
+    name, invariant = mode
+    base = {"policy": policy, "mode": name, "batch": sets[0][0].shape[0], "seq": sets[0][0].shape[1],
+            "tokens": sets[0][0].shape[0] * sets[0][0].shape[1]}
+    try:
+        base["fp8_linears"] = _rewrite(model, spec, policy, invariant, device)
+    except Exception as err:  # noqa: BLE001
+        base["error"] = f"{type(err).__name__}: {err}"
+    for pass_, step in zip(PASSES, (_forward, _train_step, _train_step)):
+        graphed = pass_.endswith(GRAPHED)
+        if graphed and torch.device(device).type != "cuda":
+            continue
+        row = rows.setdefault((policy, name, pass_), {**base, "pass": pass_, "ms_rounds": []})
+        if "error" in base and "error" not in row:
+            row["error"] = base["error"]
+        if "error" not in row:
+            call = lambda x, dy, step=step: step(model, x, dy)  # noqa: E731
+            try:
+                row["ms_rounds"].append(timed(call, sets, graphed=graphed, warmup=warmup, reps=reps))
+                if first and not graphed:  # a layer step queues hundreds of launches: two calls fit CUDA's queue
+                    row["host_ms"], row["gpu_ms"] = host_and_gpu_ms(call, sets, warmup=warmup, reps=reps, calls=2)
+            except Exception as err:  # noqa: BLE001
+                row["error"] = f"{type(err).__name__}: {err}"
+        if last:
+            if "error" in row:
+                row.pop("ms_rounds")
+            else:
+                row["ms"] = statistics.median(row["ms_rounds"])
+            if on_row is not None:
+                on_row(row)
 
 
 def _rewrite(model: Decoder, spec: str, policy: str, invariant: bool, device: str) -> int:
@@ -125,22 +153,27 @@ def _rewrite(model: Decoder, spec: str, policy: str, invariant: bool, device: st
 
 
 def _add_ratios(rows: list[dict]) -> None:
-    ms = {(r["policy"], r["mode"], r["pass"]): r["ms"] for r in rows if "ms" in r}
+    """vs_bf16 and vs_bf16_fast from the medians; with several rounds, vs_bf16_rounds pairs each round's time
+    with its own baseline's."""
+    found = {(r["policy"], r["mode"], r["pass"]): r for r in rows if "ms" in r}
     for row in rows:
         if "ms" not in row:
             continue
-        same, fast = ms.get((BASELINE, row["mode"], row["pass"])), ms.get((BASELINE, MODES[0][0], row["pass"]))
+        same, fast = found.get((BASELINE, row["mode"], row["pass"])), found.get((BASELINE, MODES[0][0], row["pass"]))
         if same:
-            row["vs_bf16"] = same / row["ms"]
+            row["vs_bf16"] = same["ms"] / row["ms"]
+            if len(row["ms_rounds"]) > 1:
+                row["vs_bf16_rounds"] = [b / t for b, t in zip(same["ms_rounds"], row["ms_rounds"])]
         if fast:
-            row["vs_bf16_fast"] = fast / row["ms"]
+            row["vs_bf16_fast"] = fast["ms"] / row["ms"]
 
 
 def format_table(rows: list[dict]) -> str:
     """policy, mode, pass, ms and both ratios (or the error), then an eager row's host / GPU ms; last, the
     target's `summary`."""
+    by_round = any("vs_bf16_rounds" in r for r in rows)
     lines = [f"{'policy':20} {'mode':16} {'pass':13} {'fp8 lin':>7} {'ms':>9} {'vs bf16':>8} {'vs bf16 fast':>12}"
-             f"  host / GPU ms"]
+             + (f" {'by round':>11}" if by_round else "") + "  host / GPU ms"]
     for r in rows:
         lead = f"{r['policy']:20} {r['mode']:16} {r['pass']:13} {r.get('fp8_linears', '-'):>7}"
         if "error" in r:
@@ -148,6 +181,8 @@ def format_table(rows: list[dict]) -> str:
             continue
         ratios = "".join(f" {r[key]:>{width - 1}.2f}x" if key in r else f" {'-':>{width}}"
                          for key, width in (("vs_bf16", 8), ("vs_bf16_fast", 12)))
+        if by_round:
+            ratios += f" {_round_range(r):>11}" if "vs_bf16_rounds" in r else f" {'-':>11}"
         host = f"  {host_cell(r['host_ms'], r['gpu_ms'])}" if "host_ms" in r else ""
         lines.append(f"{lead} {r['ms']:9.3f}{ratios}{host}")
     return "\n".join([*lines, *summary(rows)])
@@ -160,7 +195,13 @@ def summary(rows: list[dict]) -> list[str]:
     policy, mode, target = TARGET
     steps = [r for r in rows if (r["policy"], r["mode"]) == (policy, mode) and r["pass"].startswith("fwd+bwd")
              and "vs_bf16" in r]
-    return [f"{policy} {r['pass']} ({mode}): {r['vs_bf16']:.2f}x the BF16 block, target {target:.2f}x "
-            f"{'met' if r['vs_bf16'] >= target else 'not met'}"
+    return [f"{policy} {r['pass']} ({mode}): {r['vs_bf16']:.2f}x the BF16 block"
+            + (f" (by round {_round_range(r)})" if "vs_bf16_rounds" in r else "")
+            + f", target {target:.2f}x {'met' if r['vs_bf16'] >= target else 'not met'}"
             + (f"; {r['vs_bf16_fast']:.2f}x the fast-mode BF16 block" if "vs_bf16_fast" in r else "")
             for r in steps]
+
+
+def _round_range(row: dict) -> str:
+    """A row's ratio to the BF16 block over its rounds, lowest-highest."""
+    return f"{min(row['vs_bf16_rounds']):.2f}-{max(row['vs_bf16_rounds']):.2f}x"

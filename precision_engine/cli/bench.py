@@ -98,6 +98,9 @@ def register(app: typer.Typer) -> None:
                                                 "64).")] = None,
         reps: Annotated[int | None, typer.Option("--reps", min=1, help="Timed calls, median reported (default "
                                                  "20; --quick 2).")] = None,
+        rounds: Annotated[int, typer.Option("--rounds", min=1, help="Time every policy this many times, taking "
+                                            "turns; a row reports the median round and each ratio's range over "
+                                            "the rounds (A/B of close policies: 3 or more).")] = 1,
         device: Annotated[str, typer.Option("--device", help="cuda, or cpu with --quick: a toy-size run of the "
                                             "wiring, not a measurement.")] = "cuda",
         out: OutOpt = None,
@@ -112,6 +115,7 @@ def register(app: typer.Typer) -> None:
         Examples:
           precision bench block --out bench_block.json
           precision bench block --policy bf16_baseline --policy jetrl_unified --mode fast --batch 1 --seq 8192
+          precision bench block --policy bf16_baseline --policy jetrl_unified --rounds 3
           precision bench block --quick --device cpu
         """
         if device not in ("cuda", "cpu"):
@@ -133,7 +137,7 @@ def register(app: typer.Typer) -> None:
             model or ("tiny-llama" if quick else "llama-3.1-8b"),
             policies=tuple(policy) if policy else bench_block.POLICIES, modes=tuple(mode) if mode else None,
             batch=batch or (2 if quick else 4), seq=seq or (64 if quick else 2048), reps=reps or (2 if quick else 20),
-            warmup=1 if quick else 3, device=device, on_row=echo_row,
+            warmup=1 if quick else 3, rounds=rounds, device=device, on_row=echo_row,
         )
         _report(bench_block.format_table(rows), rows, out)
 

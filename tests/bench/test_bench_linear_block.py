@@ -90,6 +90,35 @@ def test_block_summary_judges_jetrl_unified_in_its_own_mode():
     assert summary([failed]) == []  # a step that failed has no ratio to judge
 
 
+def test_block_rounds_take_turns_and_pair_each_round_with_its_baseline(tmp_path, monkeypatch):
+    """With rounds, the policies take turns (rewritten again each round), a row's ms is the median of its rounds,
+    each round's ratio is against that round's baseline, the host is timed in the first round only, and the table
+    prints each ratio's range over the rounds."""
+    import precision_engine.bench.block as block
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    order, host_calls = [], []
+    rewrite = block._rewrite
+    monkeypatch.setattr(block, "_rewrite", lambda *a: order.append(a[2]) or rewrite(*a))
+    # fwd, fwd+bwd of bf16_baseline then jetrl_unified, round by round
+    times = iter([2.0, 4.0, 1.0, 2.0, 3.0, 6.0, 1.0, 4.0, 2.0, 5.0, 2.0, 2.5])
+    monkeypatch.setattr(block, "timed", lambda *a, **kw: next(times))
+    monkeypatch.setattr(block, "host_and_gpu_ms", lambda *a, **kw: host_calls.append(1) or (0.1, 0.2))
+    seen = []
+    rows = bench_block("tiny-llama", policies=("bf16_baseline", "jetrl_unified"), modes=("fast",), batch=1, seq=16,
+                       reps=1, warmup=0, rounds=3, device="cpu", on_row=seen.append)
+    assert order == ["bf16_baseline", "jetrl_unified"] * 3 and seen == rows and len(host_calls) == 4
+    step = rows[3]
+    assert (step["policy"], step["pass"]) == ("jetrl_unified", "fwd+bwd")
+    assert step["ms_rounds"] == [2.0, 4.0, 2.5] and step["ms"] == 2.5
+    assert step["vs_bf16"] == 5.0 / 2.5 and step["vs_bf16_rounds"] == [2.0, 1.5, 2.0]
+    assert rows[0]["vs_bf16_rounds"] == [1.0, 1.0, 1.0]
+    table = format_table(rows)
+    assert "by round" in table and "1.50-2.00x" in table
+    with pytest.raises(block.UsageError, match="rounds 0: at least 1"):
+        bench_block("tiny-llama", rounds=0, device="cpu")
+
+
 def test_block_rejects_an_unknown_mode():
     from precision_engine.errors import UsageError
 
@@ -232,10 +261,10 @@ def test_torchao_adapter_says_why_it_cannot_run(monkeypatch):
 def test_cli_block_quick_runs_on_the_cpu(tmp_path):
     out = tmp_path / "sub" / "block.json"
     args = ["bench", "block", "--quick", "--device", "cpu", "--policy", "bf16_baseline", "--policy",
-            "jetrl_unified", "--mode", "fast", "--reps", "1", "--out", str(out)]
+            "jetrl_unified", "--mode", "fast", "--reps", "1", "--rounds", "2", "--out", str(out)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "jetrl_unified" in result.output and "vs bf16" in result.output
+    assert "jetrl_unified" in result.output and "vs bf16" in result.output and "by round" in result.output
     document = json.loads(out.read_text())
     assert len(document["rows"]) == 4 and "torchao" in document["env"]
 

@@ -101,6 +101,37 @@ def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
     return shapes
 
 
+# The parts our decoder runs as one GEMM where a policy gives them the same numerics (`fused_linear`)
+FUSED_PARTS = ("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj"))
+
+
+def model_shapes(spec: str) -> tuple[tuple[tuple[int, int], ...], list[str]]:
+    """(the dense GEMM weights N x K that `spec`'s decoder layers run, each once in the model's order; what was
+    left out and why) for `--model`: every linear of the layers, then the q/k/v and gate/up stacks our decoder runs
+    as one GEMM where every part's rows are whole 128-row blocks (`fused_linear.shares_one_gemm`). Embeddings,
+    lm_head (BF16 in every shipped policy) and MoE experts (grouped GEMMs, not one linear) are not linears of
+    the layers; a weight whose sides are not multiples of 128 is left out, as `--shapes` refuses it."""
+    from precision_engine.models.inventory import ModuleKind
+    from precision_engine.models.loader import load_inventory
+
+    inventory = load_inventory(spec)
+    weights = {m.name: m.weight_shape for m in inventory.of_kind(ModuleKind.LINEAR) if ".layers." in m.name}
+    found = dict.fromkeys(tuple(shape) for shape in weights.values())
+    for name in weights:
+        owner, _, leaf = name.rpartition(".")
+        for sublayer, parts in FUSED_PARTS:
+            shapes = [weights.get(f"{owner}.{part}") for part in parts]
+            if owner.endswith(f".{sublayer}") and leaf == parts[0] and None not in shapes \
+                    and len({k for _, k in shapes}) == 1 and all(n % 128 == 0 for n, _ in shapes):
+                found[(sum(n for n, _ in shapes), shapes[0][1])] = None
+    left_out = [f"{n}x{k} (not whole 128-wide blocks)" for n, k in found if n % 128 or k % 128]
+    kept = tuple((n, k) for n, k in found if not (n % 128 or k % 128))
+    if not kept:
+        raise UsageError(f"--model {spec}: no linear of its decoder layers is in whole 128-wide blocks"
+                         + (f" (left out: {', '.join(left_out)})" if left_out else ""))
+    return kept, left_out
+
+
 def _specs():
     from precision_engine.numerics.formats import PRESET_FORMATS as P
     from precision_engine.numerics.formats import Kernel, LinearSpec

@@ -50,6 +50,9 @@ def register(app: typer.Typer) -> None:
                                                    "up to 64 is a decode row.")] = None,
         shapes: Annotated[str | None, typer.Option("--shapes", help="Comma-separated weights N x K (default "
                                                    "the 8B projections; --quick two of them).")] = None,
+        model: Annotated[str | None, typer.Option("--model", help="Instead of --shapes: the weights a model's "
+                                                  "decoder layers run (a built-in name or an HF model directory), "
+                                                  "its fused q/k/v and gate/up included.")] = None,
     ) -> None:
         """The FP8 linear layer (forward, forward+backward) against nn.Linear in BF16, same run, table + JSON.
 
@@ -66,13 +69,22 @@ def register(app: typer.Typer) -> None:
           precision bench linear --quick --variants fp8_bi,torchao --out bench_linear.json
           precision bench linear --tokens 1,16,64 --variants fp8_bi
           precision bench linear --shapes 6144x4096,28672x4096 --tokens 8192 --variants fp8_bi,torchao
+          precision bench linear --model qwen3-8b --tokens 8192 --variants fp8_bi,fp8_bi_wblocks
         """
         from precision_engine.bench import linear as bench_linear
 
+        if model and shapes:
+            raise UsageError("--model and --shapes both choose the weights: pass one")
         chosen = bench_linear.choose_variants(variants.split(",")) if variants else bench_linear.VARIANTS
         ms = bench_linear.parse_tokens(tokens) if tokens else None
         weights = bench_linear.parse_shapes(shapes) if shapes else None
+        left_out: list[str] = []
+        if model:
+            weights, left_out = bench_linear.model_shapes(model)
         require_gpu(out, "precision bench")
+        if model:
+            typer.echo(f"{model}: {', '.join(f'{n}x{k}' for n, k in weights)}"
+                       + (f"; left out {', '.join(left_out)}" if left_out else ""))
         typer.echo(bench_linear.format_header())
 
         def on_row(row: dict, rows: list[dict]) -> None:

@@ -340,6 +340,34 @@ def test_cli_linear_tokens_and_shapes_pick_the_rows(monkeypatch):
     result = runner.invoke(app, ["bench", "linear", "--shapes", "6144x4096,28672X4096"])
     assert result.exit_code == 0, result.output
     assert seen == [((1, 16, 8192), None), (None, ((6144, 4096), (28672, 4096)))]
+    result = runner.invoke(app, ["bench", "linear", "--model", "qwen3-8b", "--tokens", "8192"])
+    assert result.exit_code == 0, result.output
+    assert seen[-1] == ((8192,), ((4096, 4096), (1024, 4096), (12288, 4096), (4096, 12288), (6144, 4096),
+                                  (24576, 4096)))
+    assert "qwen3-8b: 4096x4096, 1024x4096" in result.output
+
+
+def test_model_shapes_are_the_layers_linears_and_the_stacks_the_decoder_fuses(tmp_path):
+    """Llama-3.1-8B gives the 8B list's Llama rows (issue 12's shapes); an MoE model its attention only (the
+    experts are grouped GEMMs); an HF directory whose weights are not whole 128-wide blocks is refused, naming
+    them; a directory without a config.json is a ModelError."""
+    from precision_engine.bench.gemm import SHAPES_8B
+    from precision_engine.bench.linear import model_shapes
+    from precision_engine.errors import ModelError, UsageError
+    from precision_engine.models.loader import resolve_config
+
+    llama, left_out = model_shapes("llama-3.1-8b")
+    assert set(llama) == set(SHAPES_8B) - {(12288, 4096), (4096, 12288)} and not left_out
+    assert model_shapes("qwen3-30b-a3b")[0] == ((4096, 2048), (512, 2048), (2048, 4096), (5120, 2048))
+    config = resolve_config("tiny-llama") | {"hidden_size": 192, "intermediate_size": 320, "num_attention_heads": 3,
+                                             "num_key_value_heads": 1, "head_dim": 64}
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UsageError, match=r"no linear of its decoder layers is in whole 128-wide blocks \(left out: "
+                                         r"192x192 \(not whole 128-wide blocks\)"):
+        model_shapes(str(tmp_path / "odd"))
+    with pytest.raises(ModelError, match="without a config.json"):
+        model_shapes(str(tmp_path))
 
 
 @pytest.mark.parametrize("args, message", [
@@ -352,6 +380,8 @@ def test_cli_linear_tokens_and_shapes_pick_the_rows(monkeypatch):
     (["linear", "--shapes", "4096x4096,14336"], "--shapes '4096x4096,14336': expected comma-separated weights N x K"),
     (["linear", "--shapes", "4096x100"], "multiples of 128"),
     (["linear", "--shapes", "axb"], "expected comma-separated weights N x K"),
+    (["linear", "--model", "qwen3-8b", "--shapes", "4096x4096"], "--model and --shapes both choose the weights"),
+    (["linear", "--model", "no-such-model"], "no-such-model"),
 ])
 def test_cli_block_refuses_bad_flags_in_one_line(args, message):
     result = runner.invoke(app, ["bench", *args])

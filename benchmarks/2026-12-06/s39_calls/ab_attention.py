@@ -74,4 +74,5 @@ for _ in range(5):
     rows["main masks"].append(timed(main_masks, 100))
     rows["patch masks"].append(timed(patch_masks, 100))
 for name, values in rows.items():
-    print(f"{name:16s} ms median of rounds {statistics.median(values):.4f}  rounds {' '.join(f'{x:.4f}' for x in values)}")
+    rounds = " ".join(f"{x:.4f}" for x in values)
+    print(f"{name:16s} ms median of rounds {statistics.median(values):.4f}  rounds {rounds}")

@@ -1,7 +1,7 @@
 """(The first version, without the query in backward, failed: "Failed to create tensor map descriptor: invalid
-device context" on autograd's device thread.) Does a launch cost the host more inside autograd's backward (run on its CUDA device thread) than on the main
-thread? Host us a call, GPU spinning: the Gluon grad-output quantizer called directly, then inside a Function's
-backward, against that Function with an empty backward."""
+device context" on autograd's device thread.) Does a launch cost the host more inside autograd's backward (run on
+its CUDA device thread) than on the main thread? Host us a call, GPU spinning: the Gluon grad-output quantizer
+called directly, then inside a Function's backward, against that Function with an empty backward."""
 
 import time
 

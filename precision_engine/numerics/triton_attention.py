@@ -173,11 +173,13 @@ def _masked_rows_kernel(src_ptr, dst_ptr, pos_ptr, len_ptr, rows, H, T, stride_s
 BACKWARD_INPUT_ROWS = 16
 
 
-def backward_inputs_fit(grad: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Whether `backward_inputs` takes these: rows contiguous (an expanded grad, as `out.sum()` gives, is not)
-    and a power-of-2 head dim. The backward masks the others with the torch ops."""
+def backward_inputs_fit(grad: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
+                        kv_len: torch.Tensor) -> bool:
+    """Whether `backward_inputs` takes these: rows contiguous (an expanded grad, as `out.sum()` gives, is not), a
+    power-of-2 head dim, and unit last strides of q_pos and kv_len (its kernel's addressing). The backward masks
+    the others with the torch ops."""
     d = k.shape[-1]
-    return all(t.stride(-1) == 1 for t in (grad, k, v)) and d & (d - 1) == 0
+    return (all(t.stride(-1) == 1 for t in (grad, k, v, q_pos, kv_len)) and d & (d - 1) == 0)
 
 
 def backward_inputs(grad: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, kv_len: torch.Tensor,
@@ -522,7 +524,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, *_quantized):
         q, k, v, q_pos, kv_len, *from_lse = ctx.saved_tensors
-        if from_lse and q.is_cuda and backward_inputs_fit(grad, k, v):  # the masks below, one pass an input
+        if from_lse and q.is_cuda and backward_inputs_fit(grad, k, v, q_pos, kv_len):  # the masks below, fused
             grad, kz, vz = backward_inputs(grad.to(q.dtype), k, v, q_pos, kv_len, from_lse[0])
             gq, gk, gv = causal_backward_from_lse(grad, q, kz, vz, *from_lse, scale=ctx.scale)
             return gq, gk, gv, None, None, None, None, None

@@ -39,11 +39,15 @@ def test_refuses_a_grad_in_another_dtype():
         backward_inputs(x.float(), x, x, torch.zeros(1, 4, dtype=torch.long), torch.tensor([4]), x)
 
 
-def test_fit_sends_expanded_grads_and_other_head_dims_to_the_torch_ops():
+def test_fit_sends_expanded_grads_other_head_dims_and_strided_positions_to_the_torch_ops():
     k = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
     grad = torch.zeros(1, 4, 8, 128, dtype=torch.bfloat16)
-    assert backward_inputs_fit(grad, k, k)
-    assert backward_inputs_fit(torch.zeros(1, 8, 4, 128).transpose(1, 2), k, k)  # token-major rows are contiguous
-    assert not backward_inputs_fit(torch.ones(()).expand(1, 4, 8, 128), k, k)  # out.sum()'s grad
+    pos, lens = torch.arange(8).expand(1, 8), torch.tensor([8])
+    assert backward_inputs_fit(grad, k, k, pos, lens)
+    token_major = torch.zeros(1, 8, 4, 128).transpose(1, 2)  # its rows are contiguous
+    assert backward_inputs_fit(token_major, k, k, pos, lens)
+    assert not backward_inputs_fit(torch.ones(()).expand(1, 4, 8, 128), k, k, pos, lens)  # out.sum()'s grad
     k96 = torch.zeros(1, 2, 8, 96, dtype=torch.bfloat16)
-    assert not backward_inputs_fit(torch.zeros(1, 4, 8, 96), k96, k96)
+    assert not backward_inputs_fit(torch.zeros(1, 4, 8, 96), k96, k96, pos, lens)
+    assert not backward_inputs_fit(grad, k, k, torch.zeros(8, 2, dtype=torch.long).t()[:1], lens)
+    assert not backward_inputs_fit(grad, k, k, pos, torch.tensor([[8, 0]])[:, 0])

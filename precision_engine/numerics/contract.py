@@ -67,6 +67,14 @@ def block_buffers(rows: int, cols: int, fmt: QuantFormat, device: torch.device) 
                      torch.empty(scale_shape, dtype=torch.float32, device=device), fmt)
 
 
+def blocks_t_buffers(tokens: int, cols: int, fmt: QuantFormat, device: torch.device) -> Quantized:
+    """Uninitialized x^T [cols, M_pad] in `fmt`'s blocks (M_pad = tokens rounded up to the blocks' width along
+    tokens, as `tokens_buffers` pads) and their scales: what a blocks re-quantizer writes
+    (`quantize.requantize_blocks_transposed`)."""
+    width = fmt.block[1]
+    return block_buffers(cols, -(-tokens // width) * width, fmt, device)
+
+
 def part_views(q: Quantized, rows: Sequence[int], dim: int) -> list[Quantized]:
     """Each part's rows of a row-stacked block operand Q(W) (dim 0), or its columns of the stacked Q(W)^T (dim 1:
     where its Q(W)^T lies): `rows` weight rows per part, whole blocks of them but the last part's."""

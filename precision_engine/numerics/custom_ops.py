@@ -18,7 +18,8 @@ import functools
 
 import torch
 
-from precision_engine.numerics.contract import Quantized, block_buffers, fp8_dtype, rows_buffers, tokens_buffers
+from precision_engine.numerics.contract import (Quantized, block_buffers, blocks_t_buffers, fp8_dtype, rows_buffers,
+                                                tokens_buffers)
 from precision_engine.numerics.formats import Axis, DType, Granularity, QuantFormat, ScaleKind
 
 
@@ -138,9 +139,7 @@ def fake_requantize_tokens_transposed(data, scale, in_fmt, fmt):
 
 
 def fake_requantize_blocks_transposed(data, scale, in_fmt, fmt):
-    fmt = parse_format(fmt)
-    m_pad = -(-data.shape[0] // fmt.block[1]) * fmt.block[1]
-    q = block_buffers(data.shape[1], m_pad, fmt, data.device)
+    q = blocks_t_buffers(*data.shape, parse_format(fmt), data.device)
     return q.data, q.scale
 
 

@@ -42,7 +42,7 @@ from triton.experimental.gluon import language as gl
 from precision_engine.errors import OperandError
 from precision_engine.numerics import gluon_tokens as G
 from precision_engine.numerics import triton_quant as T
-from precision_engine.numerics.contract import Quantized, block_buffers, tokens_buffers
+from precision_engine.numerics.contract import Quantized, blocks_t_buffers, tokens_buffers
 from precision_engine.numerics.formats import QuantFormat, ScaleKind
 from precision_engine.numerics.gluon_gemm import _FP8_GL, _TRITON, GLUON_TRITON, _device
 from precision_engine.numerics.gluon_tokens import TILE
@@ -119,7 +119,7 @@ def requantize_blocks_transposed(q_in: Quantized, fmt: QuantFormat, token_lanes:
     """`triton_quant.requantize_blocks_transposed(q_in, fmt)`'s bytes, for operands `runs_blocks` takes: a program
     of 8 warps holds one 128x128 block. `token_lanes` (4 or 8) is for benchmarks."""
     m, c = q_in.data.shape
-    out = block_buffers(c, -(-m // TILE.value) * TILE.value, fmt, q_in.data.device)
+    out = blocks_t_buffers(m, c, fmt, q_in.data.device)
     return _launch(q_in, out, out.scale, fmt, WARPS, token_lanes, True)
 
 

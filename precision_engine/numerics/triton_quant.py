@@ -39,8 +39,8 @@ import triton
 import triton.language as tl
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.contract import (TRITON_INTERPRET, Quantized, block_buffers, fp8_dtype, rows_buffers,
-                                                scale_from_amax, tokens_buffers)
+from precision_engine.numerics.contract import (TRITON_INTERPRET, Quantized, block_buffers, blocks_t_buffers, fp8_dtype,
+                                                rows_buffers, scale_from_amax, tokens_buffers)
 from precision_engine.numerics.formats import FP8_MAX, Axis, DType, Granularity, QuantFormat, ScaleKind
 from precision_engine.numerics.pdl import release_dependents
 
@@ -653,7 +653,7 @@ def _launch_tokens_t(x: torch.Tensor, s_in: torch.Tensor | None, g_in: int, fmt:
     block_scale = fmt.granularity is Granularity.BLOCK
     if block_scale:
         g = fmt.block[1]
-        out = block_buffers(c, -(-m // g) * g, fmt, x.device)
+        out = blocks_t_buffers(m, c, fmt, x.device)
         q, scale = out.data, out.scale
     else:
         g = fmt.group

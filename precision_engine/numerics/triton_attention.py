@@ -190,14 +190,14 @@ def backward_inputs(grad: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos:
     casts one that does not), and every input as `backward_inputs_fit` says. The torch ops they replace (a
     broadcast masked_fill, two where, the grad's copy into out's layout) ran as seven non-vectorised kernels:
     0.415 against 0.186 ms at the 8B layer's shape on an H100 (BENCHMARKS, thirty-ninth session)."""
+    if not backward_inputs_fit(grad, k, v, q_pos, kv_len) or out.stride(-1) != 1 or grad.dtype != out.dtype:
+        raise ValueError(f"backward_inputs: rows of grad {tuple(grad.shape)} {grad.dtype}, k, v and out must be "
+                         f"contiguous, a power of 2 long and in {out.dtype}, q_pos and kv_len of unit last stride")
     grad_in = torch.empty_like(out)
     kz = torch.empty_like(k, memory_format=torch.contiguous_format)
     vz = torch.empty_like(v, memory_format=torch.contiguous_format)
     for src, dst, by_slot in ((grad, grad_in, False), (k, kz, True), (v, vz, True)):
         b, h, t, d = src.shape
-        if src.stride(-1) != 1 or dst.stride(-1) != 1 or d & (d - 1) or src.dtype != dst.dtype:
-            raise ValueError(f"backward_inputs: rows of {tuple(src.shape)} {src.dtype} must be contiguous, a power "
-                             f"of 2 long and in {dst.dtype}")
         rows = b * h * t
         _masked_rows_kernel[(triton.cdiv(rows, BACKWARD_INPUT_ROWS),)](
             src, dst, q_pos, kv_len, rows, h, t, *src.stride()[:3], *dst.stride()[:3], q_pos.stride(0),

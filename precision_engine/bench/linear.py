@@ -95,10 +95,15 @@ def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
         shapes = tuple(tuple(int(side) for side in part.lower().split("x")) for part in text.split(","))
     except ValueError:
         shapes = ()
-    if not shapes or any(len(s) != 2 or min(s) < 128 or s[0] % 128 or s[1] % 128 for s in shapes):
+    if not shapes or any(len(s) != 2 or not _whole_blocks(*s) for s in shapes):
         raise UsageError(f"--shapes {text!r}: expected comma-separated weights N x K (out x in features, multiples "
                          "of 128), e.g. 4096x4096,28672x4096")
     return shapes
+
+
+def _whole_blocks(n: int, k: int) -> bool:
+    """Whether a weight N x K is positive whole 128-wide blocks, as the block-scaled formats need."""
+    return min(n, k) >= 128 and n % 128 == 0 and k % 128 == 0
 
 
 # The parts our decoder runs as one GEMM where a policy gives them the same numerics (`fused_linear`)
@@ -124,8 +129,8 @@ def model_shapes(spec: str) -> tuple[tuple[tuple[int, int], ...], list[str]]:
             if owner.endswith(f".{sublayer}") and leaf == parts[0] and None not in shapes \
                     and len({k for _, k in shapes}) == 1 and all(n % 128 == 0 for n, _ in shapes):
                 found[(sum(n for n, _ in shapes), shapes[0][1])] = None
-    left_out = [f"{n}x{k} (not whole 128-wide blocks)" for n, k in found if n % 128 or k % 128]
-    kept = tuple((n, k) for n, k in found if not (n % 128 or k % 128))
+    kept = tuple(shape for shape in found if _whole_blocks(*shape))
+    left_out = [f"{n}x{k} (not whole 128-wide blocks)" for n, k in found if (n, k) not in kept]
     if not kept:
         raise UsageError(f"--model {spec}: no linear of its decoder layers is in whole 128-wide blocks"
                          + (f" (left out: {', '.join(left_out)})" if left_out else ""))

@@ -379,11 +379,11 @@ def _tokens_t_program(pid_t, pid_c, x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, 
         if BLOCK_SCALE:  # the tile's amax: one scale, one reciprocal. Columns past C hold 0 times the token's
             amax = _amax(amax, 0)  # input scale: NaN only where that input group's columns in the tile are NaN too
         scale = _scale_from_amax(amax, FMAX, RFMAX, POW2)
-        s2 = scale
         inv = _reciprocal(scale, POW2)
-        if not BLOCK_SCALE:
-            s2 = s2[None, :]
-            inv = inv[None, :]
+        if BLOCK_SCALE:
+            s2 = scale
+        else:  # a scale per column, broadcast over the tokens
+            s2, inv = scale[None, :], inv[None, :]
         y0 = _quotient(x0, s2, inv, POW2, IEEE_DIV)
         if PACK == 4:
             y1 = _quotient(x1, s2, inv, POW2, IEEE_DIV)

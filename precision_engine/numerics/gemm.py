@@ -43,6 +43,7 @@ from precision_engine.numerics import custom_ops, elf
 from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, SMALL_M_MAX,
                                                     WEIGHT_BLOCK, DeviceInfo, Gemm, resolve_kernel)
 from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized
+from precision_engine.numerics.cuda_context import make_context_current
 from precision_engine.numerics.formats import Granularity, Kernel
 # cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
 # 4, 8, 16, 24, 32, 64 accepted) and returned wrong results at K=320, where the scales' leading dimension
@@ -374,6 +375,7 @@ def _deep_gemm(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.d
     if b_scale_rows != SCALE_BLOCK or out_dtype != torch.bfloat16 or a.data.shape[1] % SCALE_BLOCK:
         raise OperandError("kernel deep_gemm takes 128x128 block weights, K a multiple of 128 and bf16 out")
     out = torch.empty((a.data.shape[0], b.data.shape[0]), dtype=out_dtype, device=a.data.device)
+    make_context_current(a.data.device)  # DeepGEMM encodes and launches through the driver (`cuda_context`)
     deep_gemm.fp8_gemm_nt((a.data, a.scale), (b.data, b.scale.contiguous()), out)
     return out
 

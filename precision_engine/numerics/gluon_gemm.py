@@ -54,6 +54,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from precision_engine.numerics.capabilities import SCALE_BLOCK
+from precision_engine.numerics.cuda_context import make_context_current
 from precision_engine.numerics.pdl import launch_options
 
 BLOCK_K = SCALE_BLOCK
@@ -565,7 +566,9 @@ SHARED_BYTES = 227 * 1024  # dynamic shared memory a Hopper program may take
 
 
 def _descriptor(x: torch.Tensor, rows: int, cols: int = BLOCK_K) -> TensorDescriptor:
-    """TMA blocks of rows x cols of x: an FP8 operand's K blocks, or (cols = block_n) an output tile half."""
+    """TMA blocks of rows x cols of x: an FP8 operand's K blocks, or (cols = block_n) an output tile half. The
+    launch encodes it on this thread, which must have a current context (`cuda_context`)."""
+    make_context_current(x.device)
     return TensorDescriptor.from_tensor(x, [rows, cols], _shared_layout(rows, cols, x.dtype))
 
 

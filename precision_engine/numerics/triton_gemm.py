@@ -40,6 +40,7 @@ import triton.language as tl
 
 from precision_engine.numerics.capabilities import SCALE_BLOCK, SMALL_M_MAX  # M <= SMALL_M_MAX: decode tiles
 from precision_engine.numerics.contract import TRITON_INTERPRET
+from precision_engine.numerics.cuda_context import make_context_current
 from precision_engine.numerics.pdl import launch_options, wait_for_producer
 
 BLOCK_K = SCALE_BLOCK  # one scale block per K step: the scale granularity of every operand we multiply
@@ -451,6 +452,7 @@ def block_scaled_gemm(
     if tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
+        make_context_current(a.device)  # the launch encodes the descriptors here (`cuda_context`)
         a_src = TensorDescriptor.from_tensor(a_k, [cfg.block_m, BLOCK_K])
         b_src = TensorDescriptor.from_tensor(b_k, [cfg.block_n, BLOCK_K])
     else:

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from precision_engine.errors import UnsupportedError
 from precision_engine.numerics.contract import TRITON_INTERPRET
+from precision_engine.numerics.cuda_context import make_context_current
 from precision_engine.numerics.triton_exact import _mma_operand, _round
 from precision_engine.numerics.triton_gemm import WHOLE_TILES_MIN, _sm_count, _sum_if_last, _tile_counters
 
@@ -188,6 +189,7 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     if tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
+        make_context_current(x.device)  # the launch encodes the descriptors here (`cuda_context`)
         x_src = TensorDescriptor.from_tensor(x, [config.block_m, config.block_k])
         w_src = TensorDescriptor.from_tensor(weight, [config.block_n, config.block_k])
     else:

@@ -23,7 +23,9 @@ every call, forward included), at training sizes only, where it runs; otherwise 
            (`numerics.linear`); BF16 and torchao are graphed alike, torchao where it can be captured
 Decode sizes (M <= 64) are forward only, on the Triton small-M kernel, timed as CUDA-graph replays as a rollout
 engine runs decode. Every variant of a row gets the same inputs; one that fails leaves its reason in
-`<variant>_note` and the others run.
+`<variant>_note` and the others run. With `rounds`, a row's variants take turns that many times: each reports the
+median of its rounds and each round's ratio against that round's BF16 (`<variant>_x_rounds`), as `bench block`
+does, since a card's clock moves with its load.
 
 Ours run at every shape before torchao's: a fresh machine spends minutes in torchao's first calls (Triton
 autotuning, `torchao_ref`), so a run cut short keeps every number of ours. BF16 is timed again beside torchao's
@@ -36,6 +38,7 @@ both torchao variants share are tuned by the first one to run.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -192,46 +195,66 @@ def _input_sets(n: int, k: int, m: int, names: Sequence[str], *, seed: int, devi
     return rotation(make, (n * k + 2 * m * (n + k)) * 2)
 
 
-def _measure(row: dict, name: str, sets: list[tuple], *, device: str, warmup: int, reps: int, key: str = "",
-             baseline: str = "bf16") -> None:
-    """Time variant `name` on `row`'s pass into the row under `key` (default `name`): its first call's wall
-    seconds, then its median ms and speed-up against the BF16 time under `baseline`, or, where it fails, its note
-    (bf16 failing fails the bench: every ratio needs it)."""
-    key = key or name
+def _measure(row: dict, names: Sequence[str], sets: list[tuple], *, device: str, warmup: int, reps: int,
+             rounds: int, beside_torchao: bool = False) -> None:
+    """Time the variants `names` (bf16 first) on `row`'s pass, taking turns `rounds` times: each one's first call's
+    wall seconds, then its median ms (the median of its rounds' medians) and speed-up against BF16, with several
+    rounds each round's ms (`<key>_ms_rounds`) and each round's speed-up against that round's BF16
+    (`<key>_x_rounds`); where one fails, its note instead (bf16 failing fails the bench: every ratio needs it).
+    Beside torchao, BF16 is keyed `bf16_beside_torchao`."""
+    keys = {name: BF16_BESIDE_TORCHAO if beside_torchao and name == "bf16" else name for name in names}
     step = PASSES[row["pass"].removesuffix(GRAPHED)]
-    fn = lambda layers, x, dy: step(layers[name], x, dy)  # noqa: E731
     cuda = torch.device(device).type == "cuda"
     graphed = cuda and (row["m"] <= DECODE_M[-1] or row["pass"].endswith(GRAPHED))
-    start = time.perf_counter()
-    try:
-        fn(*sets[0])
-        if cuda:
-            torch.cuda.synchronize()
-        row[f"{key}_warmup_s"] = time.perf_counter() - start
-        row[f"{key}_ms"] = timed(fn, sets, graphed=graphed, warmup=warmup, reps=reps)
-        if not graphed and row["m"] > DECODE_M[-1]:
-            row[f"{key}_host_ms"], row[f"{key}_gpu_ms"] = host_and_gpu_ms(fn, sets, warmup=warmup, reps=reps)
-    except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
-        if name == "bf16":
-            raise
-        row.setdefault(f"{key}_warmup_s", time.perf_counter() - start)  # a failing first call: what it cost
-        row[f"{key}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
-        return
-    if name != "bf16":
-        row[f"{key}_x"] = row[f"{baseline}_ms"] / row[f"{key}_ms"]
+    running = list(names)
+    for round_ in range(rounds):
+        for name in list(running):
+            key, start = keys[name], time.perf_counter()
+            fn = lambda layers, x, dy, name=name: step(layers[name], x, dy)  # noqa: E731
+            try:
+                if round_ == 0:
+                    fn(*sets[0])
+                    if cuda:
+                        torch.cuda.synchronize()
+                    row[f"{key}_warmup_s"] = time.perf_counter() - start
+                row.setdefault(f"{key}_ms_rounds", []).append(timed(fn, sets, graphed=graphed, warmup=warmup,
+                                                                    reps=reps))
+                if round_ == 0 and not graphed and row["m"] > DECODE_M[-1]:
+                    row[f"{key}_host_ms"], row[f"{key}_gpu_ms"] = host_and_gpu_ms(fn, sets, warmup=warmup,
+                                                                                  reps=reps)
+            except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
+                if name == "bf16":
+                    raise
+                row.setdefault(f"{key}_warmup_s", time.perf_counter() - start)  # a failing first call's cost
+                row[f"{key}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
+                row.pop(f"{key}_ms_rounds", None)
+                running.remove(name)
+    baseline = row[f"{keys['bf16']}_ms_rounds"]
+    for name in running:
+        key = keys[name]
+        times = row[f"{key}_ms_rounds"] if rounds > 1 else row.pop(f"{key}_ms_rounds")
+        row[f"{key}_ms"] = statistics.median(times)
+        if name != "bf16":
+            row[f"{key}_x"] = statistics.median(baseline) / row[f"{key}_ms"]
+            if rounds > 1:
+                row[f"{key}_x_rounds"] = [b / t for b, t in zip(baseline, times)]
 
 
 def bench_linear(*, quick: bool = False, reps: int = 30, warmup: int = 5,
                  shapes: Sequence[tuple[int, int]] | None = None, ms: Sequence[int] | None = None,
-                 variants: Sequence[str] = VARIANTS, device: str = "cuda",
+                 variants: Sequence[str] = VARIANTS, rounds: int = 1, device: str = "cuda",
                  on_row: Callable[[dict, list[dict]], None] | None = None) -> list[dict]:
     """One row per (shape, M, pass): BF16 ms, each variant's ms and its speed-up (BF16 ms / variant ms), and each
     variant's first-call seconds.
 
     `shapes` (N, K) and `ms` (token counts; decode sizes are those <= 64) override the 8B lists (or --quick's);
-    `variants` picks the columns that run (`choose_variants`); `on_row(row, rows)` sees a row each time it gains
-    numbers (a training row twice where torchao runs: after ours, then after torchao's), with every row so far;
+    `variants` picks the columns that run (`choose_variants`); `rounds` > 1 times a row's variants that many times,
+    taking turns, so that a card's clock moving within a row (an H100's SM clock fell from 1980 to 1470-1600 MHz
+    under sustained load, fortieth session) moves every variant alike; `on_row(row, rows)` sees a row each time it
+    gains numbers (a training row twice where torchao runs: after ours, then after torchao's), with every row so far;
     `device` cpu runs the same loop at toy sizes (tests), decode rows eagerly there."""
+    if rounds < 1:
+        raise UsageError(f"rounds {rounds}: at least 1")
     chosen = choose_variants(variants)
     ours = tuple(v for v in chosen if v not in torchao_ref.VARIANTS)
     theirs = tuple(v for v in chosen if v in torchao_ref.VARIANTS)
@@ -252,11 +275,9 @@ def bench_linear(*, quick: bool = False, reps: int = 30, warmup: int = 5,
                                device=device)
             for pass_ in _passes(train, device):
                 row = rows.setdefault((n, k, m, pass_), {"n": n, "k": k, "m": m, "pass": pass_})
-                if beside_torchao:  # minutes after ours: torchao's ratios against a BF16 timed beside them
-                    _measure(row, "bf16", sets, device=device, warmup=warmup, reps=reps, key=BF16_BESIDE_TORCHAO)
-                for name in names:
-                    _measure(row, name, sets, device=device, warmup=warmup, reps=reps,
-                             baseline=BF16_BESIDE_TORCHAO if beside_torchao else "bf16")
+                # beside torchao (minutes after ours), its ratios are against a BF16 timed beside them
+                _measure(row, ["bf16", *names] if beside_torchao else names, sets, device=device, warmup=warmup,
+                         reps=reps, rounds=rounds, beside_torchao=beside_torchao)
                 if train and torchao_note is not None:
                     row["torchao_note"] = torchao_note
                 if on_row is not None:
@@ -279,11 +300,15 @@ def format_header() -> str:
 
 def format_row(r: dict) -> str:
     """The table's line for row `r`: shape, M, pass, BF16 ms, then ms and speed-up per variant ("-": not run),
-    then, for an eager row, each variant's host issue ms and GPU ms ("host / GPU ms"), marked "(host-bound)" where
-    the host's exceed the GPU's: the GPU then waits for the host, and the eager time is the host's."""
+    then, timed in several rounds, each speed-up's range over them ("x by round"), then, for an eager row, each
+    variant's host issue ms and GPU ms ("host / GPU ms"), marked "(host-bound)" where the host's exceed the GPU's:
+    the GPU then waits for the host, and the eager time is the host's."""
     line = f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>13} {r['bf16_ms']:>9.4f}" + variant_cells(r, KINDS, 17)
     host = [f"{v} {host_cell(r[f'{v}_host_ms'], r[f'{v}_gpu_ms'])}" for v in VARIANTS if f"{v}_host_ms" in r]
-    return line + (f"  host / GPU ms: {', '.join(host)}" if host else "")
+    by_round = [f"{v} {min(r[f'{v}_x_rounds']):.2f}-{max(r[f'{v}_x_rounds']):.2f}" for v in KINDS
+                if f"{v}_x_rounds" in r]
+    return (line + (f"  x by round: {', '.join(by_round)}" if by_round else "")
+            + (f"  host / GPU ms: {', '.join(host)}" if host else ""))
 
 
 def progress(r: dict) -> str:

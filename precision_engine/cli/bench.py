@@ -53,6 +53,10 @@ def register(app: typer.Typer) -> None:
         model: Annotated[str | None, typer.Option("--model", help="Instead of --shapes: the weights a model's "
                                                   "decoder layers run (a built-in name or an HF model directory), "
                                                   "its fused q/k/v and gate/up included.")] = None,
+        rounds: Annotated[int, typer.Option("--rounds", min=1, help="Time each row's variants this many times, "
+                                            "taking turns; a row reports their median and each ratio's range "
+                                            "over the rounds (a card's clock moves under load: 3 or more to "
+                                            "judge close ratios).")] = 1,
     ) -> None:
         """The FP8 linear layer (forward, forward+backward) against nn.Linear in BF16, same run, table + JSON.
 
@@ -70,6 +74,7 @@ def register(app: typer.Typer) -> None:
           precision bench linear --tokens 1,16,64 --variants fp8_bi
           precision bench linear --shapes 6144x4096,28672x4096 --tokens 8192 --variants fp8_bi,torchao
           precision bench linear --model qwen3-8b --tokens 8192 --variants fp8_bi,fp8_bi_wblocks
+          precision bench linear --tokens 8192 --variants fp8_bi_wblocks --rounds 3
         """
         from precision_engine.bench import linear as bench_linear
 
@@ -92,7 +97,8 @@ def register(app: typer.Typer) -> None:
             if out is not None:
                 write_json(rows, out)
 
-        rows = bench_linear.bench_linear(quick=quick, variants=chosen, shapes=weights, ms=ms, on_row=on_row)
+        rows = bench_linear.bench_linear(quick=quick, variants=chosen, shapes=weights, ms=ms, rounds=rounds,
+                                         on_row=on_row)
         _report(bench_linear.format_table(rows), rows, out)
 
     @group.command()

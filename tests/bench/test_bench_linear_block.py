@@ -154,6 +154,46 @@ def test_linear_rows_at_toy_size():
     assert table.splitlines()[-5:] == lines + blocked
 
 
+def test_linear_rounds_take_turns_and_pair_each_round_with_its_baseline(monkeypatch):
+    """With rounds, a row's variants take turns (bf16, then each variant, round by round), each variant's ms is
+    the median of its rounds, each round's ratio is against that round's BF16, the first call and the host are
+    timed in the first round only, a variant failing in a later round leaves its note and no numbers, and the
+    table prints each ratio's range over the rounds."""
+    import precision_engine.bench.linear as linear
+
+    order, host_calls = [], []
+    times = {"bf16": iter([2.0, 3.0, 2.2] * 2), "fp8_bi": iter([1.0, 2.0, 1.0] * 2),
+             "fp8_bi_wblocks": iter([1.0, 1.5])}
+
+    def timed(fn, sets, **kwargs):
+        name = next(name for name in times if fn.__defaults__ == (name,))
+        order.append(name)
+        value = next(times[name], None)
+        if value is None:
+            raise RuntimeError("lost the card")
+        return value
+
+    monkeypatch.setattr(linear, "timed", timed)
+    monkeypatch.setattr(linear, "host_and_gpu_ms", lambda *a, **kw: host_calls.append(1) or (0.1, 0.2))
+    rows = bench_linear(shapes=((256, 128),), ms=(128,), reps=1, warmup=0, rounds=3,
+                        variants=("fp8_bi", "fp8_bi_wblocks"), device="cpu")
+    fwd = rows[0]
+    assert order[:9] == ["bf16", "fp8_bi", "fp8_bi_wblocks"] * 3
+    assert len(host_calls) == 3 + 2  # first rounds only: fwd, then fwd+bwd, where fp8_bi_wblocks fails first
+    assert fwd["bf16_ms_rounds"] == [2.0, 3.0, 2.2] and fwd["bf16_ms"] == 2.2
+    assert fwd["fp8_bi_ms"] == 1.0 and fwd["fp8_bi_x"] == 2.2 and fwd["fp8_bi_x_rounds"] == [2.0, 1.5, 2.2]
+    assert "fp8_bi_wblocks_ms" not in fwd and "fp8_bi_wblocks_ms_rounds" not in fwd
+    assert fwd["fp8_bi_wblocks_note"] == "RuntimeError: lost the card" and fwd["fp8_bi_wblocks_warmup_s"] > 0
+    assert "x by round: fp8_bi 1.50-2.20  host / GPU ms" in linear.format_row(fwd)
+    assert rows[1]["pass"] == "fwd+bwd" and "fp8_bi_wblocks_note" in rows[1]  # out of times: failed at once
+    assert order[9:] == ["bf16", "fp8_bi", "fp8_bi_wblocks", "bf16", "fp8_bi", "bf16", "fp8_bi"]
+    monkeypatch.setattr(linear, "timed", lambda *a, **kw: 1.0)
+    single = bench_linear(shapes=((256, 128),), ms=(128,), reps=1, warmup=0, variants=("fp8_bi",), device="cpu")
+    assert not any(key.endswith("_rounds") for key in single[0]) and "by round" not in linear.format_row(single[0])
+    with pytest.raises(UsageError, match="rounds 0: at least 1"):
+        bench_linear(rounds=0, device="cpu")
+
+
 def test_linear_row_marks_a_variant_host_bound_where_issuing_outlasts_its_gpu_time():
     from precision_engine.bench.linear import format_row
 
@@ -279,19 +319,21 @@ def test_cli_linear_prints_and_writes_each_row_as_it_is_measured(tmp_path, monke
     out, on_disk = tmp_path / "linear.json", []
     real = linear.bench_linear
 
-    def toy(*, quick, variants, shapes, ms, on_row):
-        assert ms is None and shapes is None
+    def toy(*, quick, variants, shapes, ms, rounds, on_row):
+        assert ms is None and shapes is None and rounds == 2
         def check(row, rows):
             on_row(row, rows)
             on_disk.append(len(json.loads(out.read_text())["rows"]))
 
-        return real(shapes=((256, 128),), ms=(128, 1), reps=1, warmup=0, variants=variants, device="cpu",
-                    on_row=check)
+        return real(shapes=((256, 128),), ms=(128, 1), reps=1, warmup=0, variants=variants, rounds=rounds,
+                    device="cpu", on_row=check)
 
     monkeypatch.setattr(linear, "bench_linear", toy)
     monkeypatch.setattr(cli_bench, "require_gpu", lambda out, verb: None)
-    result = runner.invoke(app, ["bench", "linear", "--quick", "--variants", "fp8_bi", "--out", str(out)])
+    result = runner.invoke(app, ["bench", "linear", "--quick", "--variants", "fp8_bi", "--rounds", "2", "--out",
+                                 str(out)])
     assert result.exit_code == 0, result.output
+    assert "x by round: fp8_bi " in result.output and "fp8_bi_x_rounds" in out.read_text()
     assert on_disk == [1, 2, 3] and [p.name for p in tmp_path.iterdir()] == ["linear.json"]
     document = json.loads(out.read_text())
     assert len(document["rows"]) == 3 and "command" in document and "torchao" in document["env"]

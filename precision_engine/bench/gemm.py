@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from precision_engine.bench.timing import median, rotation, time_cuda
+from precision_engine.bench.timing import median, rotation, time_cuda_turns
 
 # (N, K): q/o, k/v, Llama MLP up|gate / down, Qwen3 MLP up|gate / down, Llama fused qkv, fused gate+up
 SHAPES_8B: tuple[tuple[int, int], ...] = (
@@ -114,15 +114,22 @@ def time_graphed(fn, sets: list[tuple], *, warmup: int, reps: int) -> float:
     Decode-sized kernels take less time than their host-side launch, so eager timing measures Python, not the
     GPU. Rollout engines (SGLang) run decode as CUDA graphs; BF16 and FP8 are both timed this way here.
     """
-    graph = capture_graph(fn, sets)
-    return median(time_cuda(graph.replay, warmup=warmup, reps=reps)) / len(sets)
+    return timed_turns([fn], sets, graphed=True, warmup=warmup, reps=reps)[0]
 
 
 def timed(fn, sets: list[tuple], *, graphed: bool, warmup: int, reps: int) -> float:
     """Median ms per call: graph replays for decode sizes, eager CUDA-event timing otherwise."""
+    return timed_turns([fn], sets, graphed=graphed, warmup=warmup, reps=reps)[0]
+
+
+def timed_turns(fns, sets: list[tuple], *, graphed: bool, warmup: int, reps: int) -> list[float]:
+    """Median ms per call of each of `fns`, taking turns call by call (`timing.time_cuda_turns`): as graph
+    replays (each fn's graph captured before any is timed), or eagerly."""
     if graphed:
-        return time_graphed(fn, sets, warmup=warmup, reps=reps)
-    return median(time_cuda(fn, warmup=warmup, reps=reps, inputs_rotation=sets))
+        graphs = [capture_graph(fn, sets) for fn in fns]
+        times = time_cuda_turns([graph.replay for graph in graphs], warmup=warmup, reps=reps)
+        return [median(own) / len(sets) for own in times]
+    return [median(own) for own in time_cuda_turns(fns, warmup=warmup, reps=reps, inputs_rotation=sets)]
 
 
 def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> list[dict]:

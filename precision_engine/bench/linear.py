@@ -23,9 +23,9 @@ every call, forward included), at training sizes only, where it runs; otherwise 
            (`numerics.linear`); BF16 and torchao are graphed alike, torchao where it can be captured
 Decode sizes (M <= 64) are forward only, on the Triton small-M kernel, timed as CUDA-graph replays as a rollout
 engine runs decode. Every variant of a row gets the same inputs; one that fails leaves its reason in
-`<variant>_note` and the others run. With `rounds`, a row's variants take turns that many times: each reports the
-median of its rounds and each round's ratio against that round's BF16 (`<variant>_x_rounds`), as `bench block`
-does, since a card's clock moves with its load.
+`<variant>_note` and the others run. A row's variants take turns call by call (`gemm.timed_turns`), since a card's
+clock moves with its load within a second; with `rounds`, that many times, each variant reporting the median of
+its rounds and each round's ratio against that round's BF16 (`<variant>_x_rounds`), as `bench block` does.
 
 Ours run at every shape before torchao's: a fresh machine spends minutes in torchao's first calls (Triton
 autotuning, `torchao_ref`), so a run cut short keeps every number of ours. BF16 is timed again beside torchao's
@@ -55,7 +55,7 @@ from precision_engine.bench.gemm import (
     host_cell,
     notes,
     target,
-    timed,
+    timed_turns,
     variant_cells,
 )
 from precision_engine.bench.timing import host_and_gpu_ms, rotation
@@ -197,38 +197,53 @@ def _input_sets(n: int, k: int, m: int, names: Sequence[str], *, seed: int, devi
 
 def _measure(row: dict, names: Sequence[str], sets: list[tuple], *, device: str, warmup: int, reps: int,
              rounds: int, beside_torchao: bool = False) -> None:
-    """Time the variants `names` (bf16 first) on `row`'s pass, taking turns `rounds` times: each one's first call's
-    wall seconds, then its median ms (the median of its rounds' medians) and speed-up against BF16, with several
-    rounds each round's ms (`<key>_ms_rounds`) and each round's speed-up against that round's BF16
-    (`<key>_x_rounds`); where one fails, its note instead (bf16 failing fails the bench: every ratio needs it).
-    Beside torchao, BF16 is keyed `bf16_beside_torchao`."""
+    """Time the variants `names` (bf16 first) on `row`'s pass, taking turns call by call (`gemm.timed_turns`), in
+    `rounds` rounds: each one's first call's wall seconds, then its median ms (the median of its rounds' medians)
+    and speed-up against BF16, with several rounds each round's ms (`<key>_ms_rounds`) and each round's speed-up
+    against that round's BF16 (`<key>_x_rounds`); where one fails, its note instead (bf16 failing fails the
+    bench: every ratio needs it). Beside torchao, BF16 is keyed `bf16_beside_torchao`."""
     keys = {name: BF16_BESIDE_TORCHAO if beside_torchao and name == "bf16" else name for name in names}
     step = PASSES[row["pass"].removesuffix(GRAPHED)]
     cuda = torch.device(device).type == "cuda"
     graphed = cuda and (row["m"] <= DECODE_M[-1] or row["pass"].endswith(GRAPHED))
+    calls = {name: _VariantCall(name, step) for name in names}
+
+    def fail(failed: _VariantFailed, start: float) -> None:
+        name, err = failed.name, failed.__cause__
+        if name == "bf16":
+            raise err
+        row.setdefault(f"{keys[name]}_warmup_s", time.perf_counter() - start)  # a failing first call's cost
+        row[f"{keys[name]}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
+        row.pop(f"{keys[name]}_ms_rounds", None)
+        running.remove(name)
+
     running = list(names)
+    for name in names:
+        start = time.perf_counter()
+        try:
+            calls[name](*sets[0])
+            if cuda:
+                torch.cuda.synchronize()
+            row[f"{keys[name]}_warmup_s"] = time.perf_counter() - start
+        except _VariantFailed as failed:  # one variant failing must not lose the others
+            fail(failed, start)
     for round_ in range(rounds):
-        for name in list(running):
-            key, start = keys[name], time.perf_counter()
-            fn = lambda layers, x, dy, name=name: step(layers[name], x, dy)  # noqa: E731
+        while True:
             try:
-                if round_ == 0:
-                    fn(*sets[0])
-                    if cuda:
-                        torch.cuda.synchronize()
-                    row[f"{key}_warmup_s"] = time.perf_counter() - start
-                row.setdefault(f"{key}_ms_rounds", []).append(timed(fn, sets, graphed=graphed, warmup=warmup,
-                                                                    reps=reps))
-                if round_ == 0 and not graphed and row["m"] > DECODE_M[-1]:
-                    row[f"{key}_host_ms"], row[f"{key}_gpu_ms"] = host_and_gpu_ms(fn, sets, warmup=warmup,
-                                                                                  reps=reps)
-            except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
-                if name == "bf16":
-                    raise
-                row.setdefault(f"{key}_warmup_s", time.perf_counter() - start)  # a failing first call's cost
-                row[f"{key}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
-                row.pop(f"{key}_ms_rounds", None)
-                running.remove(name)
+                times = timed_turns([calls[name] for name in running], sets, graphed=graphed, warmup=warmup,
+                                    reps=reps)
+                break
+            except _VariantFailed as failed:
+                fail(failed, time.perf_counter())
+        for name, ms in zip(running, times):
+            row.setdefault(f"{keys[name]}_ms_rounds", []).append(ms)
+    if not graphed and row["m"] > DECODE_M[-1]:
+        for name in list(running):
+            try:
+                row[f"{keys[name]}_host_ms"], row[f"{keys[name]}_gpu_ms"] = host_and_gpu_ms(
+                    calls[name], sets, warmup=warmup, reps=reps)
+            except _VariantFailed as failed:
+                fail(failed, time.perf_counter())
     baseline = row[f"{keys['bf16']}_ms_rounds"]
     for name in running:
         key = keys[name]
@@ -238,6 +253,27 @@ def _measure(row: dict, names: Sequence[str], sets: list[tuple], *, device: str,
             row[f"{key}_x"] = statistics.median(baseline) / row[f"{key}_ms"]
             if rounds > 1:
                 row[f"{key}_x_rounds"] = [b / t for b, t in zip(baseline, times)]
+
+
+class _VariantFailed(Exception):
+    """A variant's call raised while variants took turns: says which, the error as its cause."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class _VariantCall:
+    """One variant's call of a pass on an input set (layers by variant, x, dy), whose errors name the variant."""
+
+    def __init__(self, name: str, step: Callable) -> None:
+        self.name, self.step = name, step
+
+    def __call__(self, layers: dict, x: torch.Tensor, dy: torch.Tensor | None) -> None:
+        try:
+            self.step(layers[self.name], x, dy)
+        except Exception as err:
+            raise _VariantFailed(self.name) from err
 
 
 def bench_linear(*, quick: bool = False, reps: int = 30, warmup: int = 5,

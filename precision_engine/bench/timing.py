@@ -32,28 +32,48 @@ def time_cuda(
     host_lead_us: float = 200.0,
 ) -> list[float]:
     """Milliseconds of each of `reps` calls of fn(*inputs_rotation[i % n]) (fn() when no rotation given)."""
+    return time_cuda_turns([fn], warmup=warmup, reps=reps, inputs_rotation=inputs_rotation,
+                           host_lead_us=host_lead_us)[0]
+
+
+def time_cuda_turns(
+    fns: Sequence[Callable[..., object]],
+    *,
+    warmup: int = 10,
+    reps: int = 50,
+    inputs_rotation: Sequence[tuple] | None = None,
+    host_lead_us: float = 200.0,
+) -> list[list[float]]:
+    """Milliseconds of each of `reps` calls of each of `fns`, the functions taking turns call by call (repetition
+    i calls each fn on set i % n in order), so that a clock that moves within the run moves each one's times
+    alike: an H100 under sustained load held its 700 W cap by moving its SM clock between 1470 and 1980 MHz
+    within a second (fortieth session), which timing one function's repetitions after another's turns into a
+    difference between them."""
     sets = list(inputs_rotation) if inputs_rotation else [()]
     for i in range(warmup):
-        fn(*sets[i % len(sets)])
-    if not torch.cuda.is_available():
-        times = []
-        for i in range(reps):
-            start = time.perf_counter()
+        for fn in fns:
             fn(*sets[i % len(sets)])
-            times.append((time.perf_counter() - start) * 1e3)
+    times: list[list[float]] = [[] for _ in fns]
+    if not torch.cuda.is_available():
+        for i in range(reps):
+            for fn, own in zip(fns, times):
+                start = time.perf_counter()
+                fn(*sets[i % len(sets)])
+                own.append((time.perf_counter() - start) * 1e3)
         return times
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+              for _ in fns]
     spin_cycles = int(host_lead_us * SPIN_CYCLES_PER_US)
     torch.cuda.synchronize()
     for i in range(reps):
-        if spin_cycles:
-            torch.cuda._sleep(spin_cycles)
-        starts[i].record()
-        fn(*sets[i % len(sets)])
-        ends[i].record()
+        for fn, own in zip(fns, events):
+            if spin_cycles:
+                torch.cuda._sleep(spin_cycles)
+            own[i][0].record()
+            fn(*sets[i % len(sets)])
+            own[i][1].record()
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return [[start.elapsed_time(end) for start, end in own] for own in events]
 
 
 def host_issue_ms(fn: Callable[..., object], inputs_rotation: Sequence[tuple], *, calls: int = 10,

@@ -154,44 +154,59 @@ def test_linear_rows_at_toy_size():
     assert table.splitlines()[-5:] == lines + blocked
 
 
-def test_linear_rounds_take_turns_and_pair_each_round_with_its_baseline(monkeypatch):
-    """With rounds, a row's variants take turns (bf16, then each variant, round by round), each variant's ms is
-    the median of its rounds, each round's ratio is against that round's BF16, the first call and the host are
-    timed in the first round only, a variant failing in a later round leaves its note and no numbers, and the
-    table prints each ratio's range over the rounds."""
+def test_linear_variants_take_turns_and_rounds_pair_each_round_with_its_baseline(monkeypatch):
+    """A row's variants are timed together, taking turns (`timed_turns`), once per round; each variant's ms is the
+    median of its rounds, each round's ratio is against that round's BF16, first calls and the host are timed
+    once, a variant failing in a later round leaves its note and no numbers while the others' round is timed
+    again, and the table prints each ratio's range over the rounds."""
     import precision_engine.bench.linear as linear
 
-    order, host_calls = [], []
-    times = {"bf16": iter([2.0, 3.0, 2.2] * 2), "fp8_bi": iter([1.0, 2.0, 1.0] * 2),
-             "fp8_bi_wblocks": iter([1.0, 1.5])}
+    turns, host_calls = [], []
+    times = {"bf16": [2.0, 3.0, 2.2] * 2, "fp8_bi": [1.0, 2.0, 1.0] * 2, "fp8_bi_wblocks": [1.0, 1.5]}
 
-    def timed(fn, sets, **kwargs):
-        name = next(name for name in times if fn.__defaults__ == (name,))
-        order.append(name)
-        value = next(times[name], None)
-        if value is None:
-            raise RuntimeError("lost the card")
-        return value
+    def timed_turns(fns, sets, **kwargs):
+        turns.append([fn.name for fn in fns])
+        for fn in fns:
+            if not times[fn.name]:  # its call fails
+                try:
+                    raise RuntimeError("lost the card")
+                except RuntimeError as err:
+                    raise linear._VariantFailed(fn.name) from err
+        return [times[fn.name].pop(0) for fn in fns]
 
-    monkeypatch.setattr(linear, "timed", timed)
+    monkeypatch.setattr(linear, "timed_turns", timed_turns)
     monkeypatch.setattr(linear, "host_and_gpu_ms", lambda *a, **kw: host_calls.append(1) or (0.1, 0.2))
     rows = bench_linear(shapes=((256, 128),), ms=(128,), reps=1, warmup=0, rounds=3,
                         variants=("fp8_bi", "fp8_bi_wblocks"), device="cpu")
     fwd = rows[0]
-    assert order[:9] == ["bf16", "fp8_bi", "fp8_bi_wblocks"] * 3
-    assert len(host_calls) == 3 + 2  # first rounds only: fwd, then fwd+bwd, where fp8_bi_wblocks fails first
+    every, two = ["bf16", "fp8_bi", "fp8_bi_wblocks"], ["bf16", "fp8_bi"]
+    assert turns == [every, every, every, two] + [every, two, two, two]  # a failed turn is timed again without it
+    assert len(host_calls) == 2 + 2  # once a row, after its rounds, for the variants still running
     assert fwd["bf16_ms_rounds"] == [2.0, 3.0, 2.2] and fwd["bf16_ms"] == 2.2
     assert fwd["fp8_bi_ms"] == 1.0 and fwd["fp8_bi_x"] == 2.2 and fwd["fp8_bi_x_rounds"] == [2.0, 1.5, 2.2]
     assert "fp8_bi_wblocks_ms" not in fwd and "fp8_bi_wblocks_ms_rounds" not in fwd
     assert fwd["fp8_bi_wblocks_note"] == "RuntimeError: lost the card" and fwd["fp8_bi_wblocks_warmup_s"] > 0
     assert "x by round: fp8_bi 1.50-2.20  host / GPU ms" in linear.format_row(fwd)
-    assert rows[1]["pass"] == "fwd+bwd" and "fp8_bi_wblocks_note" in rows[1]  # out of times: failed at once
-    assert order[9:] == ["bf16", "fp8_bi", "fp8_bi_wblocks", "bf16", "fp8_bi", "bf16", "fp8_bi"]
-    monkeypatch.setattr(linear, "timed", lambda *a, **kw: 1.0)
+    assert rows[1]["pass"] == "fwd+bwd" and rows[1]["fp8_bi_wblocks_note"] == "RuntimeError: lost the card"
+    monkeypatch.setattr(linear, "timed_turns", lambda fns, sets, **kw: [1.0] * len(fns))
     single = bench_linear(shapes=((256, 128),), ms=(128,), reps=1, warmup=0, variants=("fp8_bi",), device="cpu")
     assert not any(key.endswith("_rounds") for key in single[0]) and "by round" not in linear.format_row(single[0])
     with pytest.raises(UsageError, match="rounds 0: at least 1"):
         bench_linear(rounds=0, device="cpu")
+
+
+def test_timed_calls_take_turns_call_by_call():
+    """`time_cuda_turns` (here on the host clock) warms up and times the functions in turns, each repetition on
+    the next input set; `time_cuda` is its one-function case."""
+    from precision_engine.bench.timing import time_cuda, time_cuda_turns
+
+    calls = []
+    fns = [lambda s, name=name: calls.append((name, s)) for name in "ab"]
+    times = time_cuda_turns(fns, warmup=1, reps=3, inputs_rotation=[(0,), (1,)])
+    assert calls == [("a", 0), ("b", 0), ("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 0), ("b", 0)]
+    assert [len(own) for own in times] == [3, 3] and all(t >= 0 for own in times for t in own)
+    calls.clear()
+    assert len(time_cuda(fns[0], warmup=0, reps=2, inputs_rotation=[(5,)])) == 2 and calls == [("a", 5)] * 2
 
 
 def test_linear_row_marks_a_variant_host_bound_where_issuing_outlasts_its_gpu_time():

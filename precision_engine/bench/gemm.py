@@ -3,7 +3,8 @@
 Shapes are the projection GEMMs of Llama-3.1-8B and Qwen3-8B, (N, K) = (out, in) features, at training sizes
 (M = 8192, 16384 tokens) and decode sizes (M = 1, 16, 64). Every timed call gets the next of several freshly
 drawn input sets, together larger than the L2, so decode numbers measure HBM, not the cache. Decode sizes are
-timed as CUDA-graph replays (see `time_graphed`), training sizes eagerly.
+timed as CUDA-graph replays (see `time_graphed`), training sizes eagerly; a row's kernels take turns call by call
+(`timed_turns`), since a card at its power cap moves its clock within a second.
 
 Kernels: ours (cuBLAS; `cublas_pinned`, cuBLAS with one algorithm pinned per shape, batch-invariant, its rows
 under 16 and its decode sizes on Hopper on our one-segment launches (same bits), a note where its extension
@@ -133,8 +134,9 @@ def timed_turns(fns, sets: list[tuple], *, graphed: bool, warmup: int, reps: int
 
 
 def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> list[dict]:
-    """One row per (shape, M): median ms of BF16 and of each FP8 kernel, and their ratios (BF16 ms / FP8 ms);
-    `torchao_note` says why torchao's GEMM has no numbers."""
+    """One row per (shape, M): median ms of BF16 and of each FP8 kernel, timed in turns call by call
+    (`timed_turns`), and their ratios (BF16 ms / FP8 ms); a kernel whose first call is refused leaves its note
+    instead, and `torchao_note` says why torchao's GEMM has no numbers."""
     from precision_engine.bench import torchao_ref
     from precision_engine.errors import UnsupportedError
     from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
@@ -159,29 +161,33 @@ def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> l
 
             sets = rotation(make, (m + n) * k * (3 if torchao_note else 4))
             graphed = m <= DECODE_M[-1]
-            bf16 = timed(lambda x, w, xq, wq, ao: torch.mm(x, w.t()), sets, graphed=graphed, warmup=warmup,
-                         reps=reps)
-            row = {"n": n, "k": k, "m": m, "graphed": graphed, "bf16_ms": bf16}
+            row = {"n": n, "k": k, "m": m, "graphed": graphed}
+            calls = {"bf16": lambda x, w, xq, wq, ao: torch.mm(x, w.t())}
             for kern in kernels:
+                def call(x, w, xq, wq, ao, kern=kern):
+                    return fp8_gemm(xq, wq, kernel=kern, batch_invariant=False)
+
                 try:
-                    ms = timed(
-                        lambda x, w, xq, wq, ao, kern=kern: fp8_gemm(xq, wq, kernel=kern, batch_invariant=False),
-                        sets, graphed=graphed, warmup=warmup, reps=reps,
-                    )
+                    call(*sets[0])
                 except UnsupportedError as err:  # a kernel this GPU cannot run, or whose extension did not build
                     row[f"{kern.value}_note"] = str(err)
                     continue
-                row[f"{kern.value}_ms"] = ms
-                row[f"{kern.value}_x"] = bf16 / ms
+                calls[kern.value] = call
             if torchao_note is None:
                 try:
-                    ms = timed(lambda x, w, xq, wq, ao: torchao_ref.gemm(*ao), sets, graphed=graphed,
-                               warmup=warmup, reps=reps)
-                    row["torchao_triton_ms"], row["torchao_triton_x"] = ms, bf16 / ms
+                    torchao_ref.gemm(*sets[0][4])
+                    calls["torchao_triton"] = lambda x, w, xq, wq, ao: torchao_ref.gemm(*ao)
                 except Exception as err:  # noqa: BLE001 (torchao failing must not lose our rows)
                     row["torchao_note"] = f"{type(err).__name__}: {str(err)[:200]}"
             else:
                 row["torchao_note"] = torchao_note
+            # in turns, call by call: a card at its power cap moves its clock within a second (`timed_turns`)
+            times = dict(zip(calls, timed_turns(list(calls.values()), sets, graphed=graphed, warmup=warmup,
+                                                reps=reps)))
+            for name, ms in times.items():
+                row[f"{name}_ms"] = ms
+                if name != "bf16":
+                    row[f"{name}_x"] = times["bf16"] / ms
             row["flops"] = 2 * m * n * k
             rows.append(row)
             del sets

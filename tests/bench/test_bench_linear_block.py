@@ -33,8 +33,8 @@ runner = CliRunner()
 @pytest.mark.parametrize("invariant", [False, True])
 @pytest.mark.parametrize("fp8_kv", [False, True])
 def test_layer_forward_is_the_decoders_training_forward(invariant, fp8_kv):
-    """Embedding -> Decoder.layers (what bench block times) -> final norm + lm_head gives Decoder.forward's logits bit for bit (fresh
-    random weights and ids, k/v rounded through FP8 or not), and leaves the model as it was."""
+    """Embedding -> Decoder.layers (what bench block times) -> final norm + lm_head gives Decoder.forward's logits
+    bit for bit (fresh random weights and ids, k/v rounded through FP8 or not), and leaves the model as it was."""
     model = random_decoder(resolve_config("tiny-llama"), device="cpu", seed=5, batch_invariant=invariant)
     c = model.config
     if fp8_kv:

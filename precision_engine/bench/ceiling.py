@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from precision_engine.bench.gemm import GRAPHED, QUICK_SHAPES, SHAPES_8B, TRAIN_M, target, timed
+from precision_engine.bench.gemm import GRAPHED, QUICK_SHAPES, SHAPES_8B, TRAIN_M, target, timed_where_they_run
 from precision_engine.bench.quant import activation_bytes, grad_output_bytes, requantize_bytes, weight_bytes
 from precision_engine.bench.timing import rotation
 from precision_engine.errors import UnsupportedError
@@ -218,15 +218,15 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
                 make, timers, nbytes = _gemm_timers(gemm, n, k, m, device)
                 sets = rotation(make, nbytes)
                 flop = 2 * math.prod(problems(n, k, m)[gemm])
-                for kind, fn in timers.items():
-                    try:
-                        row[f"{kind}_{gemm}_ms"] = timed(fn, sets, graphed=False, warmup=warmup, reps=reps)
-                    except (UnsupportedError, RuntimeError) as err:  # an FP8 GEMM this GPU lacks; BF16 must run
-                        if kind == "bf16":
-                            raise
-                        row.setdefault(f"{kind}_note", f"{type(err).__name__}: {str(err)[:200]}")
-                        continue
-                    row[f"{kind}_{gemm}_tflops"] = flop / row[f"{kind}_{gemm}_ms"] / 1e9
+                times, errors = timed_where_they_run(timers, sets, graphed=False, warmup=warmup, reps=reps,
+                                                     refused=(UnsupportedError, RuntimeError))
+                for kind, err in errors.items():  # an FP8 GEMM this GPU lacks; BF16 must run
+                    if kind == "bf16":
+                        raise err
+                    row.setdefault(f"{kind}_note", f"{type(err).__name__}: {str(err)[:200]}")
+                for kind, ms in times.items():
+                    row[f"{kind}_{gemm}_ms"] = ms
+                    row[f"{kind}_{gemm}_tflops"] = flop / ms / 1e9
                 del sets
             row.update({f"{p}_bytes": b for p, b in quantizer_bytes(n, k, m).items()})
             row["ceilings"] = ceilings(row)

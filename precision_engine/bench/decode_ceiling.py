@@ -33,7 +33,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from precision_engine.bench.gemm import DECODE_M, DECODE_TARGET, QUICK_SHAPES, SHAPES_8B, timed
+from precision_engine.bench.gemm import DECODE_M, DECODE_TARGET, QUICK_SHAPES, SHAPES_8B, timed_turns
 from precision_engine.bench.timing import rotation
 from precision_engine.numerics.capabilities import SCALE_BLOCK
 
@@ -128,8 +128,8 @@ def bench_decode_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5
             make, timers, nbytes = _decode_timers(n, k, m, device)
             sets = rotation(make, nbytes)
             row = {"n": n, "k": k, "m": m, "weight_bytes": weight_bytes(n, k)}
-            for kind, fn in timers.items():
-                row[f"{kind}_ms"] = timed(fn, sets, graphed=graphed, warmup=warmup, reps=reps)
+            times = timed_turns(list(timers.values()), sets, graphed=graphed, warmup=warmup, reps=reps)
+            row.update({f"{kind}_ms": ms for kind, ms in zip(timers, times)})
             del sets
             row["ceilings"] = ceilings(row)
             (linear,) = bench_linear(shapes=[(n, k)], ms=[m], variants=("bf16", "fp8_bi"), device=device,

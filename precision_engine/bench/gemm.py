@@ -133,12 +133,26 @@ def timed_turns(fns, sets: list[tuple], *, graphed: bool, warmup: int, reps: int
     return [median(own) for own in time_cuda_turns(fns, warmup=warmup, reps=reps, inputs_rotation=sets)]
 
 
+def timed_where_they_run(calls: dict, sets: list[tuple], *, graphed: bool, warmup: int, reps: int,
+                         refused: tuple[type[BaseException], ...]) -> tuple[dict[str, float], dict[str, BaseException]]:
+    """({name: median ms} of each of `calls` (name -> fn) whose first call ran, timed in turns call by call
+    (`timed_turns`); {name: error} of each whose first call raised one of `refused`, left out of the turns)."""
+    errors = {}
+    for name, fn in calls.items():
+        try:
+            fn(*sets[0])
+        except refused as err:
+            errors[name] = err
+    running = [name for name in calls if name not in errors]
+    times = timed_turns([calls[name] for name in running], sets, graphed=graphed, warmup=warmup, reps=reps)
+    return dict(zip(running, times)), errors
+
+
 def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> list[dict]:
     """One row per (shape, M): median ms of BF16 and of each FP8 kernel, timed in turns call by call
-    (`timed_turns`), and their ratios (BF16 ms / FP8 ms); a kernel whose first call is refused leaves its note
+    (`timed_where_they_run`), and their ratios (BF16 ms / FP8 ms); a kernel whose first call fails leaves its note
     instead, and `torchao_note` says why torchao's GEMM has no numbers."""
     from precision_engine.bench import torchao_ref
-    from precision_engine.errors import UnsupportedError
     from precision_engine.numerics.formats import PRESET_FORMATS, Kernel
     from precision_engine.numerics.gemm import deep_gemm_available, fp8_gemm
     from precision_engine.numerics.quantize import quantize_blocks, quantize_rows_1xG
@@ -167,23 +181,19 @@ def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> l
                 def call(x, w, xq, wq, ao, kern=kern):
                     return fp8_gemm(xq, wq, kernel=kern, batch_invariant=False)
 
-                try:
-                    call(*sets[0])
-                except UnsupportedError as err:  # a kernel this GPU cannot run, or whose extension did not build
-                    row[f"{kern.value}_note"] = str(err)
-                    continue
                 calls[kern.value] = call
             if torchao_note is None:
-                try:
-                    torchao_ref.gemm(*sets[0][4])
-                    calls["torchao_triton"] = lambda x, w, xq, wq, ao: torchao_ref.gemm(*ao)
-                except Exception as err:  # noqa: BLE001 (torchao failing must not lose our rows)
-                    row["torchao_note"] = f"{type(err).__name__}: {str(err)[:200]}"
+                calls["torchao_triton"] = lambda x, w, xq, wq, ao: torchao_ref.gemm(*ao)
             else:
                 row["torchao_note"] = torchao_note
-            # in turns, call by call: a card at its power cap moves its clock within a second (`timed_turns`)
-            times = dict(zip(calls, timed_turns(list(calls.values()), sets, graphed=graphed, warmup=warmup,
-                                                reps=reps)))
+            # one kernel failing (one this GPU cannot run, or whose extension did not build) must not lose the others
+            times, errors = timed_where_they_run(calls, sets, graphed=graphed, warmup=warmup, reps=reps,
+                                                 refused=(Exception,))
+            for name, err in errors.items():
+                if name == "bf16":
+                    raise err
+                row["torchao_note" if name == "torchao_triton" else f"{name}_note"] = (
+                    f"{type(err).__name__}: {str(err)[:200]}")
             for name, ms in times.items():
                 row[f"{name}_ms"] = ms
                 if name != "bf16":

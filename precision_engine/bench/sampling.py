@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from precision_engine.bench.gemm import timed
+from precision_engine.bench.gemm import timed_turns
 from precision_engine.bench.invariant import format_rows
 from precision_engine.bench.timing import rotation
 
@@ -77,16 +77,16 @@ def bench_sampling(*, reps: int = 50, warmup: int = 10) -> list[tuple]:
     for m in (DECODE_ROWS, TRAIN_ROWS):
         sets = rotation(lambda m=m: (torch.randn(m, VOCAB, device="cuda").mul_(3).bfloat16(),), m * VOCAB * 6)
         graphed = m == DECODE_ROWS
-        new = timed(lambda x: log_softmax(x, TEMPERATURE), sets, graphed=graphed, warmup=warmup, reps=reps)
-        old = timed(lambda x: per_row_log_softmax(x, TEMPERATURE), sets, graphed=graphed, warmup=warmup, reps=reps)
+        new, old = timed_turns([lambda x: log_softmax(x, TEMPERATURE), lambda x: per_row_log_softmax(x, TEMPERATURE)],
+                               sets, graphed=graphed, warmup=warmup, reps=reps)
         rows.append(("log_softmax", f"[{m}, {VOCAB}] t={TEMPERATURE}", new, old, old / new))
         del sets
     sets = rotation(lambda: (torch.randn(DECODE_ROWS, VOCAB, device="cuda").mul_(3).bfloat16(),),
                     DECODE_ROWS * VOCAB * 2)
     for name, t in (("sample tail", TEMPERATURE), ("greedy tail", 0.0)):
         params = SamplingParams(t)
-        new = timed(lambda x: sample(x, params, None), sets, graphed=True, warmup=warmup, reps=reps)
-        old = timed(lambda x: _before(x, t), sets, graphed=True, warmup=warmup, reps=reps)
+        new, old = timed_turns([lambda x: sample(x, params, None), lambda x: _before(x, t)], sets, graphed=True,
+                               warmup=warmup, reps=reps)
         rows.append((name, f"[{DECODE_ROWS}, {VOCAB}] t={t}", new, old, old / new))
     return rows
 

@@ -303,7 +303,7 @@ def test_kernels_table_shows_torchao_as_a_dash_with_its_note():
 
 
 def test_kernels_time_bf16_and_every_kernel_that_runs_in_turns(monkeypatch):
-    """`bench kernels` (its GPU steps stood in for): a kernel whose first call is refused leaves its note and is not
+    """`bench kernels` (its GPU steps stood in for): a kernel whose first call fails leaves its note and is not
     timed; BF16 and the others are timed together, in turns, each ratio against that BF16; decode sizes graphed."""
     import precision_engine.bench.gemm as gemm
     import precision_engine.numerics.gemm as numerics_gemm
@@ -323,13 +323,14 @@ def test_kernels_time_bf16_and_every_kernel_that_runs_in_turns(monkeypatch):
     monkeypatch.setattr(numerics_gemm, "fp8_gemm", fp8_gemm)
     monkeypatch.setattr(numerics_gemm, "deep_gemm_available", lambda: False)
     monkeypatch.setattr(torchao_ref, "unavailable", lambda *a, **kw: "torchao not importable (not installed)")
-    monkeypatch.setattr(gemm, "rotation", lambda make, nbytes: [(None,) * 5] * 2)
+    monkeypatch.setattr(gemm, "rotation", lambda make, nbytes: [(torch.ones(2, 2), torch.ones(2, 2), None, None,
+                                                                  None)] * 2)
     monkeypatch.setattr(gemm, "timed_turns", timed_turns)
     rows = gemm.bench_kernels(quick=True)
     assert [(r["m"], r["graphed"]) for r in rows] == [(8192, False), (1, True)] * 2
     assert turns == [(3, False), (3, True)] * 2  # bf16, cublas_pinned, triton
     row = rows[0]
-    assert row["cublas_note"] == "cublas needs Hopper" and "cublas_ms" not in row
+    assert row["cublas_note"] == "UnsupportedError: cublas needs Hopper" and "cublas_ms" not in row
     assert (row["bf16_ms"], row["cublas_pinned_ms"], row["triton_ms"]) == (2.0, 2.0, 3.0)
     assert row["cublas_pinned_x"] == 1.0 and row["triton_x"] == 2.0 / 3.0
     assert row["torchao_note"].startswith("torchao not importable")

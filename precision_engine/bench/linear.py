@@ -207,43 +207,46 @@ def _measure(row: dict, names: Sequence[str], sets: list[tuple], *, device: str,
     cuda = torch.device(device).type == "cuda"
     graphed = cuda and (row["m"] <= DECODE_M[-1] or row["pass"].endswith(GRAPHED))
     calls = {name: _VariantCall(name, step) for name in names}
-
-    def fail(failed: _VariantFailed, start: float) -> None:
-        name, err = failed.name, failed.__cause__
-        if name == "bf16":
-            raise err
-        row.setdefault(f"{keys[name]}_warmup_s", time.perf_counter() - start)  # a failing first call's cost
-        row[f"{keys[name]}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
-        row.pop(f"{keys[name]}_ms_rounds", None)
-        running.remove(name)
-
     running = list(names)
-    for name in names:
+
+    def attempt(run: Callable[[], None]) -> bool:
+        """Run; where a variant fails, note it, drop it from the turns and say so (False)."""
         start = time.perf_counter()
         try:
-            calls[name](*sets[0])
-            if cuda:
-                torch.cuda.synchronize()
-            row[f"{keys[name]}_warmup_s"] = time.perf_counter() - start
+            run()
+            return True
         except _VariantFailed as failed:  # one variant failing must not lose the others
-            fail(failed, start)
-    for round_ in range(rounds):
-        while True:
-            try:
-                times = timed_turns([calls[name] for name in running], sets, graphed=graphed, warmup=warmup,
-                                    reps=reps)
-                break
-            except _VariantFailed as failed:
-                fail(failed, time.perf_counter())
+            if failed.name == "bf16":
+                raise failed.__cause__ from None
+            key, err = keys[failed.name], failed.__cause__
+            row.setdefault(f"{key}_warmup_s", time.perf_counter() - start)  # a failing first call's cost
+            row[f"{key}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
+            row.pop(f"{key}_ms_rounds", None)
+            running.remove(failed.name)
+            return False
+
+    def first_call(name: str) -> None:
+        start = time.perf_counter()
+        calls[name](*sets[0])
+        if cuda:
+            torch.cuda.synchronize()
+        row[f"{keys[name]}_warmup_s"] = time.perf_counter() - start
+
+    for name in names:
+        attempt(lambda name=name: first_call(name))
+
+    def one_round() -> None:
+        times = timed_turns([calls[name] for name in running], sets, graphed=graphed, warmup=warmup, reps=reps)
         for name, ms in zip(running, times):
             row.setdefault(f"{keys[name]}_ms_rounds", []).append(ms)
+
+    for _ in range(rounds):
+        while not attempt(one_round):  # a round one variant failed in is timed again without it
+            pass
     if not graphed and row["m"] > DECODE_M[-1]:
         for name in list(running):
-            try:
-                row[f"{keys[name]}_host_ms"], row[f"{keys[name]}_gpu_ms"] = host_and_gpu_ms(
-                    calls[name], sets, warmup=warmup, reps=reps)
-            except _VariantFailed as failed:
-                fail(failed, time.perf_counter())
+            attempt(lambda name=name: row.update(zip((f"{keys[name]}_host_ms", f"{keys[name]}_gpu_ms"),
+                                                     host_and_gpu_ms(calls[name], sets, warmup=warmup, reps=reps))))
     baseline = row[f"{keys['bf16']}_ms_rounds"]
     for name in running:
         key = keys[name]

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from precision_engine.bench.rollout import MODES, random_decoder
-from precision_engine.bench.gemm import GRAPHED, host_cell, timed
+from precision_engine.bench.gemm import GRAPHED, host_cell, round_range, timed
 from precision_engine.bench.timing import host_and_gpu_ms, rotation
 from precision_engine.errors import UsageError
 from precision_engine.models.decoder import Decoder
@@ -182,7 +182,7 @@ def format_table(rows: list[dict]) -> str:
         ratios = "".join(f" {r[key]:>{width - 1}.2f}x" if key in r else f" {'-':>{width}}"
                          for key, width in (("vs_bf16", 8), ("vs_bf16_fast", 12)))
         if by_round:
-            ratios += f" {_round_range(r):>11}" if "vs_bf16_rounds" in r else f" {'-':>11}"
+            ratios += f" {round_range(r['vs_bf16_rounds']) + 'x':>11}" if "vs_bf16_rounds" in r else f" {'-':>11}"
         host = f"  {host_cell(r['host_ms'], r['gpu_ms'])}" if "host_ms" in r else ""
         lines.append(f"{lead} {r['ms']:9.3f}{ratios}{host}")
     return "\n".join([*lines, *summary(rows)])
@@ -196,12 +196,7 @@ def summary(rows: list[dict]) -> list[str]:
     steps = [r for r in rows if (r["policy"], r["mode"]) == (policy, mode) and r["pass"].startswith("fwd+bwd")
              and "vs_bf16" in r]
     return [f"{policy} {r['pass']} ({mode}): {r['vs_bf16']:.2f}x the BF16 block"
-            + (f" (by round {_round_range(r)})" if "vs_bf16_rounds" in r else "")
+            + (f" (by round {round_range(r['vs_bf16_rounds'])}x)" if "vs_bf16_rounds" in r else "")
             + f", target {target:.2f}x {'met' if r['vs_bf16'] >= target else 'not met'}"
             + (f"; {r['vs_bf16_fast']:.2f}x the fast-mode BF16 block" if "vs_bf16_fast" in r else "")
             for r in steps]
-
-
-def _round_range(row: dict) -> str:
-    """A row's ratio to the BF16 block over its rounds, lowest-highest."""
-    return f"{min(row['vs_bf16_rounds']):.2f}-{max(row['vs_bf16_rounds']):.2f}x"

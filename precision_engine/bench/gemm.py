@@ -224,6 +224,11 @@ def host_cell(host_ms: float, gpu_ms: float) -> str:
     return f"{host_ms:.3f} / {gpu_ms:.3f}" + (" (host-bound)" if host_ms > gpu_ms else "")
 
 
+def round_range(ratios: list[float]) -> str:
+    """A speed-up's range over its rounds, lowest-highest ("1.50-1.62"): `bench linear`'s and `bench block`'s."""
+    return f"{min(ratios):.2f}-{max(ratios):.2f}"
+
+
 def notes(rows: list[dict]) -> list[str]:
     """Each distinct `<kind>_note` of the rows, once, as "note (kind): text"."""
     seen = dict.fromkeys((key[: -len("_note")], r[key]) for r in rows for key in r if key.endswith("_note"))

@@ -54,6 +54,7 @@ from precision_engine.bench.gemm import (
     TRAIN_M,
     host_cell,
     notes,
+    round_range,
     target,
     timed_turns,
     variant_cells,
@@ -344,8 +345,7 @@ def format_row(r: dict) -> str:
     the GPU then waits for the host, and the eager time is the host's."""
     line = f"{r['n']:>6}x{r['k']:<6} {r['m']:>6} {r['pass']:>13} {r['bf16_ms']:>9.4f}" + variant_cells(r, KINDS, 17)
     host = [f"{v} {host_cell(r[f'{v}_host_ms'], r[f'{v}_gpu_ms'])}" for v in VARIANTS if f"{v}_host_ms" in r]
-    by_round = [f"{v} {min(r[f'{v}_x_rounds']):.2f}-{max(r[f'{v}_x_rounds']):.2f}" for v in KINDS
-                if f"{v}_x_rounds" in r]
+    by_round = [f"{v} {round_range(r[f'{v}_x_rounds'])}" for v in KINDS if f"{v}_x_rounds" in r]
     return (line + (f"  x by round: {', '.join(by_round)}" if by_round else "")
             + (f"  host / GPU ms: {', '.join(host)}" if host else ""))
 

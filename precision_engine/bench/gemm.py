@@ -16,7 +16,9 @@ torchao's Triton GEMM (`torchao_triton`) on operands its own quantizers made; it
 
 from __future__ import annotations
 
+import dataclasses
 import platform
+import time
 from datetime import datetime, timezone
 
 import torch
@@ -133,19 +135,68 @@ def timed_turns(fns, sets: list[tuple], *, graphed: bool, warmup: int, reps: int
     return [median(own) for own in time_cuda_turns(fns, warmup=warmup, reps=reps, inputs_rotation=sets)]
 
 
+@dataclasses.dataclass
+class Turns:
+    """What `timed_where_they_run` measured."""
+
+    ms: dict[str, float]  # the median ms of each call that ran, in the calls' order
+    errors: dict[str, BaseException]  # the error of each call left out
+    first_call_s: dict[str, float]  # each first call's wall seconds (compilation, autotuning), failed ones too
+
+
 def timed_where_they_run(calls: dict, sets: list[tuple], *, graphed: bool, warmup: int, reps: int,
-                         refused: tuple[type[BaseException], ...]) -> tuple[dict[str, float], dict[str, BaseException]]:
-    """({name: median ms} of each of `calls` (name -> fn) whose first call ran, timed in turns call by call
-    (`timed_turns`); {name: error} of each whose first call raised one of `refused`, left out of the turns)."""
-    errors = {}
-    for name, fn in calls.items():
+                         refused: tuple[type[BaseException], ...] = (Exception,), baseline: str = "bf16") -> Turns:
+    """Each of `calls` (name -> fn) timed in turns call by call (`timed_turns`), after a first call each. A call
+    that raises one of `refused`, at its first call or while they take turns (a graph that cannot be captured), is
+    left out with its error and the others are timed again without it: one failing must not lose the others. The
+    `baseline` failing raises its error: every ratio needs it."""
+    named = {name: _Named(name, fn, refused) for name, fn in calls.items()}
+    turns = Turns({}, {}, {})
+
+    def leave_out(failed: _Failed) -> None:
+        if failed.name == baseline:
+            raise failed.__cause__
+        turns.errors[failed.name] = failed.__cause__
+
+    for name, fn in named.items():
+        start = time.perf_counter()
         try:
             fn(*sets[0])
-        except refused as err:
-            errors[name] = err
-    running = [name for name in calls if name not in errors]
-    times = timed_turns([calls[name] for name in running], sets, graphed=graphed, warmup=warmup, reps=reps)
-    return dict(zip(running, times)), errors
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        except _Failed as failed:
+            leave_out(failed)
+        turns.first_call_s[name] = time.perf_counter() - start
+    while True:
+        running = [name for name in named if name not in turns.errors]
+        try:
+            times = timed_turns([named[name] for name in running], sets, graphed=graphed, warmup=warmup, reps=reps)
+        except _Failed as failed:
+            leave_out(failed)
+            continue
+        turns.ms = dict(zip(running, times))
+        return turns
+
+
+class _Failed(Exception):
+    """A call taking turns raised: names it, the error as its cause."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class _Named:
+    """A call whose errors of the `refused` types name it (`_Failed`)."""
+
+    def __init__(self, name: str, fn, refused: tuple[type[BaseException], ...]) -> None:
+        self.name, self.fn, self.refused = name, fn, refused
+
+    def __call__(self, *args) -> None:
+        try:
+            self.fn(*args)
+        except self.refused as err:
+            raise _Failed(self.name) from err
 
 
 def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> list[dict]:
@@ -186,18 +237,15 @@ def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> l
                 calls["torchao_triton"] = lambda x, w, xq, wq, ao: torchao_ref.gemm(*ao)
             else:
                 row["torchao_note"] = torchao_note
-            # one kernel failing (one this GPU cannot run, or whose extension did not build) must not lose the others
-            times, errors = timed_where_they_run(calls, sets, graphed=graphed, warmup=warmup, reps=reps,
-                                                 refused=(Exception,))
-            for name, err in errors.items():
-                if name == "bf16":
-                    raise err
+            # a kernel this GPU cannot run, or whose extension did not build, leaves its note
+            turns = timed_where_they_run(calls, sets, graphed=graphed, warmup=warmup, reps=reps)
+            for name, err in turns.errors.items():
                 row["torchao_note" if name == "torchao_triton" else f"{name}_note"] = (
                     f"{type(err).__name__}: {str(err)[:200]}")
-            for name, ms in times.items():
+            for name, ms in turns.ms.items():
                 row[f"{name}_ms"] = ms
                 if name != "bf16":
-                    row[f"{name}_x"] = times["bf16"] / ms
+                    row[f"{name}_x"] = turns.ms["bf16"] / ms
             row["flops"] = 2 * m * n * k
             rows.append(row)
             del sets

@@ -23,9 +23,10 @@ every call, forward included), at training sizes only, where it runs; otherwise 
            (`numerics.linear`); BF16 and torchao are graphed alike, torchao where it can be captured
 Decode sizes (M <= 64) are forward only, on the Triton small-M kernel, timed as CUDA-graph replays as a rollout
 engine runs decode. Every variant of a row gets the same inputs; one that fails leaves its reason in
-`<variant>_note` and the others run. A row's variants take turns call by call (`gemm.timed_turns`), since a card's
-clock moves with its load within a second; with `rounds`, that many times, each variant reporting the median of
-its rounds and each round's ratio against that round's BF16 (`<variant>_x_rounds`), as `bench block` does.
+`<variant>_note` and the others run. A row's variants take turns call by call (`gemm.timed_where_they_run`),
+since a card's clock moves with its load within a second; with `rounds`, that many times, each variant reporting
+the median of its rounds and each round's ratio against that round's BF16 (`<variant>_x_rounds`), as `bench block`
+does.
 
 Ours run at every shape before torchao's: a fresh machine spends minutes in torchao's first calls (Triton
 autotuning, `torchao_ref`), so a run cut short keeps every number of ours. BF16 is timed again beside torchao's
@@ -39,7 +40,6 @@ both torchao variants share are tuned by the first one to run.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -56,7 +56,7 @@ from precision_engine.bench.gemm import (
     notes,
     round_range,
     target,
-    timed_turns,
+    timed_where_they_run,
     variant_cells,
 )
 from precision_engine.bench.timing import host_and_gpu_ms, rotation
@@ -198,56 +198,41 @@ def _input_sets(n: int, k: int, m: int, names: Sequence[str], *, seed: int, devi
 
 def _measure(row: dict, names: Sequence[str], sets: list[tuple], *, device: str, warmup: int, reps: int,
              rounds: int, beside_torchao: bool = False) -> None:
-    """Time the variants `names` (bf16 first) on `row`'s pass, taking turns call by call (`gemm.timed_turns`), in
-    `rounds` rounds: each one's first call's wall seconds, then its median ms (the median of its rounds' medians)
-    and speed-up against BF16, with several rounds each round's ms (`<key>_ms_rounds`) and each round's speed-up
-    against that round's BF16 (`<key>_x_rounds`); where one fails, its note instead (bf16 failing fails the
-    bench: every ratio needs it). Beside torchao, BF16 is keyed `bf16_beside_torchao`."""
+    """Time the variants `names` (bf16 first) on `row`'s pass, taking turns call by call
+    (`gemm.timed_where_they_run`), in `rounds` rounds: each one's first call's wall seconds, then its median ms (the
+    median of its rounds' medians) and speed-up against BF16, with several rounds each round's ms
+    (`<key>_ms_rounds`) and each round's speed-up against that round's BF16 (`<key>_x_rounds`); where one fails,
+    its note instead (bf16 failing fails the bench: every ratio needs it). Beside torchao, BF16 is keyed
+    `bf16_beside_torchao`."""
     keys = {name: BF16_BESIDE_TORCHAO if beside_torchao and name == "bf16" else name for name in names}
     step = PASSES[row["pass"].removesuffix(GRAPHED)]
-    cuda = torch.device(device).type == "cuda"
-    graphed = cuda and (row["m"] <= DECODE_M[-1] or row["pass"].endswith(GRAPHED))
-    calls = {name: _VariantCall(name, step) for name in names}
+    graphed = torch.device(device).type == "cuda" and (row["m"] <= DECODE_M[-1] or row["pass"].endswith(GRAPHED))
+    calls = {name: lambda layers, x, dy, name=name: step(layers[name], x, dy) for name in names}
     running = list(names)
 
-    def attempt(run: Callable[[], None]) -> bool:
-        """Run; where a variant fails, note it, drop it from the turns and say so (False)."""
-        start = time.perf_counter()
-        try:
-            run()
-            return True
-        except _VariantFailed as failed:  # one variant failing must not lose the others
-            if failed.name == "bf16":
-                raise failed.__cause__ from None
-            key, err = keys[failed.name], failed.__cause__
-            row.setdefault(f"{key}_warmup_s", time.perf_counter() - start)  # a failing first call's cost
-            row[f"{key}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
-            row.pop(f"{key}_ms_rounds", None)
-            running.remove(failed.name)
-            return False
+    def note(name: str, err: BaseException) -> None:
+        row[f"{keys[name]}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
+        row.pop(f"{keys[name]}_ms_rounds", None)
+        running.remove(name)
 
-    def first_call(name: str) -> None:
-        start = time.perf_counter()
-        calls[name](*sets[0])
-        if cuda:
-            torch.cuda.synchronize()
-        row[f"{keys[name]}_warmup_s"] = time.perf_counter() - start
-
-    for name in names:
-        attempt(lambda name=name: first_call(name))
-
-    def one_round() -> None:
-        times = timed_turns([calls[name] for name in running], sets, graphed=graphed, warmup=warmup, reps=reps)
-        for name, ms in zip(running, times):
+    for round_ in range(rounds):
+        turns = timed_where_they_run({name: calls[name] for name in running}, sets, graphed=graphed, warmup=warmup,
+                                     reps=reps)
+        if round_ == 0:
+            row.update({f"{keys[name]}_warmup_s": s for name, s in turns.first_call_s.items()})
+        for name, err in turns.errors.items():
+            note(name, err)
+        for name, ms in turns.ms.items():
             row.setdefault(f"{keys[name]}_ms_rounds", []).append(ms)
-
-    for _ in range(rounds):
-        while not attempt(one_round):  # a round one variant failed in is timed again without it
-            pass
     if not graphed and row["m"] > DECODE_M[-1]:
         for name in list(running):
-            attempt(lambda name=name: row.update(zip((f"{keys[name]}_host_ms", f"{keys[name]}_gpu_ms"),
-                                                     host_and_gpu_ms(calls[name], sets, warmup=warmup, reps=reps))))
+            try:
+                row[f"{keys[name]}_host_ms"], row[f"{keys[name]}_gpu_ms"] = host_and_gpu_ms(
+                    calls[name], sets, warmup=warmup, reps=reps)
+            except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
+                if name == "bf16":
+                    raise
+                note(name, err)
     baseline = row[f"{keys['bf16']}_ms_rounds"]
     for name in running:
         key = keys[name]
@@ -257,27 +242,6 @@ def _measure(row: dict, names: Sequence[str], sets: list[tuple], *, device: str,
             row[f"{key}_x"] = statistics.median(baseline) / row[f"{key}_ms"]
             if rounds > 1:
                 row[f"{key}_x_rounds"] = [b / t for b, t in zip(baseline, times)]
-
-
-class _VariantFailed(Exception):
-    """A variant's call raised while variants took turns: says which, the error as its cause."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-
-class _VariantCall:
-    """One variant's call of a pass on an input set (layers by variant, x, dy), whose errors name the variant."""
-
-    def __init__(self, name: str, step: Callable) -> None:
-        self.name, self.step = name, step
-
-    def __call__(self, layers: dict, x: torch.Tensor, dy: torch.Tensor | None) -> None:
-        try:
-            self.step(layers[self.name], x, dy)
-        except Exception as err:
-            raise _VariantFailed(self.name) from err
 
 
 def bench_linear(*, quick: bool = False, reps: int = 30, warmup: int = 5,

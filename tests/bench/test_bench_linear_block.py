@@ -159,22 +159,24 @@ def test_linear_variants_take_turns_and_rounds_pair_each_round_with_its_baseline
     median of its rounds, each round's ratio is against that round's BF16, first calls and the host are timed
     once, a variant failing in a later round leaves its note and no numbers while the others' round is timed
     again, and the table prints each ratio's range over the rounds."""
+    import precision_engine.bench.gemm as gemm
     import precision_engine.bench.linear as linear
 
     turns, host_calls = [], []
     times = {"bf16": [2.0, 3.0, 2.2] * 2, "fp8_bi": [1.0, 2.0, 1.0] * 2, "fp8_bi_wblocks": [1.0, 1.5]}
 
+    def lost(*args):
+        raise RuntimeError("lost the card")
+
     def timed_turns(fns, sets, **kwargs):
         turns.append([fn.name for fn in fns])
         for fn in fns:
-            if not times[fn.name]:  # its call fails
-                try:
-                    raise RuntimeError("lost the card")
-                except RuntimeError as err:
-                    raise linear._VariantFailed(fn.name) from err
+            if not times[fn.name]:  # its call fails while they take turns
+                fn.fn = lost
+                fn(*sets[0])
         return [times[fn.name].pop(0) for fn in fns]
 
-    monkeypatch.setattr(linear, "timed_turns", timed_turns)
+    monkeypatch.setattr(gemm, "timed_turns", timed_turns)
     monkeypatch.setattr(linear, "host_and_gpu_ms", lambda *a, **kw: host_calls.append(1) or (0.1, 0.2))
     rows = bench_linear(shapes=((256, 128),), ms=(128,), reps=1, warmup=0, rounds=3,
                         variants=("fp8_bi", "fp8_bi_wblocks"), device="cpu")
@@ -188,7 +190,7 @@ def test_linear_variants_take_turns_and_rounds_pair_each_round_with_its_baseline
     assert fwd["fp8_bi_wblocks_note"] == "RuntimeError: lost the card" and fwd["fp8_bi_wblocks_warmup_s"] > 0
     assert "x by round: fp8_bi 1.50-2.20  host / GPU ms" in linear.format_row(fwd)
     assert rows[1]["pass"] == "fwd+bwd" and rows[1]["fp8_bi_wblocks_note"] == "RuntimeError: lost the card"
-    monkeypatch.setattr(linear, "timed_turns", lambda fns, sets, **kw: [1.0] * len(fns))
+    monkeypatch.setattr(gemm, "timed_turns", lambda fns, sets, **kw: [1.0] * len(fns))
     single = bench_linear(shapes=((256, 128),), ms=(128,), reps=1, warmup=0, variants=("fp8_bi",), device="cpu")
     assert not any(key.endswith("_rounds") for key in single[0]) and "by round" not in linear.format_row(single[0])
     with pytest.raises(UsageError, match="rounds 0: at least 1"):
@@ -334,6 +336,33 @@ def test_kernels_time_bf16_and_every_kernel_that_runs_in_turns(monkeypatch):
     assert (row["bf16_ms"], row["cublas_pinned_ms"], row["triton_ms"]) == (2.0, 2.0, 3.0)
     assert row["cublas_pinned_x"] == 1.0 and row["triton_x"] == 2.0 / 3.0
     assert row["torchao_note"].startswith("torchao not importable")
+
+
+def test_calls_that_fail_are_left_out_of_the_turns_and_the_baseline_failing_fails(monkeypatch):
+    """`timed_where_they_run` (host clock): a call failing at its first call, or while they take turns, is left out
+    with its error and the rest are timed again without it; an error not of the `refused` types, or the
+    baseline's, is raised."""
+    import precision_engine.bench.gemm as gemm
+
+    def fails(*args):
+        raise ValueError("refused")
+
+    def fails_later(*args):
+        calls_seen.append(args)
+        if len(calls_seen) > 1:  # its first call runs, its first call in turns fails
+            raise ValueError("lost")
+
+    calls_seen = []
+    sets = [(1,), (2,)]
+    turns = gemm.timed_where_they_run({"bf16": lambda s: None, "a": fails, "b": fails_later, "c": lambda s: None},
+                                      sets, graphed=False, warmup=1, reps=2, refused=(ValueError,))
+    assert list(turns.ms) == ["bf16", "c"] and set(turns.first_call_s) == {"bf16", "a", "b", "c"}
+    assert {name: str(err) for name, err in turns.errors.items()} == {"a": "refused", "b": "lost"}
+    with pytest.raises(ValueError, match="refused"):
+        gemm.timed_where_they_run({"bf16": fails}, sets, graphed=False, warmup=0, reps=1, refused=(ValueError,))
+    with pytest.raises(KeyError):
+        gemm.timed_where_they_run({"bf16": lambda s: None, "a": lambda s: {}[s]}, sets, graphed=False, warmup=0,
+                                  reps=1, refused=(ValueError,))
 
 
 def test_torchao_adapter_says_why_it_cannot_run(monkeypatch):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in the fortieth session for the next device session (carry .whl and .dg; about 8 minutes on a Hopper
 # GPU). The benches moved to turns after the device time ran out (1e41b5c), run once each at their quick sizes:
-# bench kernels, ceiling and its decode twin, the invariant and sampling benches, and the GPU tests of tests/bench.
+# bench kernels, ceiling and its decode twin, the invariant and sampling benches, and the GPU tests of tests/bench;
+# and bench linear, whose turns moved onto gemm.timed_where_they_run in the review (b0204e9).
 # Then torchao's Float8BlockwiseLinear beside fp8_bi_wblocks in turns at 8192 tokens (its first calls autotune for
 # minutes; TORCHAO_S bounds it, and each row is written to the JSON as it comes).
 set -u
@@ -11,7 +12,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 source scripts/device_deep_gemm.sh
 precision=(python3 -c "from precision_engine.cli.app import main; main()")
 gpu_tests bench 150 tests/bench
-for verb in kernels ceiling "ceiling --decode"; do
+for verb in kernels ceiling "ceiling --decode" "linear --rounds 2"; do
   name=${verb// /_}
   timeout 150 "${precision[@]}" bench $verb --quick --out "$OUT/$name.json" > "$OUT/$name.txt" 2>&1
   echo "bench $verb rc=$?"; tail -n 4 "$OUT/$name.txt" | cut -c1-200

@@ -30,7 +30,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from precision_engine.numerics import gluon_gemm
-from precision_engine.numerics.gluon_gemm import BLOCK_K, TILE_M, WARPGROUP_ROWS, _descriptor, _ring, _tile
+from precision_engine.numerics.gluon_gemm import BLOCK_K, TILE_M, WARPGROUP_ROWS, _descriptor, _next_slot, _ring, _tile
 
 BLOCK_N = 128
 STAGES = 6  # at most: fewer where the epilogue's buffer leaves no room (`_ring_slots`)
@@ -94,15 +94,86 @@ def _mma_partition(a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, c_desc, c_buf
                 slot = 0
                 phase ^= 1
         tma.store_wait(0)  # the last tile's copy has left the buffer
-        c_buf.store((zero + seg).to(c_desc.dtype))
+        c_buf.store(seg.to(c_desc.dtype))  # = (0 + seg): a sum from +0 is never -0
         fence_async_shared()
         tma.async_copy_shared_to_global(c_desc, [off_m + ROW0, off_n], c_buf)
     tma.store_wait(0)
 
 
 @gluon.jit
+def _half(a_bufs, b_bufs, slot, zero, ROW0: gl.constexpr, ROWS: gl.constexpr, COL0: gl.constexpr):
+    """Ring slot `slot`'s wgmma for this warpgroup's rows and columns COL0 .. COL0 + the half's width, issued
+    asynchronously into a fresh accumulator."""
+    a = a_bufs.index(slot).slice(ROW0, ROWS)
+    b = b_bufs.index(slot).slice(COL0, zero.shape[1])
+    return warpgroup_mma(a, b.permute((1, 0)), zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _promoted(seg, d, sa_bufs, sb_bufs, slot, ROW0: gl.constexpr, ROWS: gl.constexpr, COL0: gl.constexpr,
+              mma: gl.constexpr):
+    """seg + d * (sa * sb) for the K block in ring slot `slot`: d's rows ROW0 .. ROW0 + ROWS and its columns from
+    COL0, their scales read from the slot."""
+    BLOCK_M: gl.constexpr = sa_bufs.type.shape[2]
+    BLOCK_N: gl.constexpr = sb_bufs.type.shape[2]
+    row: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    sa = sa_bufs.index(slot)._reinterpret(gl.float32, [BLOCK_M], row).slice(ROW0, ROWS).load(gl.SliceLayout(1, mma))
+    sb = sb_bufs.index(slot)._reinterpret(gl.float32, [BLOCK_N], row).slice(COL0, d.shape[1]).load(
+        gl.SliceLayout(0, mma))
+    return seg + d * (sa[:, None] * sb[None, :])
+
+
+@gluon.jit
+def _split_mma_partition(a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, c_desc, c_bufs, M, N, num_kb,
+                         ROW0: gl.constexpr, ROWS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """`_mma_partition` with each block's product issued as two wgmmas over the tile's column halves (lo, hi),
+    two blocks a trip (`gluon_gemm._split_mma_partition`'s schedule): lo(kb + 1) goes in while hi(kb) is
+    promoted, hi(kb + 1) while lo(kb + 1) is, so the warpgroup keeps a wgmma on the tensor cores through three of
+    its four promotions, in the registers of one 64x128 accumulator. An even number of K blocks only. Each half
+    makes its columns' additions of `_mma_partition` in the same order: the same bits."""
+    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_N: gl.constexpr = b_bufs.type.shape[1]
+    HALF: gl.constexpr = BLOCK_N // 2
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 32])
+    zero = gl.zeros([ROWS, HALF], gl.float32, mma)
+    lo_buf, hi_buf = c_bufs.index(2 * (ROW0 // ROWS)), c_bufs.index(2 * (ROW0 // ROWS) + 1)
+    slot = 0
+    phase = 0
+    for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
+        off_m, off_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        seg_lo = zero
+        seg_hi = zero
+        for kb in range(0, num_kb, 2):
+            mbarrier.wait(ready.index(slot), phase)
+            lo = _half(a_bufs, b_bufs, slot, zero, ROW0, ROWS, 0)
+            hi = _half(a_bufs, b_bufs, slot, zero, ROW0, ROWS, HALF)
+            lo = warpgroup_mma_wait(num_outstanding=1, deps=(lo,))
+            seg_lo = _promoted(seg_lo, lo, sa_bufs, sb_bufs, slot, ROW0, ROWS, 0, mma)
+            slot1, phase1 = _next_slot(slot, phase, STAGES)
+            mbarrier.wait(ready.index(slot1), phase1)
+            lo = _half(a_bufs, b_bufs, slot1, zero, ROW0, ROWS, 0)
+            hi = warpgroup_mma_wait(num_outstanding=1, deps=(hi,))
+            seg_hi = _promoted(seg_hi, hi, sa_bufs, sb_bufs, slot, ROW0, ROWS, HALF, mma)
+            mbarrier.arrive(empty.index(slot))
+            hi = _half(a_bufs, b_bufs, slot1, zero, ROW0, ROWS, HALF)
+            lo = warpgroup_mma_wait(num_outstanding=1, deps=(lo,))
+            seg_lo = _promoted(seg_lo, lo, sa_bufs, sb_bufs, slot1, ROW0, ROWS, 0, mma)
+            hi = warpgroup_mma_wait(num_outstanding=0, deps=(hi,))
+            seg_hi = _promoted(seg_hi, hi, sa_bufs, sb_bufs, slot1, ROW0, ROWS, HALF, mma)
+            mbarrier.arrive(empty.index(slot1))
+            slot, phase = _next_slot(slot1, phase1, STAGES)
+        tma.store_wait(0)  # the last tile's copies have left the buffers
+        lo_buf.store(seg_lo.to(c_desc.dtype))  # = (0 + seg): a sum from +0 is never -0
+        hi_buf.store(seg_hi.to(c_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(c_desc, [off_m + ROW0, off_n], lo_buf)
+        tma.async_copy_shared_to_global(c_desc, [off_m + ROW0, off_n + HALF], hi_buf)
+    tma.store_wait(0)
+
+
+@gluon.jit
 def _gluon_pair_gemm_kernel(a_desc, b_desc, sa_desc, sb_desc, c_desc, M, N, K,
-                            GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+                            GROUP_M: gl.constexpr, STAGES: gl.constexpr, SPLIT_N: gl.constexpr = False):
     """Persistent: each program walks tiles pid, pid + programs, ... with one TMA warp and two MMA warpgroups of
     64 rows each."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
@@ -111,17 +182,28 @@ def _gluon_pair_gemm_kernel(a_desc, b_desc, sa_desc, sb_desc, c_desc, M, N, K,
     a_bufs, b_bufs, ready, empty = _ring(a_desc, b_desc, BLOCK_M, BLOCK_N, STAGES, BLOCK_M // WARPGROUP_ROWS)
     sa_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], sa_desc.layout)
     sb_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_N], sb_desc.layout)
-    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [BLOCK_M // WARPGROUP_ROWS, WARPGROUP_ROWS, BLOCK_N],
-                                       c_desc.layout)
+    C_COLS: gl.constexpr = c_desc.block_type.shape[1]
+    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [BLOCK_M // WARPGROUP_ROWS * (BLOCK_N // C_COLS),
+                                                      WARPGROUP_ROWS, C_COLS], c_desc.layout)
     num_kb = gl.cdiv(K, BLOCK_K)
-    gl.warp_specialize([
-        (_mma_partition, (a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, c_desc, c_bufs, M, N, num_kb,
-                          0, WARPGROUP_ROWS, GROUP_M, STAGES)),
-        (_mma_partition, (a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, c_desc, c_bufs, M, N, num_kb,
-                          WARPGROUP_ROWS, WARPGROUP_ROWS, GROUP_M, STAGES)),
-        (_load_partition, (a_desc, b_desc, sa_desc, sb_desc, a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, M, N,
-                           num_kb, GROUP_M, STAGES)),
-    ], [4, 1], [232, 40])
+    if SPLIT_N:
+        gl.warp_specialize([
+            (_split_mma_partition, (a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, c_desc, c_bufs, M, N, num_kb,
+                                    0, WARPGROUP_ROWS, GROUP_M, STAGES)),
+            (_split_mma_partition, (a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, c_desc, c_bufs, M, N, num_kb,
+                                    WARPGROUP_ROWS, WARPGROUP_ROWS, GROUP_M, STAGES)),
+            (_load_partition, (a_desc, b_desc, sa_desc, sb_desc, a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty,
+                               M, N, num_kb, GROUP_M, STAGES)),
+        ], [4, 1], [232, 40])
+    else:
+        gl.warp_specialize([
+            (_mma_partition, (a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, c_desc, c_bufs, M, N, num_kb,
+                              0, WARPGROUP_ROWS, GROUP_M, STAGES)),
+            (_mma_partition, (a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, c_desc, c_bufs, M, N, num_kb,
+                              WARPGROUP_ROWS, WARPGROUP_ROWS, GROUP_M, STAGES)),
+            (_load_partition, (a_desc, b_desc, sa_desc, sb_desc, a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, M, N,
+                               num_kb, GROUP_M, STAGES)),
+        ], [4, 1], [232, 40])
 
 
 @functools.cache
@@ -149,7 +231,8 @@ def runs(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch
 
 
 def gluon_pair_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
-                    out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+                    out_dtype: torch.dtype = torch.bfloat16, split_n: bool | None = None,
+                    stages: int = STAGES, group_m: int = GROUP_M) -> torch.Tensor:
     """c = dequant(a) @ dequant(b)^T for a [M, K] and b [N, K] FP8 in 1x128 groups along K, scales [rows, K/128]
     M-major (`runs`), with `triton_gemm.block_scaled_gemm`'s one-segment bits (b_scale_rows = 1)."""
     m, k = a.shape
@@ -160,10 +243,12 @@ def gluon_pair_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_s
     tiles = triton.cdiv(m, TILE_M) * triton.cdiv(n, BLOCK_N)
     programs = min(tiles, gluon_gemm._device(a.device.index or 0).multi_processor_count)
     slot = (TILE_M + BLOCK_N) * BLOCK_K + (TILE_M + BLOCK_N) * 4  # operand tiles and their scale vectors
-    stages = min(STAGES, (gluon_gemm.SHARED_BYTES - TILE_M * BLOCK_N * c.element_size() - 1024) // slot)
+    stages = min(stages, (gluon_gemm.SHARED_BYTES - TILE_M * BLOCK_N * c.element_size() - 1024) // slot)
+    if split_n is None:
+        split_n = triton.cdiv(k, BLOCK_K) % 2 == 0
     _gluon_pair_gemm_kernel[(programs,)](
         _descriptor(a, TILE_M), _descriptor(b, BLOCK_N), _scale_descriptor(a_scale, TILE_M),
-        _scale_descriptor(b_scale, BLOCK_N), _descriptor(c, WARPGROUP_ROWS.value, BLOCK_N), m, n, k,
-        GROUP_M=GROUP_M, STAGES=stages, num_warps=4,
+        _scale_descriptor(b_scale, BLOCK_N), _descriptor(c, WARPGROUP_ROWS.value, BLOCK_N // (2 if split_n else 1)),
+        m, n, k, GROUP_M=group_m, STAGES=stages, SPLIT_N=split_n, num_warps=4,
     )
     return c

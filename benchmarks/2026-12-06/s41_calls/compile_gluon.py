@@ -80,7 +80,9 @@ if __name__ == "__main__":
         sa, sb = torch.empty(kb, m).t(), torch.empty(kb, n).t()
         d = lambda x, r, cc=128: TensorDescriptor.from_tensor(x, [r, cc], G._shared_layout(r, cc, x.dtype))
         args = dict(a_desc=d(a, 128), b_desc=d(b, 128), sa_desc=W._scale_descriptor(sa, 128),
-                    sb_desc=W._scale_descriptor(sb, 128), c_desc=d(c, 64, 128), M=m, N=n, K=k)
-        r, s, kern = compile_report(W._gluon_pair_gemm_kernel, args, dict(GROUP_M=8, STAGES=5))
-        print(f"pair {m}x{n}x{k}: {r} registers, spill stores/loads {s}")
+                    sb_desc=W._scale_descriptor(sb, 128), M=m, N=n, K=k)
+        for split in (False, True):
+            args["c_desc"] = d(c, 64, 64 if split else 128)
+            r, s, kern = compile_report(W._gluon_pair_gemm_kernel, args, dict(GROUP_M=8, STAGES=5, SPLIT_N=split))
+            print(f"pair {m}x{n}x{k} split {split}: {r} registers, spill stores/loads {s}")
     open("/tmp/pair.ptx", "w").write(kern.asm["ptx"])

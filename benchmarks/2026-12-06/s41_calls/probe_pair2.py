@@ -1,7 +1,6 @@
 """The wgrad pair's Gluon kernel's launch choices (column halves, ring stages, group order) against cuBLAS and
 BF16 on the 8B wgrad shapes, the kinds taking turns call by call (eager, median of 30 over two input sets), one
 round: ms and x BF16."""
-import functools
 
 import torch
 

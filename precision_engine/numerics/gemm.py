@@ -82,8 +82,6 @@ def fp8_gemm(
         out = _auto_deep_gemm(a, b, b_scale_rows, out_dtype)
         if out is not None:
             return out
-    if requested is Kernel.AUTO and kernel is Kernel.CUBLAS and _gluon_wgrad_runs(a, b, b_scale_rows, out_dtype):
-        kernel = Kernel.TRITON  # its Gluon launch of the wgrad pair
     if kernel is Kernel.TRITON:
         from precision_engine.numerics.triton_gemm import block_scaled_gemm
 
@@ -346,18 +344,6 @@ def _pinned_bits_from_triton(a: Quantized, b: Quantized, b_scale_rows: int) -> b
     from precision_engine.numerics.triton_gemm import one_segment_decode_runs_gluon
 
     return a.data.shape[0] < CUBLAS_M_ALIGN or one_segment_decode_runs_gluon(a.data, b.data)
-
-
-def _gluon_wgrad_runs(a: Quantized, b: Quantized, b_scale_rows: int, out_dtype: torch.dtype) -> bool:
-    """Where AUTO's cuBLAS GEMM of the wgrad pair (1x128 groups on both sides) runs faster on the Triton kernel's
-    Gluon launch (`gluon_wgrad`, Hopper): XXX-MEASURED."""
-    if b_scale_rows != 1 or not a.data.is_cuda:
-        return False
-    from precision_engine.numerics.triton_gemm import gluon_pair_runs, segment_kb
-
-    k = a.data.shape[1]
-    return segment_kb(b.data.shape[0], k) >= _cdiv(k, SCALE_BLOCK) and gluon_pair_runs(
-        a.data, a.scale, b.data, b.scale, out_dtype)
 
 
 def _padded_ones(rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:

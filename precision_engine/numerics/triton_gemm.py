@@ -356,19 +356,6 @@ def _gluon_runs(a: torch.Tensor, b: torch.Tensor) -> bool:
     return runs(a, b)
 
 
-def gluon_pair_runs(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
-                    out_dtype: torch.dtype) -> bool:
-    """Whether the Gluon kernel of the wgrad pair (1x128 groups on both sides, `gluon_wgrad`) takes these
-    operands; False where Gluon is missing."""
-    if not a.is_cuda or TRITON_INTERPRET:
-        return False
-    try:
-        from precision_engine.numerics.gluon_wgrad import runs
-    except ImportError:  # a Triton whose Gluon lacks these names: the Triton kernel, same bits
-        return False
-    return runs(a, a_scale, b, b_scale, out_dtype)
-
-
 _GLUON_DECODE_FILL = 0.8  # the least share of the SMs' work slots a Gluon decode launch must fill
 
 
@@ -425,22 +412,16 @@ def block_scaled_gemm(
     alone would leave SMs idle, and off for a persistent config. Neither config nor split changes a bit of the
     result.
 
-    On Hopper with Triton 3.6, with neither config nor split given, Gluon runs instead, with the same additions,
-    so the same bits (GPU-tested). For block-scaled b: `gluon_gemm` above decode sizes (1.2-1.4x the speed of
+    On Hopper with Triton 3.6, with neither config nor split given and block-scaled b, Gluon runs instead, with
+    the same additions, so the same bits (GPU-tested): `gluon_gemm` above decode sizes (1.2-1.4x the speed of
     this kernel's tiles there) and from 17 to 64 rows where its decode units fill the SMs
-    (`_gluon_decode_fills`); `gluon_chain` at decode sizes for a narrow weight with one segment. For b in 1x128
-    groups (the wgrad pair) with one segment and M-major scales: `gluon_wgrad`.
+    (`_gluon_decode_fills`); `gluon_chain` at decode sizes for a narrow weight with one segment.
     """
     m, k = a.shape
     n = b.shape[0]
     if not (m and n and k):  # nothing to launch (and no K block to segment); an empty K sums to zero
         return torch.zeros((m, n), dtype=out_dtype, device=a.device)
     seg = seg_kb or segment_kb(n, k)
-    if config is None and split is None and b_scale_rows == 1 and seg >= triton.cdiv(k, BLOCK_K) \
-            and gluon_pair_runs(a, a_scale, b, b_scale, out_dtype):
-        from precision_engine.numerics.gluon_wgrad import gluon_pair_gemm
-
-        return gluon_pair_gemm(a, a_scale, b, b_scale, out_dtype=out_dtype)
     gluon = config is None and split is None and b_scale_rows % BLOCK_K == 0 and _gluon_runs(a, b)
     if gluon and m > SMALL_M_MAX:
         from precision_engine.numerics.gluon_gemm import gluon_block_scaled_gemm

@@ -260,34 +260,3 @@ def test_gluon_gives_the_triton_kernels_bytes(m, n, k):
                                     out_dtype=torch.float32)
     assert torch.equal(out32.view(torch.int32), ref32.view(torch.int32))
     assert torch.equal(fp8_gemm(xq, wq, kernel=Kernel.TRITON).view(torch.uint16), ref.view(torch.uint16))
-
-
-@pytest.mark.parametrize("m,n,tokens", [(4096, 4096, 8192), (1000, 1032, 300), (6144, 4096, 2048),
-                                        (136, 264, 128), (28672, 4096, 1024)])
-def test_gluon_pair_gives_the_triton_kernels_bytes(m, n, tokens):
-    """The wgrad pair's Gluon kernel (what AUTO's wgrad runs on Hopper) against the Triton kernel's one-segment
-    walk: the same bytes over repeated launches, BF16 and FP32 out, with and without the column halves, AUTO's
-    wgrad taking it; ragged rows and
-    columns (TMA zero-fills the operands and their scale vectors past the edges) and ragged tokens (zero-padded
-    to whole groups by the quantizer), and against the exact reference within the kernels' tolerance."""
-    from precision_engine.numerics.capabilities import Gemm
-    from precision_engine.numerics.gluon_wgrad import gluon_pair_gemm, runs
-    from precision_engine.numerics.triton_gemm import PREFILL, block_scaled_gemm
-
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("Gluon's wgmma kernel is Hopper-only")
-    g = torch.Generator(device="cuda").manual_seed(m + n + tokens)
-    dy = torch.randn(tokens, m, device="cuda", generator=g, dtype=torch.bfloat16)
-    x = torch.randn(tokens, n, device="cuda", generator=g, dtype=torch.bfloat16) * 3
-    dyt, xt = quantize_tokens_transposed(dy, TOKENS), quantize_tokens_transposed(x, TOKENS)
-    args = (dyt.data, dyt.scale, xt.data, xt.scale)
-    assert runs(*args, torch.bfloat16) and runs(*args, torch.float32)
-    for out_dtype, bits in ((torch.bfloat16, torch.uint16), (torch.float32, torch.int32)):
-        ref = block_scaled_gemm(*args, b_scale_rows=1, config=PREFILL, split=False, out_dtype=out_dtype)
-        for split_n in (False, True) if dyt.data.shape[1] % 256 == 0 else (False,):  # halves: even K blocks
-            for _ in range(2):
-                out = gluon_pair_gemm(*args, out_dtype=out_dtype, split_n=split_n)
-                assert torch.equal(out.view(bits), ref.view(bits)), (out_dtype, split_n)
-        auto = fp8_gemm(dyt, xt, out_dtype=out_dtype, gemm=Gemm.WGRAD)
-        assert torch.equal(auto.view(bits), ref.view(bits)), out_dtype
-    assert _rel(out, reference_gemm(dyt, xt, out_dtype=torch.float64)) < REL_TOL

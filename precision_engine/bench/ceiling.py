@@ -222,9 +222,9 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
                                              refused=(UnsupportedError, RuntimeError))
                 for kind, err in turns.errors.items():  # an FP8 GEMM this GPU lacks
                     row.setdefault(f"{kind}_note", f"{type(err).__name__}: {str(err)[:200]}")
-                for kind, ms in turns.ms.items():
-                    row[f"{kind}_{gemm}_ms"] = ms
-                    row[f"{kind}_{gemm}_tflops"] = flop / ms / 1e9
+                for kind, kind_ms in turns.ms.items():
+                    row[f"{kind}_{gemm}_ms"] = kind_ms
+                    row[f"{kind}_{gemm}_tflops"] = flop / kind_ms / 1e9
                 del sets
             row.update({f"{p}_bytes": b for p, b in quantizer_bytes(n, k, m).items()})
             row["ceilings"] = ceilings(row)

@@ -50,7 +50,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from precision_engine.bench.gemm import GRAPHED, QUICK_SHAPES, SHAPES_8B, TRAIN_M, target, timed_where_they_run
+from precision_engine.bench.gemm import (GRAPHED, QUICK_SHAPES, SHAPES_8B, TRAIN_M, failure_note, target,
+                                        timed_where_they_run)
 from precision_engine.bench.quant import activation_bytes, grad_output_bytes, requantize_bytes, weight_bytes
 from precision_engine.bench.timing import rotation
 from precision_engine.errors import UnsupportedError
@@ -221,7 +222,7 @@ def bench_ceiling(*, quick: bool = False, reps: int = 30, warmup: int = 5,
                 turns = timed_where_they_run(timers, sets, graphed=False, warmup=warmup, reps=reps,
                                              refused=(UnsupportedError, RuntimeError))
                 for kind, err in turns.errors.items():  # an FP8 GEMM this GPU lacks
-                    row.setdefault(f"{kind}_note", f"{type(err).__name__}: {str(err)[:200]}")
+                    row.setdefault(f"{kind}_note", failure_note(err))
                 for kind, kind_ms in turns.ms.items():
                     row[f"{kind}_{gemm}_ms"] = kind_ms
                     row[f"{kind}_{gemm}_tflops"] = flop / kind_ms / 1e9

@@ -240,8 +240,7 @@ def bench_kernels(*, quick: bool = False, reps: int = 50, warmup: int = 10) -> l
             # a kernel this GPU cannot run, or whose extension did not build, leaves its note
             turns = timed_where_they_run(calls, sets, graphed=graphed, warmup=warmup, reps=reps)
             for name, err in turns.errors.items():
-                row["torchao_note" if name == "torchao_triton" else f"{name}_note"] = (
-                    f"{type(err).__name__}: {str(err)[:200]}")
+                row["torchao_note" if name == "torchao_triton" else f"{name}_note"] = failure_note(err)
             for name, ms in turns.ms.items():
                 row[f"{name}_ms"] = ms
                 if name != "bf16":
@@ -275,6 +274,11 @@ def host_cell(host_ms: float, gpu_ms: float) -> str:
 def round_range(ratios: list[float]) -> str:
     """A speed-up's range over its rounds, lowest-highest ("1.50-1.62"): `bench linear`'s and `bench block`'s."""
     return f"{min(ratios):.2f}-{max(ratios):.2f}"
+
+
+def failure_note(err: BaseException) -> str:
+    """The `<kind>_note` a call that failed leaves in its row: the error's type and its first 200 characters."""
+    return f"{type(err).__name__}: {str(err)[:200]}"
 
 
 def notes(rows: list[dict]) -> list[str]:

@@ -52,6 +52,7 @@ from precision_engine.bench.gemm import (
     QUICK_SHAPES,
     SHAPES_8B,
     TRAIN_M,
+    failure_note,
     host_cell,
     notes,
     round_range,
@@ -211,7 +212,7 @@ def _measure(row: dict, names: Sequence[str], sets: list[tuple], *, device: str,
     running = list(names)
 
     def note(name: str, err: BaseException) -> None:
-        row[f"{keys[name]}_note"] = f"{type(err).__name__}: {str(err)[:200]}"
+        row[f"{keys[name]}_note"] = failure_note(err)
         row.pop(f"{keys[name]}_ms_rounds", None)
         running.remove(name)
 

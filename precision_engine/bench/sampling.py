@@ -4,7 +4,7 @@
 followed by rl.sampling's torch ops (rand, two logs, sub, argmax, gather). `after`: `rl.sampling.sample`
 (torch.rand and the two fused kernels; greedy: no rand). log_softmax alone is timed at decode and training
 sizes, the chunked kernels against the per-row one. Decode sizes are CUDA-graph replays over input sets
-larger than the L2, training sizes CUDA-event medians (bench.gemm.timed).
+larger than the L2, training sizes CUDA-event medians, the two taking turns call by call (bench.gemm.timed_turns).
 `python -m precision_engine.bench.sampling` prints the table.
 """
 

@@ -309,7 +309,12 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
       two 32-token programs per 64-row tile, the second reading it from L2; twenty-sixth session, s26_calls
       call A, tiles landed in pieces: 6144x4096 1.40 -> 1.42 / 1.37 -> 1.41x and 1024x4096 1.16 -> 1.21 /
       1.09 -> 1.14x against the 64-token program below). Otherwise one 64-token program, 10 slots, 2 wgmmas in
-      flight (a second wave of split programs: 1.02x).
+      flight (a second wave of split programs: 1.02x);
+    - at any token count, the same narrow tiles where 64-row ones would leave three quarters of the SMs idle (the
+      standalone k/v's 1024 rows: 16 programs; fitted, 128 of 8 rows): 1024x4096 at M = 1 / 8 / 16 / 24 / 32,
+      the whole linear 1.06 / 1.05 / 1.03 / 1.01 / 1.01x -> 1.11 / 1.10 / 1.11 / 1.10 / 1.13x (H100, forty-second
+      session's call 2, `s42_calls/swap_probe.py`; the 4096-row weights level or slower, the fused qkv's 6144
+      within 0.03x either way, so they keep the rule above).
     Every other width keeps 3 wgmmas in flight; the 64-wide tile spills with 3 (ptxas, `test_gluon_compile`).
 
     A program holds 8 warps (the MMA warpgroup, the TMA warp padded to a warpgroup) at up to 255 registers, so
@@ -321,7 +326,8 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
     1.50 -> 1.55x over three alternations; on the fused qkv's 96 tiles, one wave at one an SM, 1.38 -> 1.27x)."""
     block = token_tile(m)
     fitted = triton.cdiv(triton.cdiv(n, sms), GRAIN.value) * GRAIN.value
-    if block == 64 and fitted <= MAX_NARROW_WEIGHT_ROWS:
+    sparse = triton.cdiv(n, WARPGROUP_ROWS.value) * 4 <= sms  # 64-row tiles would fill a quarter of the SMs
+    if (block == 64 or sparse) and fitted <= MAX_NARROW_WEIGHT_ROWS:
         return ChainConfig(stages=12, trip=4, ahead=3, weight_rows=fitted)
     if block == 8:
         config = ChainConfig(stages=16, trip=16, ahead=3, token_block=8)

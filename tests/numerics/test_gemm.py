@@ -279,7 +279,8 @@ def test_chain_config_narrows_the_weight_tiles_only_while_they_fit_in_one_wave()
     """`chain_config` on the H200's 132 SMs: up to 32 tokens one program per 64-row weight tile; above, weight
     tiles on wgmma's narrow side against all the tokens, the fewest rows (a multiple of 8, at most 64) that put
     them on the SMs in one wave (4096 rows: 32; the fused qkv's 6144: 48; k/v's 1024: 8; 4096 rows on 100 SMs:
-    48); where 64 rows do not fit one wave (12288 rows), two programs an SM."""
+    48), and so at any token count where 64-row tiles would fill a quarter of the SMs (k/v); where 64 rows do not
+    fit one wave (12288 rows), two programs an SM."""
     gluon_chain = pytest.importorskip("precision_engine.numerics.gluon_chain")
     chain_config = gluon_chain.chain_config
 
@@ -290,7 +291,8 @@ def test_chain_config_narrows_the_weight_tiles_only_while_they_fit_in_one_wave()
                      (8, 6144): (64, 8), (9, 6144): (64, 16), (16, 6144): (64, 16), (32, 6144): (64, 32),
                      (33, 6144): (48, 64), (64, 6144): (48, 64)}
     assert gluon_chain.tiles(chain_config(64, 4096, 4096, 100), 64) == (48, 64)  # 86 48-row tiles: one wave
-    assert gluon_chain.tiles(chain_config(64, 1024, 4096, 132), 64) == (8, 64)
+    for m in (1, 8, 16, 32, 64):  # k/v's 1024 rows: 16 programs of 64 rows would leave most SMs idle
+        assert gluon_chain.tiles(chain_config(m, 1024, 4096, 132), m) == (8, 64)
     assert chain_config(64, 12288, 4096, 132).per_sm == 2  # 96 rows a program would spill: two an SM instead
     for bad in ({"trip": 2, "ahead": 3}, {"stages": 3, "ahead": 3}, {"ahead": 0}):  # would deadlock or not issue
         with pytest.raises(ValueError, match="ahead"):

@@ -59,7 +59,6 @@ def chain_args(m, n, k, quantize):
     sb = torch.empty(-(-n // 128), -(-k // 128))
     c = torch.empty(m, n, dtype=torch.bfloat16)
     raw = torch.empty(m, k, dtype=torch.bfloat16) if quantize else a
-    sync = torch.zeros(2, dtype=torch.int32) if quantize else c
     w_head, w_copies = C.pieces(C.tiles(config, m)[0])
     x_head, x_copies = C.pieces(C.live_token_rows(config, m))
     d = lambda t, r: TensorDescriptor.from_tensor(t, [r, 128], G._shared_layout(r, 128, t.dtype))
@@ -67,13 +66,13 @@ def chain_args(m, n, k, quantize):
     q = T._fmt_args(fmt, False) if quantize else getattr(C, "_NO_QUANTIZE", {})
     args = dict(w_desc=d(b, w_head), w_grain=d(b, 8) if w_copies else d(b, w_head), x_desc=d(a, x_head),
                 x_grain=d(a, 8) if x_copies else d(a, x_head), c_ptr=c, sx_ptr=sa, sw_ptr=sb, raw_ptr=raw, xq_ptr=a,
-                sync_ptr=sync, M=m, N=n, K=k, stride_cm=c.stride(0), stride_sxm=sa.stride(0),
+                M=m, N=n, K=k, stride_cm=c.stride(0), stride_sxm=sa.stride(0),
                 stride_sxk=sa.stride(1), stride_swn=sb.stride(0), stride_swk=sb.stride(1), stride_raw=raw.stride(0),
                 stride_xq=a.stride(0))
-    consts = dict(SCALE_BN=128, STAGES=C.ring_slots(config, m, k), TRIP=config.trip, AHEAD=config.ahead,
+    consts = dict(SCALE_BN=128, STAGES=C.ring_slots(config, m, k, quantize), TRIP=config.trip, AHEAD=config.ahead,
                   KB_PAD=C.kb_pad(k), WEIGHT_ON_M=not config.weight_rows, BLOCK_W=slot_w, BLOCK_T=slot_t,
                   W_COPIES=w_copies, X_COPIES=x_copies, QUANTIZE=quantize,
-                  ROWS_Q=min(16, max(8, triton.next_power_of_2(m))), FMAX=q.get("FMAX"), RFMAX=q.get("RFMAX"),
+                  FMAX=q.get("FMAX"), RFMAX=q.get("RFMAX"),
                   MBITS=q.get("MBITS"), EMIN=q.get("EMIN"), POW2=q.get("POW2"))
     options = dict(num_warps=4)
     if config.per_sm == 2:
@@ -84,8 +83,8 @@ def chain_args(m, n, k, quantize):
 if __name__ == "__main__":
     out_dir = sys.argv[sys.argv.index("--ptx") + 1] if "--ptx" in sys.argv else None
     for n, k in ((4096, 4096), (6144, 4096), (1024, 4096), (12288, 4096), (4096, 14336)):
-        for m in (1, 16, 32, 48, 64):
-            for quantize in (False, True):
+        for m in (1, 8, 16, 64):
+            for quantize in (False, True) if C.quantizes_tokens(m, n, k, 132) else (False,):
                 args, consts, options, config = chain_args(m, n, k, quantize)
                 regs, spill, kern = compile_report(C._gluon_chain_decode_kernel, args, consts, options)
                 print(f"{n}x{k} M={m} quantize={quantize} {config}: {regs} registers, spills {spill}", flush=True)

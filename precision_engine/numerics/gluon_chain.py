@@ -326,7 +326,7 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
     1.50 -> 1.55x over three alternations; on the fused qkv's 96 tiles, one wave at one an SM, 1.38 -> 1.27x)."""
     block = token_tile(m)
     fitted = triton.cdiv(triton.cdiv(n, sms), GRAIN.value) * GRAIN.value
-    sparse = triton.cdiv(n, WARPGROUP_ROWS.value) * 4 <= sms  # 64-row tiles would fill a quarter of the SMs
+    sparse = triton.cdiv(n, WARPGROUP_ROWS.value) * 4 <= sms  # 64-row tiles would fill a quarter of the SMs or less
     if (block == 64 or sparse) and fitted <= MAX_NARROW_WEIGHT_ROWS:
         return ChainConfig(stages=12, trip=4, ahead=3, weight_rows=fitted)
     if block == 8:

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../../.."
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$card"
 case "$card" in *H200*) ;; *) echo "not an H200: nothing run"; exit 0 ;; esac
 source scripts/device_env.sh
-timeout ${PROBE_S:-150} python3 benchmarks/2026-12-06/s42_calls/swap_probe.py --shapes 4096x4096,6144x4096 \
+[ "${SWAP:-1}" = 0 ] || timeout ${PROBE_S:-150} python3 benchmarks/2026-12-06/s42_calls/swap_probe.py --shapes 4096x4096,6144x4096 \
   --tokens 1,8,16,24,32 --rounds 2 2>&1 | tee "$OUT/swap.txt" | grep -v Warning
 precision=(python3 -c "from precision_engine.cli.app import main; main()")
 timeout ${DECODE_S:-170} "${precision[@]}" bench linear --tokens 1,8,16,24,32,40,48,56,64 --variants bf16,fp8_bi \

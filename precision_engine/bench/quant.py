@@ -28,7 +28,8 @@ from precision_engine.numerics.formats import PRESET_FORMATS
 ACT_SHAPES = [(8192, 4096), (16384, 4096), (8192, 14336), (16384, 14336)]  # tokens x K, Llama-3.1-8B
 WEIGHT_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]  # q/o, gate/up, down projections
 # 1x128 launch configs timed by --sweep (BLOCK_M rows x GROUPS groups per program, warps).
-ROWS_SWEEP = [(8, 4, 4), (16, 2, 4), (16, 4, 4), (16, 4, 8), (32, 2, 8), (32, 4, 8), (64, 1, 8), (64, 2, 8), (128, 1, 8)]
+ROWS_SWEEP = [(8, 4, 4), (16, 2, 4), (16, 4, 4), (16, 4, 8), (32, 2, 8), (32, 4, 8), (64, 1, 8), (64, 2, 8),
+              (128, 1, 8)]
 # Tokens-transposed and re-quantizing configs (BLOCK_C columns x CHUNKS per 128-token program, load width
 # VEC, warps): the shipped (64, 1, 4, 4), the fewest instructions per element (64, 1, 4, 2: 128 elements per
 # thread, 168 registers), and neighbours.

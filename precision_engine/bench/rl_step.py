@@ -1,4 +1,5 @@
-"""One GRPO step of an 8B-shaped model (8 of its layers by default) on one GPU, per policy, in one run: rollout + logprob recompute + update.
+"""One GRPO step of an 8B-shaped model (8 of its layers by default) on one GPU, per policy, in one run: rollout +
+logprob recompute + update.
 
     python -m precision_engine.bench.rl_step --model llama-3.1-8b --prompts 16 --samples 4 --prompt 128 --gen 256
 
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--master-weights", choices=("bf16", "fp32"), help="override every policy's")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    rows = bench_rl_step(args.model, layers=args.layers or None, prompts=args.prompts, samples=args.samples, prompt=args.prompt, gen=args.gen,
+    rows = bench_rl_step(args.model, layers=args.layers or None, prompts=args.prompts, samples=args.samples,
+                         prompt=args.prompt, gen=args.gen,
                          steps=args.steps, micro_batch=args.micro_batch, device=args.device,
                          master_weights=args.master_weights)
     print(format_table(rows))

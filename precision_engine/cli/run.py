@@ -174,7 +174,8 @@ def _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, mix
     check_device(device)
     grpo = replace(GRPOConfig(), prompts_per_step=prompts, samples_per_prompt=samples)
     return RunConfig(recipe=recipe, seed=seed, steps=steps, eval_every=eval_every, checkpoint_every=eval_every,
-                     heldout_size=heldout_size, mix=_mix(mix), model=model, train_data=None if data is None else str(data),
+                     heldout_size=heldout_size, mix=_mix(mix), model=model,
+                     train_data=None if data is None else str(data),
                      heldout_data=None if heldout is None else str(heldout), device=device, grpo=grpo)
 
 

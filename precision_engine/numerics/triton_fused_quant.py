@@ -274,7 +274,8 @@ def silu_mul_quantize(gate: torch.Tensor, up: torch.Tensor, fmt: QuantFormat, *,
     q, scale = _rows_buffers(m, k, fmt, gate.device)
     if m and k:
         if config is None:
-            config = _INTERPRET_SILU if TRITON_INTERPRET else _SILU_CONFIG if m >= _SILU_SMALL_M else _SILU_CONFIG_SMALL_M
+            config = (_INTERPRET_SILU if TRITON_INTERPRET
+                      else _SILU_CONFIG if m >= _SILU_SMALL_M else _SILU_CONFIG_SMALL_M)
         grid = (triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(-(-k // fmt.group), config["GROUPS"]))
         _silu_mul_quant_kernel[grid](
             gate, up, h, q, scale, m, k, gate.stride(0), up.stride(0), h.stride(0),

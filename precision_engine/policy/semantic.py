@@ -230,8 +230,8 @@ class _Checker:
                          "set `dtype: float8_e4m3` or `calibrate: never`")
         # a dtype that is not a string is the schema's error to report
         if calibrate == "never" and isinstance(dtype, str) and dtype.startswith("float8"):
-            self.warning(("kv_cache", "dtype"), "an FP8 KV cache that is never calibrated keeps scales of 1.0 (SGLang's "
-                         "default): keys and values beyond the format's range saturate",
+            self.warning(("kv_cache", "dtype"), "an FP8 KV cache that is never calibrated keeps scales of 1.0 "
+                         "(SGLang's default): keys and values beyond the format's range saturate",
                          "set `calibrate: every_weight_update` (FP8-RL) or `once`")
 
 

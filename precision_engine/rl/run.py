@@ -207,7 +207,8 @@ def _compute_dtype(plan) -> torch.dtype:
 
     dtypes = {m.compute for phase in plan.phases.values() for m in phase.modules if not m.is_fp8}
     if len(dtypes) != 1:
-        raise UsageError(f"the built-in backend computes in one dtype; the plan mixes {sorted(d.value for d in dtypes)}")
+        raise UsageError("the built-in backend computes in one dtype; the plan mixes "
+                         f"{sorted(d.value for d in dtypes)}")
     return COMPUTE_TORCH_DTYPE[dtypes.pop()]
 
 

@@ -42,6 +42,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from precision_engine.errors import OperandError
+from precision_engine.numerics.cuda_context import make_context_current
 from precision_engine.numerics.gluon_gemm import (BLOCK_K, WARPGROUP_ROWS, _descriptor, _device, _ring,
                                                   _wait_for_producer)
 from precision_engine.numerics.pdl import launch_options
@@ -414,6 +415,7 @@ def gluon_chain_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
     w_head, w_copies = pieces(tiles(config, m)[0])
     x_head, x_copies = pieces(live_token_rows(config, m))
     w_desc, x_desc = _descriptor(b, w_head), _descriptor(a, x_head)
+    make_context_current(a.device)
     _gluon_chain_decode_kernel[grid(config, m, n)](
         w_desc, _descriptor(b, GRAIN.value) if w_copies else w_desc, x_desc,
         _descriptor(a, GRAIN.value) if x_copies else x_desc, c, a_scale, b_scale, m, n,

@@ -567,8 +567,8 @@ SHARED_BYTES = 227 * 1024  # dynamic shared memory a Hopper program may take
 
 def _descriptor(x: torch.Tensor, rows: int, cols: int = BLOCK_K) -> TensorDescriptor:
     """TMA blocks of rows x cols of x: an FP8 operand's K blocks, or (cols = block_n) an output tile half. The
-    launch encodes it on this thread, which must have a current context (`cuda_context`)."""
-    make_context_current(x.device)
+    launch encodes it on this thread, which must have a current context: every launch makes it current once
+    (`cuda_context`)."""
     return TensorDescriptor.from_tensor(x, [rows, cols], _shared_layout(rows, cols, x.dtype))
 
 
@@ -625,6 +625,7 @@ def gluon_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b
     slots = config.per_sm * _device(a.device.index or 0).multi_processor_count
     # equal shares but for the last few, as triton_gemm._balanced_programs (which this module may not import)
     programs = triton.cdiv(units, triton.cdiv(units, slots))
+    make_context_current(a.device)
     _gluon_decode_gemm_kernel[(programs,)](
         _descriptor(a, WARPGROUP_ROWS.value), _descriptor(b, config.block_n), out, a_scale, b_scale,
         m, n, k, seg_kb, units,
@@ -665,6 +666,7 @@ def gluon_block_scaled_gemm(
     tma_store = (n * c.element_size()) % 16 == 0  # TMA needs 16-byte row strides (c is contiguous)
     split = config.split_n and tma_store and b_scale_rows % config.block_n == 0 and _even_segments(k, seg_kb)
     c_desc = _descriptor(c, WARPGROUP_ROWS.value, config.block_n // (2 if split else 1)) if tma_store else c
+    make_context_current(a.device)
     _gluon_block_gemm_kernel[(programs,)](
         _descriptor(a, TILE_M), _descriptor(b, config.block_n), c_desc, c, a_scale, b_scale,
         m, n, k, seg_kb,

@@ -34,6 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from precision_engine.numerics import triton_quant as T
 from precision_engine.numerics.contract import Quantized, rows_buffers, tokens_buffers
+from precision_engine.numerics.cuda_context import make_context_current
 from precision_engine.numerics.formats import QuantFormat
 from precision_engine.numerics.gluon_gemm import _TRITON, GLUON_TRITON, _descriptor, _device
 from precision_engine.numerics.gluon_tokens import TILE, fp8_words
@@ -148,6 +149,7 @@ def quantize_rows_and_tokens_transposed(x: torch.Tensor, rows_fmt: QuantFormat, 
     tiles = q_t.shape[1] // TILE.value * col_tiles
     programs = min(tiles, PER_SM * _device(x.device.index or 0).multi_processor_count)
     r, t = T._fmt_args(rows_fmt, False), T._fmt_args(tokens_fmt, False)
+    make_context_current(x.device)
     _gluon_grad_output_kernel[(programs,)](
         _descriptor(x, TILE.value, TILE.value), _descriptor(rows_out.data, TILE.value, TILE.value),
         _descriptor(q_t, TILE.value, TILE.value), rows_out.scale, scale_t, m, c, tiles, COL_TILES=col_tiles,

@@ -8,6 +8,6 @@ cd "$(dirname "$0")/../../.."
 source scripts/device_env.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
 gpu_tests context 120 tests/numerics/gpu/test_cuda_context_gpu.py
-gpu_tests gemm 200 tests/numerics/gpu/test_gemm_gpu.py tests/numerics/gpu/test_quant_gpu.py
+gpu_tests gluon 200 tests/numerics/gpu/test_gemm_gpu.py tests/numerics/gpu/test_quant_gpu.py -k "gluon or chain_decode"
 bash benchmarks/2026-12-06/s42_calls/call7.sh
 PROBE_S=100 DECODE_S=170 bash benchmarks/2026-12-06/s42_calls/call6.sh

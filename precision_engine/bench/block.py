@@ -18,7 +18,9 @@ embedding, the final norm and lm_head are not timed. Before every call the weigh
 (`rewrite.invalidate_weight_caches`, as after an optimizer step), so FP8 weights are re-quantized each time.
 Every policy gets BF16 weights (bf16_baseline's FP32 masters would add a cast per linear; the optimizer is not
 part of this timing). Median of `reps` CUDA-event timings after `warmup` calls (bench.timing), two or more input
-sets rotated; with `rounds`, the median of that many such medians, the policies taking turns. vs_bf16 =
+sets rotated, every policy and mode taking turns call by call; with `rounds`, the median of that many such medians.
+Each (policy, mode) holds its own layer (about 1.3 GB at 8B with its gradients and FP8 copies) and, graphed, its
+own graph's memory. vs_bf16 =
 bf16_baseline's ms in the same mode and pass / this row's; vs_bf16_fast = against bf16_baseline in fast mode; with
 rounds, vs_bf16_rounds pairs each round with its own baseline (the table's "by round" range). Eager rows also get
 the host's time to issue one call and the call's GPU time (`timing.host_and_gpu_ms`, first round): where the
@@ -33,7 +35,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from precision_engine.bench.rollout import MODES, random_decoder
-from precision_engine.bench.gemm import GRAPHED, host_cell, round_range, timed
+from precision_engine.bench.gemm import GRAPHED, host_cell, round_range, timed_where_they_run
 from precision_engine.bench.timing import host_and_gpu_ms, rotation
 from precision_engine.errors import UsageError
 from precision_engine.models.decoder import Decoder
@@ -70,74 +72,96 @@ def bench_block(model_spec: str = "llama-3.1-8b", *, policies: Sequence[str] = P
     (policy, mode, pass); `modes` picks from MODES' names (default all); `on_row` sees each row once its last
     round is measured (ratios are added once all are).
 
-    `rounds` > 1 times every policy and mode that many times, the policies taking turns, so that a drift of the
-    card's clock or temperature during the run reaches each of them alike: a row's ms is the median of its
-    rounds' medians (`ms_rounds`), and each ratio also gets its range over the rounds, each round's time against
-    that round's baseline (`vs_bf16_rounds`). `device` cpu runs the same loop (tests, at toy sizes)."""
+    Every (policy, mode) gets a layer of its own, rewritten once (the embedding and lm_head, never timed, are
+    shared), and each pass times them all in turns call by call (`gemm.timed_where_they_run`), so that the card's
+    clock, which moves within a second under load (fortieth session), reaches each alike. `rounds` > 1 repeats
+    that: a row's ms is the median of its rounds' medians (`ms_rounds`), and each ratio also gets its range over
+    the rounds, each round's time against that round's baseline (`vs_bf16_rounds`). `device` cpu runs the same
+    loop (tests, at toy sizes)."""
     known = [name for name, _ in MODES]
     unknown = [m for m in modes or () if m not in known]
     if unknown:
         raise UsageError(f"mode {unknown[0]!r}: use {' or '.join(known)}")
     if rounds < 1:
         raise UsageError(f"rounds {rounds}: at least 1")
-    modes = modes or known
+    passes = [(pass_, step) for pass_, step in zip(PASSES, (_forward, _train_step, _train_step))
+              if not pass_.endswith(GRAPHED) or torch.device(device).type == "cuda"]
     config = resolve_config(model_spec)
     config["num_hidden_layers"] = 1
     with config_spec(config) as spec:  # the plan is compiled for the one-layer model
-        model = random_decoder(config, device=device, seed=seed)
-        hidden = model.config.hidden_size
+        layers = _rewritten_layers(config, spec, policies, [m for m in MODES if m[0] in (modes or known)],
+                                   device=device, seed=seed)
+        hidden = config["hidden_size"]
 
         def make():
             x = torch.randn(batch, seq, hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
             return x, torch.randn(batch, seq, hidden, device=device, dtype=torch.bfloat16)
 
         sets = rotation(make, 2 * batch * seq * hidden * 2)
-        rows: dict[tuple[str, str, str], dict] = {}
+        base = {"batch": batch, "seq": seq, "tokens": batch * seq}
+        rows = {(policy, mode, pass_): {"policy": policy, "mode": mode, **base, **outcome, "pass": pass_,
+                                        **({} if "error" in outcome else {"ms_rounds": []})}
+                for (policy, mode), (_, outcome) in layers.items() for pass_, _ in passes}
         for round_ in range(rounds):
-            for name in policies:
-                for mode, invariant in MODES:
-                    if mode in modes:
-                        _time_policy(rows, model, spec, name, (mode, invariant), sets, device=device, reps=reps,
-                                     warmup=warmup, first=round_ == 0, last=round_ == rounds - 1, on_row=on_row)
+            for pass_, step in passes:
+                _time_pass(rows, layers, pass_, step, sets, warmup=warmup, reps=reps, first=round_ == 0)
+                if round_ == rounds - 1:
+                    for row in (r for r in rows.values() if r["pass"] == pass_):
+                        _finish(row, on_row)
     _add_ratios(list(rows.values()))
     return list(rows.values())
 
 
-def _time_policy(rows: dict, model: Decoder, spec: str, policy: str, mode: tuple[str, bool], sets: list[tuple], *,
-                 device: str, reps: int, warmup: int, first: bool, last: bool,
-                 on_row: Callable[[dict], None] | None) -> None:
-    """One round of one policy in one mode: `model` rewritten for it, each pass timed into its row of `rows`
-    (created on the first round; the host's time to issue a call measured then only). One policy or pass failing
-    must not lose the others: its row keeps the error instead of a time."""
-    name, invariant = mode
-    base = {"policy": policy, "mode": name, "batch": sets[0][0].shape[0], "seq": sets[0][0].shape[1],
-            "tokens": sets[0][0].shape[0] * sets[0][0].shape[1]}
-    try:
-        base["fp8_linears"] = _rewrite(model, spec, policy, invariant, device)
-    except Exception as err:  # noqa: BLE001
-        base["error"] = f"{type(err).__name__}: {err}"
-    for pass_, step in zip(PASSES, (_forward, _train_step, _train_step)):
-        graphed = pass_.endswith(GRAPHED)
-        if graphed and torch.device(device).type != "cuda":
-            continue
-        row = rows.setdefault((policy, name, pass_), {**base, "pass": pass_, "ms_rounds": []})
-        if "error" in base and "error" not in row:
-            row["error"] = base["error"]
-        if "error" not in row:
-            call = lambda x, dy, step=step: step(model, x, dy)  # noqa: E731
+def _rewritten_layers(config: dict, spec: str, policies: Sequence[str], modes: Sequence[tuple[str, bool]], *,
+                      device: str, seed: int) -> dict[tuple[str, str], tuple[Decoder | None, dict]]:
+    """(policy, mode) -> (its model, {fp8_linears}) or (None, {error}): every one drawn from the same seed and
+    rewritten for its policy's training phase in its mode. One policy failing must not lose the others."""
+    layers, shared = {}, None
+    for policy in policies:
+        for mode, invariant in modes:
             try:
-                row["ms_rounds"].append(timed(call, sets, graphed=graphed, warmup=warmup, reps=reps))
-                if first and not graphed:  # a layer step queues hundreds of launches: two calls fit CUDA's queue
-                    row["host_ms"], row["gpu_ms"] = host_and_gpu_ms(call, sets, warmup=warmup, reps=reps, calls=2)
+                model = random_decoder(config, device=device, seed=seed)
+                if shared is not None:  # only the layer is timed: one embedding and lm_head serve every copy
+                    model.model.embed_tokens, model.lm_head = shared.model.embed_tokens, shared.lm_head
+                layers[(policy, mode)] = (model, {"fp8_linears": _rewrite(model, spec, policy, invariant, device)})
+                shared = shared or model
+            except Exception as err:  # noqa: BLE001
+                layers[(policy, mode)] = (None, {"error": f"{type(err).__name__}: {err}"})
+    return layers
+
+
+def _time_pass(rows: dict, layers: dict, pass_: str, step: Callable, sets: list[tuple], *, warmup: int, reps: int,
+               first: bool) -> None:
+    """One round of one pass: every layer whose row has not failed, timed in turns call by call; a call that
+    fails leaves its error in its row and the others are timed without it. The host's time to issue one eager call
+    is measured in the first round only."""
+    graphed = pass_.endswith(GRAPHED)
+    calls = {key: (lambda x, dy, model=model: step(model, x, dy))
+             for key, (model, _) in layers.items() if "error" not in rows[(*key, pass_)]}
+    if not calls:
+        return
+    turns = timed_where_they_run(calls, sets, graphed=graphed, warmup=warmup, reps=reps, baseline=None)
+    for key, err in turns.errors.items():
+        rows[(*key, pass_)]["error"] = f"{type(err).__name__}: {err}"
+    for key, ms in turns.ms.items():
+        row = rows[(*key, pass_)]
+        row["ms_rounds"].append(ms)
+        if first and not graphed:  # a layer step queues hundreds of launches: two calls fit CUDA's queue
+            try:
+                row["host_ms"], row["gpu_ms"] = host_and_gpu_ms(calls[key], sets, warmup=warmup, reps=reps,
+                                                                calls=2)
             except Exception as err:  # noqa: BLE001
                 row["error"] = f"{type(err).__name__}: {err}"
-        if last:
-            if "error" in row:
-                row.pop("ms_rounds")
-            else:
-                row["ms"] = statistics.median(row["ms_rounds"])
-            if on_row is not None:
-                on_row(row)
+
+
+def _finish(row: dict, on_row: Callable[[dict], None] | None) -> None:
+    """A row after its last round: its median ms, or its error alone."""
+    if "error" in row:
+        row.pop("ms_rounds", None)
+    else:
+        row["ms"] = statistics.median(row["ms_rounds"])
+    if on_row is not None:
+        on_row(row)
 
 
 def _rewrite(model: Decoder, spec: str, policy: str, invariant: bool, device: str) -> int:

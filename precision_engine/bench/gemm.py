@@ -145,11 +145,12 @@ class Turns:
 
 
 def timed_where_they_run(calls: dict, sets: list[tuple], *, graphed: bool, warmup: int, reps: int,
-                         refused: tuple[type[BaseException], ...] = (Exception,), baseline: str = "bf16") -> Turns:
+                         refused: tuple[type[BaseException], ...] = (Exception,), baseline: str | None = "bf16"
+                         ) -> Turns:
     """Each of `calls` (name -> fn) timed in turns call by call (`timed_turns`), after a first call each. A call
     that raises one of `refused`, at its first call or while they take turns (a graph that cannot be captured), is
     left out with its error and the others are timed again without it: one failing must not lose the others. The
-    `baseline` failing raises its error: every ratio needs it."""
+    `baseline` failing raises its error: every ratio needs it (None: none is, and every call may be left out)."""
     named = {name: _Named(name, fn, refused) for name, fn in calls.items()}
     turns = Turns({}, {}, {})
 

@@ -57,7 +57,9 @@ def test_block_rows_at_toy_size(tmp_path, monkeypatch):
     seen = []
     rows = bench_block("tiny-llama", policies=("bf16_baseline", "jetrl_unified_kv", "no_such_policy"),
                        modes=("fast",), batch=2, seq=32, reps=1, warmup=0, device="cpu", on_row=seen.append)
-    assert seen == rows
+    assert [(r["policy"], r["pass"]) for r in seen] == [  # each pass's rows once its turns are timed
+        (p, s) for s in ("fwd", "fwd+bwd") for p in ("bf16_baseline", "jetrl_unified_kv", "no_such_policy")]
+    assert sorted(map(id, seen)) == sorted(map(id, rows))
     assert [(r["policy"], r["pass"]) for r in rows] == [
         (p, s) for p in ("bf16_baseline", "jetrl_unified_kv", "no_such_policy") for s in ("fwd", "fwd+bwd")]
     good, bad = rows[:4], rows[4:]
@@ -90,24 +92,31 @@ def test_block_summary_judges_jetrl_unified_in_its_own_mode():
     assert summary([failed]) == []  # a step that failed has no ratio to judge
 
 
-def test_block_rounds_take_turns_and_pair_each_round_with_its_baseline(tmp_path, monkeypatch):
-    """With rounds, the policies take turns (rewritten again each round), a row's ms is the median of its rounds,
-    each round's ratio is against that round's baseline, the host is timed in the first round only, and the table
-    prints each ratio's range over the rounds."""
+def test_block_policies_take_turns_call_by_call_and_rounds_pair_with_their_baseline(tmp_path, monkeypatch):
+    """Each policy's layer is rewritten once; each pass times every layer in turns (one `timed_turns` call a pass
+    and round, the layers in policy order); a row's ms is the median of its rounds, each round's ratio is against
+    that round's baseline, the host is timed in the first round only, and the table prints each ratio's range."""
     import precision_engine.bench.block as block
+    import precision_engine.bench.gemm as gemm
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    order, host_calls = [], []
+    order, host_calls, turns = [], [], []
     rewrite = block._rewrite
     monkeypatch.setattr(block, "_rewrite", lambda *a: order.append(a[2]) or rewrite(*a))
-    # fwd, fwd+bwd of bf16_baseline then jetrl_unified, round by round
-    times = iter([2.0, 4.0, 1.0, 2.0, 3.0, 6.0, 1.0, 4.0, 2.0, 5.0, 2.0, 2.5])
-    monkeypatch.setattr(block, "timed", lambda *a, **kw: next(times))
+    # per round: fwd (bf16_baseline, jetrl_unified), then fwd+bwd
+    times = iter([[2.0, 1.0], [4.0, 2.0], [3.0, 1.0], [6.0, 4.0], [2.0, 2.0], [5.0, 2.5]])
+
+    def timed_turns(fns, sets, **kwargs):
+        turns.append(len(fns))
+        return next(times)
+
+    monkeypatch.setattr(gemm, "timed_turns", timed_turns)
     monkeypatch.setattr(block, "host_and_gpu_ms", lambda *a, **kw: host_calls.append(1) or (0.1, 0.2))
     seen = []
     rows = bench_block("tiny-llama", policies=("bf16_baseline", "jetrl_unified"), modes=("fast",), batch=1, seq=16,
                        reps=1, warmup=0, rounds=3, device="cpu", on_row=seen.append)
-    assert order == ["bf16_baseline", "jetrl_unified"] * 3 and seen == rows and len(host_calls) == 4
+    assert order == ["bf16_baseline", "jetrl_unified"] and turns == [2] * 6 and len(host_calls) == 4
+    assert len(seen) == len(rows) == 4
     step = rows[3]
     assert (step["policy"], step["pass"]) == ("jetrl_unified", "fwd+bwd")
     assert step["ms_rounds"] == [2.0, 4.0, 2.5] and step["ms"] == 2.5
@@ -117,6 +126,35 @@ def test_block_rounds_take_turns_and_pair_each_round_with_its_baseline(tmp_path,
     assert "by round" in table and "1.50-2.00x" in table
     with pytest.raises(block.UsageError, match="rounds 0: at least 1"):
         bench_block("tiny-llama", rounds=0, device="cpu")
+
+
+def test_block_a_layer_failing_in_turns_fails_its_row_alone(tmp_path, monkeypatch):
+    """A policy's step that raises while the layers take turns leaves its error in its rows; the others are timed
+    without it and keep their ratios."""
+    import precision_engine.bench.block as block
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    step = block._train_step
+
+    def train_step(model, x, dy):
+        if model.fp8_marker:
+            raise RuntimeError("lost the card")
+        step(model, x, dy)
+
+    rewrite = block._rewrite
+
+    def marking_rewrite(model, spec, policy, invariant, device):
+        model.fp8_marker = policy == "jetrl_unified"
+        return rewrite(model, spec, policy, invariant, device)
+
+    monkeypatch.setattr(block, "_rewrite", marking_rewrite)
+    monkeypatch.setattr(block, "_train_step", train_step)
+    rows = bench_block("tiny-llama", policies=("bf16_baseline", "jetrl_unified"), modes=("fast",), batch=1, seq=16,
+                       reps=1, warmup=0, device="cpu")
+    by = {(r["policy"], r["pass"]): r for r in rows}
+    assert by[("jetrl_unified", "fwd+bwd")]["error"] == "RuntimeError: lost the card"
+    assert "ms" not in by[("jetrl_unified", "fwd+bwd")] and by[("jetrl_unified", "fwd")]["ms"] > 0
+    assert by[("bf16_baseline", "fwd+bwd")]["vs_bf16"] == 1.0 and "vs_bf16" in by[("jetrl_unified", "fwd")]
 
 
 def test_block_rejects_an_unknown_mode():

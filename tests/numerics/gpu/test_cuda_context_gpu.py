@@ -68,6 +68,28 @@ def test_the_gluon_grad_output_quantizer_as_a_threads_first_work():
     assert_bitwise(got[1], want[1])
 
 
+@pytest.mark.parametrize("launch", ["training", "decode", "chain"])
+def test_each_gluon_gemm_launch_as_a_threads_first_work(launch):
+    """Every Gluon GEMM launch makes the context current once, before its descriptors are encoded."""
+    from precision_engine.numerics import gluon_chain, gluon_gemm
+
+    m = {"training": 512, "decode": 16, "chain": 16}[launch]
+    x = quantize_rows_1xG(torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16), ROWS)
+    w = quantize_blocks(torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) * 0.02,
+                        PRESET_FORMATS["fp8_block_weight"])
+    if not gluon_gemm.runs(x.data, w.data):
+        pytest.skip("the Gluon GEMMs run on Hopper under Triton 3.6 only")
+    operands = (x.data, x.scale, w.data, w.scale)
+    call = {"training": lambda: gluon_gemm.gluon_block_scaled_gemm(*operands, b_scale_rows=128, seg_kb=32),
+            "decode": lambda: gluon_gemm.gluon_decode_gemm(*operands, b_scale_rows=128, seg_kb=32),
+            "chain": lambda: gluon_chain.gluon_chain_decode_gemm(*operands, b_scale_rows=128)}[launch]
+    want = call()
+    call()  # freed: the thread's output comes from torch's cache
+    got, without_context = _on_a_new_thread(call)
+    assert without_context
+    assert torch.equal(got, want)
+
+
 @pytest.mark.skipif(not deep_gemm_available(), reason="needs DeepGEMM")
 def test_deep_gemm_as_a_threads_first_work():
     x = quantize_rows_1xG(torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16), ROWS)

@@ -124,7 +124,7 @@ def _rewritten_layers(config: dict, spec: str, policies: Sequence[str], modes: S
                 if shared is not None:  # only the layer is timed: one embedding and lm_head serve every copy
                     model.model.embed_tokens, model.lm_head = shared.model.embed_tokens, shared.lm_head
                 layers[(policy, mode)] = (model, {"fp8_linears": _rewrite(model, spec, policy, invariant, device)})
-                shared = shared or model
+                shared = model if shared is None else shared
             except Exception as err:  # noqa: BLE001
                 layers[(policy, mode)] = (None, {"error": f"{type(err).__name__}: {err}"})
     return layers

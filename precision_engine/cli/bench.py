@@ -116,9 +116,9 @@ def register(app: typer.Typer) -> None:
                                                 "64).")] = None,
         reps: Annotated[int | None, typer.Option("--reps", min=1, help="Timed calls, median reported (default "
                                                  "20; --quick 2).")] = None,
-        rounds: Annotated[int, typer.Option("--rounds", min=1, help="Time every policy this many times, taking "
-                                            "turns; a row reports the median round and each ratio's range over "
-                                            "the rounds (A/B of close policies: 3 or more).")] = 1,
+        rounds: Annotated[int, typer.Option("--rounds", min=1, help="Time the policies' turns this many times; a "
+                                            "row reports the median round and each ratio's range over the "
+                                            "rounds (A/B of close policies: 3 or more).")] = 1,
         device: Annotated[str, typer.Option("--device", help="cuda, or cpu with --quick: a toy-size run of the "
                                             "wiring, not a measurement.")] = "cuda",
         out: OutOpt = None,
@@ -127,8 +127,9 @@ def register(app: typer.Typer) -> None:
         """One decoder layer (attention + MLP + norms) per policy, training-phase rewrite, fwd and fwd+bwd.
 
         The layer alone (embedding and lm_head excluded), 4 x 2048 = 8192 tokens by default, BF16 weights
-        marked changed before every call (as after an optimizer step), fast and batch-invariant mode; ratios
-        against bf16_baseline in the same run.
+        marked changed before every call (as after an optimizer step), fast and batch-invariant mode, every
+        policy and mode on a layer of its own, timed in turns call by call; ratios against bf16_baseline in the
+        same run.
 
         Examples:
           precision bench block --out bench_block.json

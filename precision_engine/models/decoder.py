@@ -202,9 +202,7 @@ class Decoder(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.batch_invariant = batch_invariant
         self.compute_dtype = compute_dtype
-        # FP8 rounding of k/v in `forward`: the rollout cache's scales when the policy unifies the phases
-        # (jetrl_unified_kv), None otherwise (a rollout-only FP8 KV cache, as FP8-RL's, is not the trainer's).
-        self.kv_scales: KVScales | None = None
+        self.kv_scales = None
         # FP8 q/k/v and gate/up of one numerics as one GEMM each (`numerics.fused_linear`). Off, each projection
         # runs its own call, which is what FSDP2's per-linear units force: a reference for such a run turns it
         # off, so both take the same GEMMs (the grouped split-K differs from the separate one on the GPU).
@@ -231,6 +229,20 @@ class Decoder(nn.Module):
         std = model.config.initializer_range
         model.init_weights_(lambda param: param.copy_(torch.randn(param.shape, generator=generator) * std))
         return model.to(device=device, dtype=_torch_dtype(dtype)).eval()
+
+    @property
+    def kv_scales(self) -> KVScales | None:
+        """The scales `forward` rounds k/v through: the rollout cache's when the policy unifies the phases
+        (jetrl_unified_kv), None otherwise (a rollout-only FP8 KV cache, as FP8-RL's, is not the trainer's)."""
+        return self._kv_scales
+
+    @kv_scales.setter
+    def kv_scales(self, scales: KVScales | None) -> None:
+        """Kept on the model's device: calibration hands them over on the CPU, and each layer reading them from
+        host memory made every forward wait on the GPU and a training step impossible to capture in a CUDA
+        graph (jetrl_unified_kv's batch-invariant block, forty-third session)."""
+        device = self.model.embed_tokens.weight.device
+        self._kv_scales = None if scales is None else KVScales(scales.k.to(device), scales.v.to(device))
 
     @torch.no_grad()
     def init_weights_(self, fill_random: Callable[[torch.Tensor], object]) -> None:

@@ -162,6 +162,19 @@ def test_fp8_kv_rounding_in_the_full_forward_with_straight_through_gradient():
     assert torch.equal(_RoundKV.apply(k, scales.k[0]), dequantize_kv(quantize_kv(k, scales.k[0]), scales.k[0], k.dtype))
 
 
+def test_kv_scales_move_to_the_models_device_when_set():
+    """Calibration hands the scales over on the CPU; set on a model, they move to its device (meta here: the move
+    is what is tested), so no forward reads them from host memory (a GPU sync per layer, and no CUDA graph)."""
+    with torch.device("meta"):
+        model = Decoder(resolve_config("tiny-llama"))
+    scales = KVScales.from_amax(torch.rand(2, 4) + 0.5, torch.rand(2, 4) + 0.5, KVScale.PER_HEAD)
+    model.kv_scales = scales
+    assert model.kv_scales.k.device.type == model.kv_scales.v.device.type == "meta"
+    assert model.kv_scales.k.shape == scales.k.shape and model.kv_scales.v.shape == scales.v.shape
+    model.kv_scales = None
+    assert model.kv_scales is None
+
+
 def test_kv_amax_matches_transformers_calibration():
     hf = _hf("tiny-llama")
     ours = Decoder(CONFIGS["tiny-llama"], batch_invariant=False)

@@ -297,6 +297,8 @@ class ChainConfig:
             raise ValueError(f"ChainConfig: need 1 <= ahead <= 3, ahead < trip and ahead < stages; got {self}")
         if self.per_sm not in (1, 2):
             raise ValueError(f"ChainConfig: per_sm must be 1 or 2; got {self.per_sm}")
+        if self.prefetch_kb < 0:
+            raise ValueError(f"ChainConfig: prefetch_kb must be 0 (none) or more K blocks; got {self.prefetch_kb}")
         if self.weight_rows and (self.weight_rows % GRAIN.value or not 0 < self.weight_rows <= MAX_NARROW_WEIGHT_ROWS
                                  or self.token_block not in (0, WARPGROUP_ROWS.value)):
             raise ValueError(f"ChainConfig: weight_rows must be a multiple of 8 in 8..64 (wgmma's narrow side; a "

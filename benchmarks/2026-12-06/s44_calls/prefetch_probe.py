@@ -1,11 +1,13 @@
 """Probe (forty-fourth session): the chain decode with the first P K blocks of each program's weight rows sent
 to L2 before its PDL wait (`ChainConfig.prefetch_kb`), so DRAM streams while the token quantizer runs, against
-`chain_config`'s launch (no prefetch). The whole linear (Q(x), then the GEMM, as `bench linear`'s decode row)
+`chain_config`'s launch (no prefetch); a variant may also launch the token quantizer at decode with fewer,
+wider programs (`qBxG`: BLOCK_M rows x G groups a program, 4 warps), which leaves more SMs free for the GEMM's
+programs to start on under PDL. The whole linear (Q(x), then the GEMM, as `bench linear`'s decode row)
 and the GEMM alone given Q(x), plus the quantizer alone; CUDA-graph replays in turns with BF16, weights rotated
 past the L2; bits first (the prefetch moves no bit).
 
     python benchmarks/2026-12-06/s44_calls/prefetch_probe.py [--shapes NxK,...] [--tokens 1,24,...]
-        [--prefetch 12,32] [--rounds R]
+        [--variants p0,p12,p32,p0/q16x4,p32/q16x4] [--rounds R]
 """
 import statistics
 import sys
@@ -18,6 +20,7 @@ from precision_engine.bench import linear as bench_linear
 from precision_engine.bench.gemm import timed_where_they_run
 from precision_engine.bench.timing import rotation
 from precision_engine.numerics import gluon_chain as C
+from precision_engine.numerics import triton_quant
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.numerics.quantize import quantize_rows_1xG
 
@@ -31,11 +34,12 @@ def _arg(flag, default):
 def main():
     shapes = [tuple(map(int, s.split("x"))) for s in _arg("--shapes", "").split(",") if s] or SHAPES
     tokens = [int(t) for t in _arg("--tokens", "1,24,64").split(",")]
-    prefetch = [int(p) for p in _arg("--prefetch", "12,32").split(",")]
+    variants = _arg("--variants", "p0,p12,p32,p0/q16x4,p32/q16x4").split(",")
     rounds = int(_arg("--rounds", "2"))
     spec = bench_linear._specs()["fp8_bi"]
     default_config = C.chain_config
-    print(f"{'N x K':>11} {'M':>3} {'variant':>6} | {'gemm x':>7} {'whole x':>7} | gemm us, whole us "
+    default_quant = triton_quant._ROWS_CONFIG_SMALL_M
+    print(f"{'N x K':>11} {'M':>3} {'variant':>10} | {'gemm x':>7} {'whole x':>7} | gemm us, whole us "
           f"(bf16 us, quant us)", flush=True)
     for n, k in shapes:
         for m in tokens:
@@ -48,13 +52,20 @@ def main():
             torch.manual_seed(n + k + m)
             sets = rotation(make, (n * k + 2 * m * (n + k)) * 2)
 
-            def patched(p, fn):
+            def patched(variant, fn):
+                prefetch, _, quant = variant.partition("/")
+                p = int(prefetch[1:])
+                rows, groups = map(int, quant[1:].split("x")) if quant else (None, None)
+
                 def call(*args):
                     C.chain_config = lambda *a: replace(default_config(*a), prefetch_kb=p)
+                    if quant:
+                        triton_quant._ROWS_CONFIG_SMALL_M = {"BLOCK_M": rows, "GROUPS": groups, "num_warps": 4}
                     try:
                         return fn(*args)
                     finally:
                         C.chain_config = default_config
+                        triton_quant._ROWS_CONFIG_SMALL_M = default_quant
                 return call
 
             def gemm(lin, layer, x, xq, wq):
@@ -63,17 +74,17 @@ def main():
             def whole(lin, layer, x, xq, wq):
                 return layer(x)
 
-            variants = [0] + prefetch
             with torch.no_grad():
                 want = whole(*sets[0])
-                bits = {p: torch.equal(patched(p, whole)(*sets[0]).view(torch.int16), want.view(torch.int16))
-                        and torch.equal(patched(p, gemm)(*sets[0]).view(torch.int16), want.view(torch.int16))
-                        for p in variants}
+                bits = {v: torch.equal(patched(v, whole)(*sets[0]).view(torch.int16), want.view(torch.int16))
+                        and torch.equal(patched(v, gemm)(*sets[0]).view(torch.int16), want.view(torch.int16))
+                        for v in variants}
             calls = {"bf16": lambda lin, layer, x, xq, wq: lin(x),
                      "quant": lambda lin, layer, x, xq, wq: quantize_rows_1xG(x, spec[0].input).data}
-            for p in variants:
-                calls[f"p{p}/gemm"] = patched(p, gemm)
-                calls[f"p{p}/whole"] = patched(p, whole)
+            for v in variants:
+                if "/" not in v:  # the quantizer's launch does not touch the GEMM alone
+                    calls[f"{v}:gemm"] = patched(v, gemm)
+                calls[f"{v}:whole"] = patched(v, whole)
             by_round = {name: [] for name in calls}
             with torch.no_grad():
                 for _ in range(rounds):
@@ -83,13 +94,13 @@ def main():
                     for name, ms in turns.ms.items():
                         by_round[name].append(ms)
             med = {name: statistics.median(v) * 1e3 for name, v in by_round.items() if v}
-            for p in variants:
-                if f"p{p}/whole" not in med:
+            for v in variants:
+                if f"{v}:whole" not in med:
                     continue
-                g, w = med[f"p{p}/gemm"], med[f"p{p}/whole"]
-                print(f"{n:>5}x{k:<5} {m:>3} {'p' + str(p):>6} | {med['bf16'] / g:7.2f} {med['bf16'] / w:7.2f} | "
+                g, w = med.get(f"{v.partition('/')[0]}:gemm", float("nan")), med[f"{v}:whole"]
+                print(f"{n:>5}x{k:<5} {m:>3} {v:>10} | {med['bf16'] / g:7.2f} {med['bf16'] / w:7.2f} | "
                       f"{g:.2f}, {w:.2f} ({med['bf16']:.2f}, {med['quant']:.2f})"
-                      f"{'' if bits[p] else ' BITS DIFFER'}", flush=True)
+                      f"{'' if bits[v] else ' BITS DIFFER'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """Probe (forty-fourth session): the chain decode with the first P K blocks of each program's weight rows sent
-to L2 before its PDL wait (`ChainConfig.prefetch_kb`), so DRAM streams while the token quantizer runs, against
-`chain_config`'s launch (no prefetch); a variant may also launch the token quantizer at decode with fewer,
-wider programs (`qBxG`: BLOCK_M rows x G groups a program, 4 warps), which leaves more SMs free for the GEMM's
-programs to start on under PDL. The whole linear (Q(x), then the GEMM, as `bench linear`'s decode row)
-and the GEMM alone given Q(x), plus the quantizer alone; CUDA-graph replays in turns with BF16, weights rotated
-past the L2; bits first (the prefetch moves no bit).
+to L2 before its PDL wait (`ChainConfig.prefetch_kb`, `prefetch_kb.patch` beside this file), so DRAM streams
+while the token quantizer runs, against `chain_config`'s launch (`p0`). `pP`: a bulk prefetch a row by the copy
+engine; `lP`: a 128-byte line at a time by the load unit (`prefetch.global.L2`, `ChainConfig.prefetch_lines`),
+which leaves the copy engine's queue to the ring's copies. `/qBxG` also launches the token quantizer at decode
+with fewer, wider programs (BLOCK_M rows x G groups a program, 4 warps), leaving more SMs free for the GEMM's
+programs to start on under PDL. The whole linear (Q(x), then the GEMM, as `bench linear`'s decode row) and the
+GEMM alone given Q(x), plus the quantizer alone; CUDA-graph replays in turns with BF16, weights rotated past
+the L2; bits first (the prefetch moves no bit).
 
     python benchmarks/2026-12-06/s44_calls/prefetch_probe.py [--shapes NxK,...] [--tokens 1,24,...]
-        [--variants p0,p12,p32,p0/q16x4,p32/q16x4] [--rounds R]
+        [--variants p0,p12,l16,p0/q16x4] [--rounds R]
 """
 import statistics
 import sys
@@ -58,7 +60,8 @@ def main():
                 rows, groups = map(int, quant[1:].split("x")) if quant else (None, None)
 
                 def call(*args):
-                    C.chain_config = lambda *a: replace(default_config(*a), prefetch_kb=p)
+                    C.chain_config = lambda *a: replace(default_config(*a), prefetch_kb=p,
+                                                        prefetch_lines=prefetch[0] == "l")
                     if quant:
                         triton_quant._ROWS_CONFIG_SMALL_M = {"BLOCK_M": rows, "GROUPS": groups, "num_warps": 4}
                     try:

@@ -3,8 +3,8 @@ to L2 before its PDL wait (`ChainConfig.prefetch_kb`, `prefetch_kb.patch` beside
 while the token quantizer runs, against `chain_config`'s launch (`p0`). `pP`: a bulk prefetch a row by the copy
 engine; `lP`: a 128-byte line at a time by the load unit (`prefetch.global.L2`, `ChainConfig.prefetch_lines`),
 which leaves the copy engine's queue to the ring's copies. `/qBxG` also launches the token quantizer at decode
-with fewer, wider programs (BLOCK_M rows x G groups a program, 4 warps), leaving more SMs free for the GEMM's
-programs to start on under PDL. The whole linear (Q(x), then the GEMM, as `bench linear`'s decode row) and the
+with other programs (BLOCK_M rows x G groups a program, 4 warps, or W with `/qBxGwW`): fewer, wider ones leave
+more SMs free for the GEMM's programs to start on under PDL; fewer warps, a shorter amax reduction. The whole linear (Q(x), then the GEMM, as `bench linear`'s decode row) and the
 GEMM alone given Q(x), plus the quantizer alone; CUDA-graph replays in turns with BF16, weights rotated past
 the L2; bits first (the prefetch moves no bit).
 
@@ -57,13 +57,15 @@ def main():
             def patched(variant, fn):
                 prefetch, _, quant = variant.partition("/")
                 p = int(prefetch[1:])
-                rows, groups = map(int, quant[1:].split("x")) if quant else (None, None)
+                shape, _, warps = quant[1:].partition("w")
+                rows, groups = map(int, shape.split("x")) if quant else (None, None)
 
                 def call(*args):
                     C.chain_config = lambda *a: replace(default_config(*a), prefetch_kb=p,
                                                         prefetch_lines=prefetch[0] == "l")
                     if quant:
-                        triton_quant._ROWS_CONFIG_SMALL_M = {"BLOCK_M": rows, "GROUPS": groups, "num_warps": 4}
+                        triton_quant._ROWS_CONFIG_SMALL_M = {"BLOCK_M": rows, "GROUPS": groups,
+                                                             "num_warps": int(warps or 4)}
                     try:
                         return fn(*args)
                     finally:

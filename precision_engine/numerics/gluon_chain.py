@@ -67,40 +67,21 @@ def _land_rows(desc, grain, dst, row, col, bar, COPIES: gl.constexpr):
 
 
 @gluon.jit
-def _prefetch_weight_rows(w_ptr, off_w, N, K, W_LIVE: gl.constexpr, PREFETCH_KB: gl.constexpr,
-                          PREFETCH_LINES: gl.constexpr):
-    """The first PREFETCH_KB K blocks of each of the program's weight rows into L2 ahead of the PDL wait, so DRAM
-    works while the token quantizer runs: by the copy engine (a bulk prefetch a row), or with PREFETCH_LINES by
-    the load unit, a 128-byte line at a time (`prefetch.global.L2`), which leaves the copy engine's queue to the
-    ring's copies."""
-    ROWS: gl.constexpr = 64 if W_LIVE > 32 else 32  # a lane a row, two where a program owns more than 32
-    layout: gl.constexpr = gl.BlockedLayout([ROWS // 32], [32], [1], [0])
-    rows = gl.minimum(off_w + gl.minimum(gl.arange(0, ROWS, layout=layout), W_LIVE - 1), N - 1)
-    base = w_ptr + rows.to(gl.int64) * K
-    if PREFETCH_LINES:
-        for kb in range(gl.minimum(PREFETCH_KB, gl.cdiv(K, 128))):
-            gl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [base + kb * 128], dtype=gl.int32,
-                                      is_pure=False, pack=1)
-    else:
-        nbytes = gl.minimum(K, PREFETCH_KB * 128) + 0 * rows
-        gl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2; // $0", "=r,l,r", [base, nbytes],
-                                  dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _chain_load_partition(w_desc, w_grain, x_desc, x_grain, w_bufs, x_bufs, ready, empty, w_ptr, N, K, num_kb,
+def _chain_load_partition(w_desc, w_grain, x_desc, x_grain, w_bufs, x_bufs, ready, empty, num_kb,
                           STAGES: gl.constexpr, W_COPIES: gl.constexpr, X_COPIES: gl.constexpr,
-                          W_LIVE: gl.constexpr, PREFETCH_KB: gl.constexpr, PREFETCH_LINES: gl.constexpr):
+                          W_LIVE: gl.constexpr):
     """The TMA warp: this program's weight tile and token tile, K block by K block, into the ring, each slot
-    once its wgmma has released it; with PREFETCH_KB, the weight's first blocks sent to L2 before the PDL wait
-    (`_prefetch_weight_rows`). W_LIVE: the weight rows a program owns."""
+    once its wgmma has released it. (Sending the first ring's weight tiles before the wait for the token
+    quantizer gained nothing on the GEMM alone, sixteenth session, and lost up to 7% on 14 of 18 whole-linear
+    rows, twenty-third session's call 3. Sending the first 8 to 32 K blocks of the program's weight rows to L2
+    there instead, by the copy engine or a line at a time by the load unit, lost on the GEMM alone and on the
+    whole linear, up to 0.21x at 32 blocks: forty-fourth session, `s44_calls`.) W_LIVE: the weight rows a program
+    owns."""
     off_w = gl.program_id(0) * W_LIVE
     off_t = gl.program_id(1) * x_bufs.type.shape[1]
     nbytes: gl.constexpr = (w_desc.block_type.nbytes + W_COPIES * w_grain.block_type.nbytes
                             + x_desc.block_type.nbytes + X_COPIES * x_grain.block_type.nbytes)
     BLOCK: gl.constexpr = w_desc.block_type.shape[1]
-    if PREFETCH_KB > 0:
-        _prefetch_weight_rows(w_ptr, off_w, N, K, W_LIVE, PREFETCH_KB, PREFETCH_LINES)
     _wait_for_producer()  # launched with PDL (`pdl`): the tokens and their scales are written
     for kb in range(num_kb):
         slot = kb % STAGES
@@ -255,12 +236,11 @@ def _chain_mma_partition(w_bufs, x_bufs, ready, empty, sw_smem, sx_smem, c_ptr, 
 
 
 @gluon.jit
-def _gluon_chain_decode_kernel(w_desc, w_grain, x_desc, x_grain, w_ptr, c_ptr, sx_ptr, sw_ptr, M, N, K, stride_cm,
+def _gluon_chain_decode_kernel(w_desc, w_grain, x_desc, x_grain, c_ptr, sx_ptr, sw_ptr, M, N, K, stride_cm,
                                stride_sxm, stride_sxk, stride_swn, stride_swk, SCALE_BN: gl.constexpr,
                                STAGES: gl.constexpr, TRIP: gl.constexpr, AHEAD: gl.constexpr, KB_PAD: gl.constexpr,
                                WEIGHT_ON_M: gl.constexpr, BLOCK_W: gl.constexpr, BLOCK_T: gl.constexpr,
-                               W_COPIES: gl.constexpr, X_COPIES: gl.constexpr, PREFETCH_KB: gl.constexpr,
-                               PREFETCH_LINES: gl.constexpr):
+                               W_COPIES: gl.constexpr, X_COPIES: gl.constexpr):
     """One program per (weight tile, token tile): one TMA warp, one MMA warpgroup. WEIGHT_ON_M: 64-row weight
     tiles on wgmma's 64-row side, the tokens on its narrow side; else tiles of 64 tokens on the 64-row side and
     narrow weight tiles. BLOCK_W x BLOCK_T: the accumulator's sides (powers of two); of them, the rows a program
@@ -275,8 +255,8 @@ def _gluon_chain_decode_kernel(w_desc, w_grain, x_desc, x_grain, w_ptr, c_ptr, s
         (_chain_mma_partition, (w_bufs, x_bufs, ready, empty, sw_smem, sx_smem, c_ptr, sx_ptr, sw_ptr, M, N, num_kb,
                                 stride_cm, stride_sxm, stride_sxk, stride_swn, stride_swk, SCALE_BN, STAGES, TRIP,
                                 AHEAD, WEIGHT_ON_M, W_LIVE)),
-        (_chain_load_partition, (w_desc, w_grain, x_desc, x_grain, w_bufs, x_bufs, ready, empty, w_ptr, N, K, num_kb,
-                                 STAGES, W_COPIES, X_COPIES, W_LIVE, PREFETCH_KB, PREFETCH_LINES)),
+        (_chain_load_partition, (w_desc, w_grain, x_desc, x_grain, w_bufs, x_bufs, ready, empty, num_kb, STAGES,
+                                 W_COPIES, X_COPIES, W_LIVE)),
     ], [1], [40])
 
 
@@ -286,8 +266,7 @@ class ChainConfig:
     promoted one (1 to 3), tokens per program (0: all M in one), programs resident per SM (1, or 2: each at
     most 128 registers a thread and half the SM's shared memory), and weight rows per program (0: 64, on
     wgmma's 64-row side; else 8..64 in steps of 8 on its narrow side, the tokens in one tile of 64 on the other;
-    a count that is not a power of two takes a tile of the next one, whose last rows are never stored), and
-    K blocks of the program's weight rows sent to L2 before the PDL wait (0: none; `_prefetch_weight_rows`).
+    a count that is not a power of two takes a tile of the next one, whose last rows are never stored).
     Numerics-neutral."""
 
     stages: int = 12
@@ -296,8 +275,6 @@ class ChainConfig:
     token_block: int = 0
     per_sm: int = 1
     weight_rows: int = 0
-    prefetch_kb: int = 0
-    prefetch_lines: bool = False
 
     def __post_init__(self):
         # A trip issues its own blocks only, and a block in flight holds its slot: with fewer slots than wgmmas
@@ -306,8 +283,6 @@ class ChainConfig:
             raise ValueError(f"ChainConfig: need 1 <= ahead <= 3, ahead < trip and ahead < stages; got {self}")
         if self.per_sm not in (1, 2):
             raise ValueError(f"ChainConfig: per_sm must be 1 or 2; got {self.per_sm}")
-        if self.prefetch_kb < 0:
-            raise ValueError(f"ChainConfig: prefetch_kb must be 0 (none) or more K blocks; got {self.prefetch_kb}")
         if self.weight_rows and (self.weight_rows % GRAIN.value or not 0 < self.weight_rows <= MAX_NARROW_WEIGHT_ROWS
                                  or self.token_block not in (0, WARPGROUP_ROWS.value)):
             raise ValueError(f"ChainConfig: weight_rows must be a multiple of 8 in 8..64 (wgmma's narrow side; a "
@@ -446,11 +421,10 @@ def gluon_chain_decode_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
     make_context_current(a.device)
     _gluon_chain_decode_kernel[grid(config, m, n)](
         w_desc, _descriptor(b, GRAIN.value) if w_copies else w_desc, x_desc,
-        _descriptor(a, GRAIN.value) if x_copies else x_desc, b, c, a_scale, b_scale, m, n,
+        _descriptor(a, GRAIN.value) if x_copies else x_desc, c, a_scale, b_scale, m, n,
         k, c.stride(0), a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
         SCALE_BN=b_scale_rows, STAGES=stages, TRIP=config.trip, AHEAD=config.ahead,
         KB_PAD=kb_pad(k), WEIGHT_ON_M=not config.weight_rows, BLOCK_W=slot_w, BLOCK_T=slot_t, W_COPIES=w_copies,
-        X_COPIES=x_copies, PREFETCH_KB=config.prefetch_kb, PREFETCH_LINES=config.prefetch_lines,
-        num_warps=4, **registers, **launch_options(m, a.device),
+        X_COPIES=x_copies, num_warps=4, **registers, **launch_options(m, a.device),
     )
     return c

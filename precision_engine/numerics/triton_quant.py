@@ -512,7 +512,8 @@ def _scaled_cast_kernel(x_ptr, s_ptr, q_ptr, n, BLOCK: tl.constexpr, POW2: tl.co
 # bandwidth). Fixed rather than autotuned: no tuning stall when M changes between RL steps, and the result
 # never depends on the config (each row's groups are independent). Small M gets 16-row programs so
 # decode-sized calls spread over more SMs. Seven others (4-16 rows, 1-4 warps, 1-4 groups) gave the whole
-# linear's decode no gain beyond the run's noise on any short row (H200, s27_calls/next_c.sh, 2026-12-05).
+# linear's decode no gain beyond the run's noise on any short row (H200, s27_calls/next_c.sh, 2026-12-05); on
+# an H100, 16 rows x 4 groups lost up to 0.19x and 1 or 2 warps gained nothing (s44_calls, 2026-12-06).
 _ROWS_CONFIG = {"BLOCK_M": 64, "GROUPS": 1, "num_warps": 8}
 _ROWS_CONFIG_SMALL_M = {"BLOCK_M": 16, "GROUPS": 1, "num_warps": 4}
 _ROWS_SMALL_M = 2048

@@ -300,8 +300,6 @@ def test_chain_config_narrows_the_weight_tiles_only_while_they_fit_in_one_wave()
     for bad in ({"weight_rows": 44}, {"weight_rows": 128}, {"weight_rows": 32, "token_block": 32}):
         with pytest.raises(ValueError, match="weight_rows"):
             gluon_chain.ChainConfig(**bad)
-    with pytest.raises(ValueError, match="prefetch_kb"):
-        gluon_chain.ChainConfig(prefetch_kb=-1)
 
 
 def test_chain_launch_lands_only_the_rows_its_tiles_hold():

@@ -114,11 +114,7 @@ _NARROW = {"stages": 12, "trip": 4, "ahead": 3}
                                          (64, 6144, _TOKENS_64), (48, 6144, _TOKENS_64),
                                          (64, 6144, _NARROW | {"weight_rows": 64}),
                                          (64, 12288, _NARROW | {"weight_rows": 32}),
-                                         (8, 1024, _NARROW | {"weight_rows": 8}),
-                                         (24, 4096, _NARROW | {"token_block": 32, "prefetch_kb": 12}),
-                                         (24, 4096, _NARROW | {"token_block": 32, "prefetch_kb": 16,
-                                                               "prefetch_lines": True}),
-                                         (64, 6144, _NARROW | {"weight_rows": 48, "prefetch_kb": 32})])
+                                         (8, 1024, _NARROW | {"weight_rows": 8})])
 def test_chain_decode_keeps_wgmma_async(tmp_path, m, n, given):
     """The one-chain decode (`gluon_chain`) as `chain_config` launches it for M tokens against a narrow weight
     (token tiles of 8, 16, 32, the tokens landed in 8-row boxes past a power of two at M = 20, 48, 56; two
@@ -139,9 +135,8 @@ def test_chain_decode_keeps_wgmma_async(tmp_path, m, n, given):
         tmp_path, C._gluon_chain_decode_kernel, 64, slot_t,
         {"SCALE_BN": 128, "STAGES": cfg.stages, "TRIP": cfg.trip, "AHEAD": cfg.ahead, "KB_PAD": 128,
          "WEIGHT_ON_M": not cfg.weight_rows, "BLOCK_W": slot_w, "BLOCK_T": slot_t, "W_COPIES": w_copies,
-         "X_COPIES": x_copies, "PREFETCH_KB": cfg.prefetch_kb,
-         "PREFETCH_LINES": cfg.prefetch_lines},
-        {"w_ptr": "*fp8e4nv", "c_ptr": "*bf16", "sx_ptr": "*fp32", "sw_ptr": "*fp32"},
+         "X_COPIES": x_copies},
+        {"c_ptr": "*bf16", "sx_ptr": "*fp32", "sw_ptr": "*fp32"},
         fp8_descs={"w_desc": w_head, "x_desc": x_head, "w_grain": C.GRAIN.value, "x_grain": C.GRAIN.value},
         options={"maxnreg": cap} if cfg.per_sm > 1 else None)
     if not given:  # chain_config's own: two an SM where its programs outnumber the SMs

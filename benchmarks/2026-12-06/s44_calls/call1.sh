@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Forty-fourth session, call 1 (carry .whl; any Hopper card; on a tree with prefetch_kb.patch applied): the weight's first K blocks sent to L2 before the
-# chain decode's PDL wait (`prefetch_probe.py`: bits, then the whole linear and the GEMM alone in turns with BF16
-# and the quantizer alone), then on an H200 only, decode in rounds on the shipped launch (`bench linear`).
+# Forty-fourth session, call 1 (carry .whl; any Hopper card; a tree with prefetch_kb.patch applied): the
+# weight's first K blocks sent to L2 before the chain decode's PDL wait (`prefetch_probe.py`: bits, then the whole
+# linear and the GEMM alone in turns with BF16, and the quantizer alone), then on an H200 only, decode in rounds on
+# the shipped launch (`bench linear`).
 set -u
 cd "$(dirname "$0")/../../.."
 source scripts/device_env.sh

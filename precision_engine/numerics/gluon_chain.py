@@ -74,9 +74,9 @@ def _chain_load_partition(w_desc, w_grain, x_desc, x_grain, w_bufs, x_bufs, read
     once its wgmma has released it. (Sending the first ring's weight tiles before the wait for the token
     quantizer gained nothing on the GEMM alone, sixteenth session, and lost up to 7% on 14 of 18 whole-linear
     rows, twenty-third session's call 3. Sending the first 8 to 32 K blocks of the program's weight rows to L2
-    there instead, by the copy engine or a line at a time by the load unit, lost on the GEMM alone and on the
-    whole linear, up to 0.21x at 32 blocks: forty-fourth session, `s44_calls`.) W_LIVE: the weight rows a program
-    owns."""
+    before the wait instead, by the copy engine or a line at a time by the load unit, lost on the GEMM alone and
+    on the whole linear, up to 0.21x at 32 blocks: forty-fourth session, `s44_calls`.) W_LIVE: the weight rows a
+    program owns."""
     off_w = gl.program_id(0) * W_LIVE
     off_t = gl.program_id(1) * x_bufs.type.shape[1]
     nbytes: gl.constexpr = (w_desc.block_type.nbytes + W_COPIES * w_grain.block_type.nbytes

@@ -18,16 +18,4 @@ echo "ncu rc=$?"
 $NCU -i /tmp/chain.ncu-rep --page source --csv --print-source sass > "$OUT/source.csv" 2> "$OUT/source.err"
 echo "source rc=$? lines=$(wc -l < "$OUT/source.csv")"
 $NCU -i /tmp/chain.ncu-rep --page details --section WarpStateStats --section SourceCounters > "$OUT/details.txt" 2>&1
-python3 - "$OUT/source.csv" <<'PY'
-import csv, sys
-rows = list(csv.DictReader(line for line in open(sys.argv[1]) if line.strip()))
-if not rows:
-    sys.exit("no source rows")
-stall = next((c for c in rows[0] if "Warp Stall Sampling (All" in c), None)
-print("columns:", [c for c in rows[0]][:12], "stall column:", stall)
-if stall:
-    total = sum(float(r[stall] or 0) for r in rows)
-    top = sorted(rows, key=lambda r: -float(r[stall] or 0))[:25]
-    for r in top:
-        print(f'{float(r[stall] or 0) / total:6.1%}  {r.get("Address", "")}  {r.get("Source", "")[:90]}')
-PY
+python3 benchmarks/2026-12-06/s44_calls/source_stalls.py "$OUT/source.csv"

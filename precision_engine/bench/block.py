@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from precision_engine.bench.rollout import MODES, random_decoder
-from precision_engine.bench.gemm import GRAPHED, host_cell, round_range, timed_where_they_run
+from precision_engine.bench.gemm import GRAPHED, error_text, host_cell, round_range, timed_where_they_run
 from precision_engine.bench.timing import host_and_gpu_ms, rotation
 from precision_engine.errors import UsageError
 from precision_engine.models.decoder import Decoder
@@ -126,7 +126,7 @@ def _rewritten_layers(config: dict, spec: str, policies: Sequence[str], modes: S
                 layers[(policy, mode)] = (model, {"fp8_linears": _rewrite(model, spec, policy, invariant, device)})
                 shared = model if shared is None else shared
             except Exception as err:  # noqa: BLE001
-                layers[(policy, mode)] = (None, {"error": f"{type(err).__name__}: {err}"})
+                layers[(policy, mode)] = (None, {"error": error_text(err)})
     return layers
 
 
@@ -142,7 +142,7 @@ def _time_pass(rows: dict, layers: dict, pass_: str, step: Callable, sets: list[
         return
     turns = timed_where_they_run(calls, sets, graphed=graphed, warmup=warmup, reps=reps, baseline=None)
     for key, err in turns.errors.items():
-        rows[(*key, pass_)]["error"] = f"{type(err).__name__}: {err}"
+        rows[(*key, pass_)]["error"] = error_text(err)
     for key, ms in turns.ms.items():
         row = rows[(*key, pass_)]
         row["ms_rounds"].append(ms)
@@ -151,7 +151,7 @@ def _time_pass(rows: dict, layers: dict, pass_: str, step: Callable, sets: list[
                 row["host_ms"], row["gpu_ms"] = host_and_gpu_ms(calls[key], sets, warmup=warmup, reps=reps,
                                                                 calls=2)
             except Exception as err:  # noqa: BLE001
-                row["error"] = f"{type(err).__name__}: {err}"
+                row["error"] = error_text(err)
 
 
 def _finish(row: dict, on_row: Callable[[dict], None] | None) -> None:

@@ -277,6 +277,11 @@ def round_range(ratios: list[float]) -> str:
     return f"{min(ratios):.2f}-{max(ratios):.2f}"
 
 
+def error_text(err: BaseException) -> str:
+    """A failed step's error as a row's `error` keeps it: its type and its whole message."""
+    return f"{type(err).__name__}: {err}"
+
+
 def failure_note(err: BaseException) -> str:
     """The `<kind>_note` a call that failed leaves in its row: the error's type and its first 200 characters."""
     return f"{type(err).__name__}: {str(err)[:200]}"

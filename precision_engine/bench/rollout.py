@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from precision_engine.bench.gemm import error_text
 from precision_engine.models.decoder import Decoder, calibrate_kv_scales
 from precision_engine.models.loader import resolve_config
 
@@ -96,7 +97,7 @@ def bench_rollout(model_spec: str = "llama-3.1-8b", *, batch: int = 64, prompt: 
                 row["tok_s"], row["seconds"] = _engine_rate(model, model_spec, policy_name, invariant, ids, gen,
                                                             runs, seed)
             except Exception as err:  # noqa: BLE001 (one variant failing must not lose the others)
-                row["error"] = f"{type(err).__name__}: {err}"
+                row["error"] = error_text(err)
             _release()
             emit(row)
     restore(model)
@@ -151,7 +152,7 @@ def _transformers_rows(model_spec: str, model: Decoder, ids: torch.Tensor, gen: 
         _release()
     except Exception as err:  # noqa: BLE001
         yield {"variant": "transformers generate", "mode": "static cache", **base,
-               "error": f"{type(err).__name__}: {err}"}
+               "error": error_text(err)}
         return
     mask = torch.ones_like(ids)
     sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "cache_implementation": "static"}

@@ -8,23 +8,12 @@ numerics-neutral).
     python benchmarks/2026-12-06/s45_calls/config_probe.py --variants n:stages=16,n:stages=24 [--shapes NxK,...]
         [--tokens 1,24,...] [--rounds R]
 """
-import statistics
-import sys
 from dataclasses import replace
 
 import torch
-from torch import nn
 
-from precision_engine.bench import linear as bench_linear
-from precision_engine.bench.gemm import timed_where_they_run
-from precision_engine.bench.timing import rotation
+from decode_probe import arg, bf16, decode_sets, gemm, launched_with, median_us, whole
 from precision_engine.numerics import gluon_chain as C
-from precision_engine.numerics.linear import Fp8Linear
-from precision_engine.numerics.quantize import quantize_rows_1xG
-
-
-def _arg(flag, default):
-    return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default
 
 
 def _changed(variant: str):
@@ -40,55 +29,25 @@ def _changed(variant: str):
 
 
 def main():
-    shapes = [tuple(map(int, s.split("x"))) for s in _arg("--shapes", "1024x4096,4096x4096").split(",")]
-    tokens = [int(t) for t in _arg("--tokens", "1,24,64").split(",")]
-    variants = _arg("--variants", "n:stages=16,n:stages=24").split(",")
-    rounds = int(_arg("--rounds", "3"))
-    spec = bench_linear._specs()["fp8_bi"]
+    shapes = [tuple(map(int, s.split("x"))) for s in arg("--shapes", "1024x4096,4096x4096").split(",")]
+    tokens = [int(t) for t in arg("--tokens", "1,24,64").split(",")]
+    variants = arg("--variants", "n:stages=16,n:stages=24").split(",")
+    rounds = int(arg("--rounds", "3"))
     shipped = C.chain_config
+    configs = {v: _changed(v) for v in variants}
     print(f"{'N x K':>11} {'M':>3} {'variant':>22} | {'gemm x':>7} {'whole x':>7} | gemm us, whole us (bf16 us); "
           f"shipped launch: {{config}}", flush=True)
     for n, k in shapes:
         for m in tokens:
-            def make():
-                lin = nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
-                layer = Fp8Linear.from_linear(lin, spec[0], numerics=spec[1])
-                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-                return lin, layer, x, quantize_rows_1xG(x, spec[0].input), layer.quantized_weight()
-
-            torch.manual_seed(n + k + m)
-            sets = rotation(make, (n * k + 2 * m * (n + k)) * 2)
-
-            def under(variant, fn):
-                def call(*args):
-                    C.chain_config = _changed(variant)
-                    try:
-                        return fn(*args)
-                    finally:
-                        C.chain_config = shipped
-                return call
-
-            def gemm(lin, layer, x, xq, wq):
-                return C.gluon_chain_decode_gemm(xq.data, xq.scale, wq.data, wq.scale, b_scale_rows=128)
-
-            def whole(lin, layer, x, xq, wq):
-                return layer(x)
-
-            calls = {"bf16": lambda lin, layer, x, xq, wq: lin(x), "shipped:gemm": gemm, "shipped:whole": whole}
-            for v in variants:
-                calls |= {f"{v}:gemm": under(v, gemm), f"{v}:whole": under(v, whole)}
-            by_round = {name: [] for name in calls}
+            sets = decode_sets(n, k, m)
+            calls = {"bf16": bf16, "shipped:gemm": gemm, "shipped:whole": whole}
+            for v, config in configs.items():
+                calls |= {f"{v}:gemm": launched_with(config, gemm), f"{v}:whole": launched_with(config, whole)}
             with torch.no_grad():
                 want = whole(*sets[0]).view(torch.int16)
                 bits = {v: all(torch.equal(calls[f"{v}:{part}"](*sets[0]).view(torch.int16), want)
                                for part in ("gemm", "whole")) for v in ("shipped", *variants)}
-                for _ in range(rounds):
-                    turns = timed_where_they_run(calls, sets, graphed=True, warmup=5, reps=30)
-                    for name, err in turns.errors.items():
-                        print(f"  {name} failed: {str(err)[:200]}", flush=True)
-                    for name, ms in turns.ms.items():
-                        by_round[name].append(ms)
-            us = {name: statistics.median(v) * 1e3 for name, v in by_round.items() if v}
+                us = median_us(calls, sets, rounds)
             launch = shipped(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
             for v in ("shipped", *variants):
                 if f"{v}:whole" not in us:

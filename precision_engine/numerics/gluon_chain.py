@@ -318,7 +318,10 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
       standalone k/v's 1024 rows: 16 programs; fitted, 128 of 8 rows): 1024x4096 at M = 1 / 8 / 16 / 24 / 32,
       the whole linear 1.06 / 1.05 / 1.03 / 1.01 / 1.01x -> 1.11 / 1.10 / 1.11 / 1.10 / 1.13x (H100, forty-second
       session's call 2, `s42_calls/swap_probe.py`; the 4096-row weights level or slower, the fused qkv's 6144
-      within 0.03x either way, so they keep the rule above).
+      within 0.03x either way, so they keep the rule above); there one wgmma in flight, not 3 (8-row tiles only:
+      the whole linear 0.08-0.16 us faster at M = 1 / 16 / 48 / 64 over two calls, 1.10-1.15x -> 1.11-1.17x;
+      32-row tiles level, 48-row ones up to 0.23 us slower; H100, forty-sixth session's calls 2 and 3,
+      `s45_calls/config_probe.py`).
     Every other width keeps 3 wgmmas in flight; the 64-wide tile spills with 3 (ptxas, `test_gluon_compile`).
 
     A program holds 8 warps (the MMA warpgroup, the TMA warp padded to a warpgroup) at up to 255 registers, so
@@ -332,7 +335,7 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
     fitted = triton.cdiv(triton.cdiv(n, sms), GRAIN.value) * GRAIN.value
     sparse = triton.cdiv(n, WARPGROUP_ROWS.value) * 4 <= sms  # 64-row tiles would fill a quarter of the SMs or less
     if (block == 64 or sparse) and fitted <= MAX_NARROW_WEIGHT_ROWS:
-        return ChainConfig(stages=12, trip=4, ahead=3, weight_rows=fitted)
+        return ChainConfig(stages=12, trip=4, ahead=1 if fitted == GRAIN.value else 3, weight_rows=fitted)
     if block == 8:
         config = ChainConfig(stages=16, trip=16, ahead=3, token_block=8)
     elif block == 64:

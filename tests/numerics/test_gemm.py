@@ -280,7 +280,7 @@ def test_chain_config_narrows_the_weight_tiles_only_while_they_fit_in_one_wave()
     tiles on wgmma's narrow side against all the tokens, the fewest rows (a multiple of 8, at most 64) that put
     them on the SMs in one wave (4096 rows: 32; the fused qkv's 6144: 48; k/v's 1024: 8; 4096 rows on 100 SMs:
     48), and so at any token count where 64-row tiles would fill a quarter of the SMs (k/v); where 64 rows do not
-    fit one wave (12288 rows), two programs an SM."""
+    fit one wave (12288 rows), two programs an SM. One wgmma in flight on 8-row tiles, 3 on wider ones."""
     gluon_chain = pytest.importorskip("precision_engine.numerics.gluon_chain")
     chain_config = gluon_chain.chain_config
 
@@ -293,6 +293,8 @@ def test_chain_config_narrows_the_weight_tiles_only_while_they_fit_in_one_wave()
     assert gluon_chain.tiles(chain_config(64, 4096, 4096, 100), 64) == (48, 64)  # 86 48-row tiles: one wave
     for m in (1, 8, 16, 32, 64):  # k/v's 1024 rows: 16 programs of 64 rows would leave most SMs idle
         assert gluon_chain.tiles(chain_config(m, 1024, 4096, 132), m) == (8, 64)
+        assert chain_config(m, 1024, 4096, 132).ahead == 1  # an 8-row tile: one wgmma in flight
+    assert chain_config(64, 4096, 4096, 132).ahead == 3
     assert chain_config(64, 12288, 4096, 132).per_sm == 2  # 96 rows a program would spill: two an SM instead
     for bad in ({"trip": 2, "ahead": 3}, {"stages": 3, "ahead": 3}, {"ahead": 0}):  # would deadlock or not issue
         with pytest.raises(ValueError, match="ahead"):

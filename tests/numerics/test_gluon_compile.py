@@ -111,6 +111,7 @@ _NARROW = {"stages": 12, "trip": 4, "ahead": 3}
 @pytest.mark.parametrize("m, n, given", [(1, 4096, None), (16, 4096, None), (64, 4096, None), (64, 6144, None),
                                          (1, 12288, None), (16, 12288, None), (32, 12288, None), (64, 12288, None),
                                          (20, 4096, None), (48, 6144, None), (56, 4096, None), (48, 1024, None),
+                                         (1, 1024, None),
                                          (64, 6144, _TOKENS_64), (48, 6144, _TOKENS_64),
                                          (64, 6144, _NARROW | {"weight_rows": 64}),
                                          (64, 12288, _NARROW | {"weight_rows": 32}),

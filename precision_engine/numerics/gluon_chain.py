@@ -322,7 +322,7 @@ def chain_config(m: int, n: int, k: int, sms: int) -> ChainConfig:
       the whole linear 0.08-0.16 us faster at M = 1 / 16 / 48 / 64 over two calls, 1.10-1.15x -> 1.11-1.17x;
       32-row tiles level, 48-row ones up to 0.23 us slower; H100, forty-sixth session's calls 2 and 3,
       `s45_calls/config_probe.py`).
-    Every other width keeps 3 wgmmas in flight; the 64-wide tile spills with 3 (ptxas, `test_gluon_compile`).
+    Every other launch keeps 3 wgmmas in flight; the 64-token tile spills with 3 (ptxas, `test_gluon_compile`).
 
     A program holds 8 warps (the MMA warpgroup, the TMA warp padded to a warpgroup) at up to 255 registers, so
     one fits per SM. Where the programs outnumber the SMs (12288 rows: 192 weight tiles), two per SM on half the

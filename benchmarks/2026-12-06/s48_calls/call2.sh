@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Forty-eighth session, call 2 (carry .whl), for an H200 only: call 1 cut to what fits the device time left after
-# eight asks that got no machine: the swap probe on 4096x4096 and the fused qkv (`s42_calls/swap_probe.py`), then
+# ten asks that got no machine: the swap probe on 4096x4096 and the fused qkv (`s42_calls/swap_probe.py`), then
 # the Gluon re-quantizer's programs against AUTO's and a copy of the same bytes (`bench quant --sweep`).
 set -u
 cd "$(dirname "$0")/../../.."

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Forty-eighth session (carry .whl and .dg), for an H200 only: torchao's Float8BlockwiseLinear beside
-# fp8_bi_wblocks in turns at 16384 tokens, the issue's second token count, never run in turns on an H200. Reuses
-# a warm machine's DeepGEMM build (/tmp/deep_gemm) when there is one. torchao's first calls autotune for minutes.
+# fp8_bi_wblocks in turns at 16384 tokens, the issue's second token count, never run in turns on an H200. On
+# call 1's warm machine, device_deep_gemm.sh uses call 1's DeepGEMM build again. torchao's first calls autotune
+# for minutes.
 set -u
 cd "$(dirname "$0")/../../.."
 source scripts/device_card.sh
 only_on H200
 source scripts/device_env.sh
-if [ -d /tmp/deep_gemm ]; then export PYTHONPATH=/tmp/deep_gemm:$PYTHONPATH; else source scripts/device_deep_gemm.sh; fi
+source scripts/device_deep_gemm.sh
 precision=(python3 -c "from precision_engine.cli.app import main; main()")
 PYTHONPATH=/tmp/ao:$PYTHONPATH timeout ${TORCHAO_S:-540} "${precision[@]}" bench linear --tokens 16384 \
   --variants bf16,fp8_bi_wblocks,torchao,torchao_triton --out "$OUT/torchao16k.json" > "$OUT/torchao16k.txt" 2>&1

@@ -1,0 +1,200 @@
+"""Probe (not the package): the Gluon wgrad re-quantizer with its input fed through an asynchronous ring in shared
+memory, output stored from registers as `gluon_requant` stores it.
+
+Why: on the H200 `gluon_requant` runs at 62.5-73.9% of copy (75-79.6% of a copy of its own bytes) against 91-93%
+on the H100. A program loads its whole 16 KB tile into registers, then quantizes, then stores; at 80 registers
+three 8-warp programs fit an SM, so about one and a half tiles' loads are in flight an SM, and the H200's
+bandwidth needs about 1.4x the H100's bytes in flight (Little's law). Registers bound what a thread can have in
+flight (two tiles a program: 127 registers; a register prefetch: 198), shared memory does not: here each
+persistent program keeps STAGES - 1 tiles (and their scales) in flight by ``cp.async`` while it quantizes the
+one before. The earlier TMA version (twenty-sixth session) also moved the output through shared memory, 14.2 SASS
+an element; the output here is `gluon_tokens.quantize_tokens_transposed`'s, unchanged.
+
+Shared memory: the tile [128 tokens, 128 columns] FP8 is swizzled in 16-byte chunks, chunk ^= (token // 16) % 8,
+so that `tile_layout`'s 4-byte reads (a warp: 8 token lanes 16 tokens apart x 4 column lanes) fall in 8 distinct
+chunks, and the copy's 16-byte writes (a warp: 4 whole rows) stay conflict-free.
+
+    PYTHONPATH=$PWD python benchmarks/2026-12-06/s49_calls/requant_ring.py check  # GPU: bytes == Triton kernel's
+    PYTHONPATH=$PWD python benchmarks/2026-12-06/s49_calls/requant_ring.py bench  # GPU: % of copy, in turns
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
+
+from precision_engine.numerics import gluon_tokens as G
+from precision_engine.numerics import triton_quant as T
+from precision_engine.numerics.contract import Quantized, tokens_buffers
+from precision_engine.numerics.formats import QuantFormat
+from precision_engine.numerics.gluon_tokens import TILE
+
+
+@gluon.jit
+def _issue(x_ring, s_ring, slot, tile, x_ptr, s_in_ptr, M, C, n_tiles, n_tok, stride_sig, STRIDE: gl.constexpr,
+           G_IN: gl.constexpr, BLOCK_C: gl.constexpr, WARPS: gl.constexpr, EVEN_M: gl.constexpr,
+           EVEN_C: gl.constexpr):
+    """cp.async tile `tile`'s FP8 bytes and input scales into ring slot `slot` (nothing past the last tile) and
+    commit them as one group; tokens and columns past the operand fill with zeros."""
+    copy_layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (BLOCK_C // 16), BLOCK_C // 16], [WARPS, 1],
+                                                 [1, 0])
+    scale_layout: gl.constexpr = gl.BlockedLayout([4], [32], [WARPS], [0])
+    tok0 = (tile % n_tok) * TILE
+    col0 = (tile // n_tok) * BLOCK_C
+    toks = gl.arange(0, TILE, layout=gl.SliceLayout(1, copy_layout))
+    cols = gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, copy_layout))
+    x_at = x_ptr + tok0.to(gl.int64) * STRIDE + col0 + (toks[:, None] * STRIDE + cols[None, :])
+    s_toks = gl.arange(0, TILE, layout=scale_layout)
+    s_at = s_in_ptr + (col0 // G_IN).to(gl.int64) * stride_sig + tok0 + s_toks
+    live = tile < n_tiles
+    x_ok = gl.full([TILE, BLOCK_C], 1, gl.int1, copy_layout) & live
+    s_ok = gl.full([TILE], 1, gl.int1, scale_layout) & live
+    if not EVEN_M:
+        x_ok = x_ok & (tok0 + toks < M)[:, None]
+        s_ok = s_ok & (tok0 + s_toks < M)
+    if not EVEN_C:
+        x_ok = x_ok & (col0 + cols < C)[None, :]
+    cp.async_copy_global_to_shared(x_ring.index(slot), x_at, mask=x_ok)
+    cp.async_copy_global_to_shared(s_ring.index(slot), s_at, mask=s_ok)
+    cp.commit_group()
+
+
+@gluon.jit
+def _ring_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, n_tiles, n_tok, STRIDE: gl.constexpr,
+                 G_IN: gl.constexpr, WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr, STAGES: gl.constexpr,
+                 EVEN_M: gl.constexpr, EVEN_C: gl.constexpr, FMAX: gl.constexpr, RFMAX: gl.constexpr,
+                 MBITS: gl.constexpr, EMIN: gl.constexpr, POW2: gl.constexpr):
+    """Persistent: program p quantizes tiles p, p + P, ... (tile t: token group t % n_tok, column block
+    t // n_tok) as `gluon_requant._requant_kernel` does one, its next STAGES - 1 tiles in flight meanwhile."""
+    layout: gl.constexpr = G.tile_layout(WARPS, TOKEN_LANES)
+    block_c: gl.constexpr = G.block_columns(WARPS, TOKEN_LANES)
+    x_ring = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [STAGES, TILE, block_c],
+                                       gl.SwizzledSharedLayout(16, 16, 8, [1, 0]))
+    s_ring = gl.allocate_shared_memory(gl.float32, [STAGES, TILE], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    for s in gl.static_range(STAGES - 1):
+        _issue(x_ring, s_ring, s, pid + s * programs, x_ptr, s_in_ptr, M, C, n_tiles, n_tok, stride_sig, STRIDE,
+               G_IN, block_c, WARPS, EVEN_M, EVEN_C)
+    for i in range(gl.cdiv(n_tiles - pid, programs)):
+        cp.wait_group(STAGES - 2)  # this thread's copies of tile i have landed
+        gl.thread_barrier()  # everyone's have, and everyone has read the slot the next copy overwrites
+        _issue(x_ring, s_ring, (i + STAGES - 1) % STAGES, pid + (i + STAGES - 1) * programs, x_ptr, s_in_ptr, M,
+               C, n_tiles, n_tok, stride_sig, STRIDE, G_IN, block_c, WARPS, EVEN_M, EVEN_C)
+        tile = pid + i * programs
+        x = x_ring.index(i % STAGES).load(layout)
+        s_in = s_ring.index(i % STAGES).load(gl.SliceLayout(1, layout))
+        G.quantize_tokens_transposed(x.to(gl.float32) * s_in[:, None], q_ptr, s_ptr, (tile % n_tok) * TILE,
+                                     (tile // n_tok) * block_c, C, M_pad, WARPS, TOKEN_LANES, EVEN_C, FMAX,
+                                     RFMAX, MBITS, EMIN, POW2, False)
+    cp.wait_group(0)
+
+
+def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, stages: int = 3, programs_per_sm: int = 3,
+                                 warps: int = 8, token_lanes: int = 8, **options) -> Quantized:
+    """`gluon_requant.requantize_tokens_transposed(q_in, fmt)`'s bytes (operands it `runs`), through the ring."""
+    x = q_in.data
+    m, c = x.shape
+    if c % 16 or x.stride(0) % 16:
+        raise ValueError(f"cp.async copies 16-byte runs of a row: columns and row stride must be multiples of 16, "
+                         f"got {c} and {x.stride(0)}")
+    out = tokens_buffers(m, c, fmt, x.device)
+    block_c = G.block_columns(warps, token_lanes)
+    n_tok, n_col = out.data.shape[1] // TILE.value, triton.cdiv(c, block_c)
+    n_tiles = n_tok * n_col
+    if n_tiles == 0:
+        return out
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    args = T._fmt_args(fmt, False)
+    _ring_kernel[(min(n_tiles, sms * programs_per_sm),)](
+        x, q_in.scale, out.data, out.scale.t(), m, c, out.data.shape[1], q_in.scale.stride(1), n_tiles, n_tok,
+        STRIDE=x.stride(0), G_IN=q_in.fmt.group, WARPS=warps, TOKEN_LANES=token_lanes, STAGES=stages,
+        EVEN_M=m % TILE.value == 0, EVEN_C=c % block_c == 0, FMAX=args["FMAX"], RFMAX=args["RFMAX"],
+        MBITS=args["MBITS"], EMIN=args["EMIN"], POW2=args["POW2"], num_warps=warps, enable_fp_fusion=False,
+        **options)
+    return out
+
+
+# (warps, token lanes, stages, programs an SM, maxnreg): ptxas (Triton 3.6, sm_90a) gives the 8-warp program 125
+# registers (two an SM) and 80 with 22 spill instructions (three an SM); 4-warp programs 123 registers.
+VARIANTS = [(8, 8, 3, 2, None), (8, 8, 2, 2, None), (8, 8, 4, 2, None), (8, 8, 3, 3, 80), (8, 8, 4, 3, 80),
+            (4, 8, 3, 4, None), (4, 8, 4, 4, None), (8, 4, 3, 2, None)]
+SHAPES = [(8192, 4096), (16384, 4096), (8192, 14336), (16384, 14336)]
+ODD_SHAPES = [(1000, 4096), (8192 - 37, 4000), (128, 128), (300, 272)]  # cp.async: columns in 16-byte runs
+
+
+def ring(variant):
+    warps, lanes, stages, per_sm, maxnreg = variant
+    return lambda q, fmt: requantize_tokens_transposed(q, fmt, stages, per_sm, warps, lanes,
+                                                       **({"maxnreg": maxnreg} if maxnreg else {}))
+
+
+def label(variant) -> str:
+    warps, lanes, stages, per_sm, maxnreg = variant
+    return f"ring w{warps} t{lanes} s{stages} {per_sm}/SM" + (f" r{maxnreg}" if maxnreg else "")
+
+
+def check() -> None:
+    """Every variant's bytes and scales equal the Triton kernel's, bitwise, on whole and ragged shapes, fp32
+    scales (the Gluon kernels' operands); raises on the first difference."""
+    from precision_engine.numerics import quantize as Q
+    from precision_engine.numerics.formats import PRESET_FORMATS
+
+    act, tok = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_group_tokens"]
+    for seed, (m, c) in enumerate(SHAPES[:2] + ODD_SHAPES):
+        torch.manual_seed(seed)
+        x = torch.randn(m, c, device="cuda", dtype=torch.bfloat16) * torch.rand(m, 1, device="cuda") * 8
+        q = Q.quantize_rows_1xG(x, act)
+        ref = T.requantize_tokens_transposed(q, tok)
+        for variant in VARIANTS:
+            out = ring(variant)(q, tok)
+            same = (torch.equal(out.data.view(torch.uint8), ref.data.view(torch.uint8))
+                    and torch.equal(out.scale.view(torch.int32), ref.scale.view(torch.int32)))
+            if not same:
+                raise SystemExit(f"{label(variant)} differs from the Triton kernel at {m}x{c}")
+        print(f"check {m}x{c}: {len(VARIANTS)} variants bitwise equal to the Triton kernel")
+
+
+def bench(reps: int) -> None:
+    """% of a 1 GiB copy (the targets' yardstick) and of a copy of the same bytes, all in turns a shape."""
+    from precision_engine.bench.quant import copy_bandwidth, requantize_bytes
+    from precision_engine.bench.timing import gbps, median, rotation, time_cuda_turns
+    from precision_engine.numerics import gluon_requant
+    from precision_engine.numerics import quantize as Q
+    from precision_engine.numerics.formats import PRESET_FORMATS
+
+    act, tok = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_group_tokens"]
+    copy_gbps = copy_bandwidth()
+    print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}; "
+          f"copy {copy_gbps:.0f} GB/s")
+    for m, c in SHAPES:
+        nbytes = requantize_bytes(m, c)
+
+        def inputs():
+            x = torch.randn(m, c, device="cuda", dtype=torch.bfloat16)
+            return (Q.quantize_rows_1xG(x, act), torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8),
+                    torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8))
+
+        names = ["copy, same bytes", "gluon_requant (shipped)"] + [label(v) for v in VARIANTS]
+        fns = [lambda q, src, dst: dst.copy_(src), lambda q, src, dst: gluon_requant.requantize_tokens_transposed(
+            q, tok)] + [lambda q, src, dst, f=ring(v): f(q, tok) for v in VARIANTS]
+        sets = rotation(inputs, 2 * nbytes)
+        times = time_cuda_turns(fns, warmup=5, reps=reps, inputs_rotation=sets)
+        del sets
+        same = median(times[0])
+        for name, t in zip(names, times):
+            ms = median(t)
+            print(f"{m}x{c} | {name:<28} | {ms * 1e3:8.1f} us | {100 * gbps(nbytes, ms) / copy_gbps:5.1f}% copy | "
+                  f"{100 * same / ms:5.1f}% same-bytes copy")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "check":
+        check()
+    else:
+        bench(int(sys.argv[2]) if len(sys.argv) > 2 else 30)

@@ -120,10 +120,11 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, stages: int 
     return out
 
 
-# (warps, token lanes, stages, programs an SM, maxnreg): ptxas (Triton 3.6, sm_90a) gives the 8-warp program 125
-# registers (two an SM) and 80 with 22 spill instructions (three an SM); 4-warp programs 123 registers.
-VARIANTS = [(8, 8, 3, 2, None), (8, 8, 2, 2, None), (8, 8, 4, 2, None), (8, 8, 3, 3, 80), (8, 8, 4, 3, 80),
-            (4, 8, 3, 4, None), (4, 8, 4, 4, None), (8, 4, 3, 2, None)]
+# (warps, token lanes, stages, programs an SM, maxnreg). ptxas (Triton 3.6, sm_90a), registers a thread: 8-warp
+# programs 125 (two an SM), 80 with 22 spill instructions (three); 4-warp 123 (four), 96 without spills (five);
+# 2-warp 96 without spills (ten).
+VARIANTS = [(8, 8, 3, 2, None), (8, 8, 2, 2, None), (8, 8, 4, 2, None), (8, 8, 3, 3, 80), (4, 8, 3, 4, None),
+            (4, 8, 3, 5, 96), (4, 8, 4, 5, 96), (2, 8, 3, 10, 96)]
 SHAPES = [(8192, 4096), (16384, 4096), (8192, 14336), (16384, 14336)]
 ODD_SHAPES = [(1000, 4096), (8192 - 37, 4000), (128, 128), (300, 272)]  # cp.async: columns in 16-byte runs
 

@@ -3,6 +3,7 @@
 # ring re-quantizer (`requant_ring.py`, its bits, then in turns with the shipped kernel and a copy; call 1 ran it
 # on an H100), then on any card torchao's Float8BlockwiseLinear beside fp8_bi_wblocks in turns at 16384 tokens,
 # the issue's second token count, never run in turns (torchao's first calls autotune for minutes).
+# torchao runs until 575 s into the call (END_S), its rows kept as they come.
 set -u
 cd "$(dirname "$0")/../../.."
 source scripts/device_card.sh
@@ -17,7 +18,7 @@ case "$card" in
 esac
 source scripts/device_deep_gemm.sh
 precision=(python3 -c "from precision_engine.cli.app import main; main()")
-PYTHONPATH=/tmp/ao:$PYTHONPATH timeout ${TORCHAO_S:-420} "${precision[@]}" bench linear --tokens 16384 \
+PYTHONPATH=/tmp/ao:$PYTHONPATH timeout $((${END_S:-575} - SECONDS)) "${precision[@]}" bench linear --tokens 16384 \
   --variants bf16,fp8_bi_wblocks,torchao,torchao_triton --out "$OUT/torchao16k.json" > "$OUT/torchao16k.txt" 2>&1
 echo "torchao rc=$?"; grep -E "ahead|target met" "$OUT/torchao16k.txt" | cut -c1-400
 tail -n 30 "$OUT/torchao16k.txt" | cut -c1-200

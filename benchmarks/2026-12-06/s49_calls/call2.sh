@@ -8,17 +8,12 @@ set -u
 cd "$(dirname "$0")/../../.."
 source scripts/device_card.sh
 source scripts/device_env.sh
-ring=benchmarks/2026-12-06/s49_calls/requant_ring.py
-case "$card" in
-  *H200*)
-    timeout 90 python3 $ring check 2>&1 | grep -v Warning | tail -n 6 | tee "$OUT/ring_check.txt"
-    echo "ring check rc=${PIPESTATUS[0]}"
-    timeout 90 python3 $ring bench 30 2>&1 | grep -v Warning | tee "$OUT/ring_bench.txt"
-    echo "ring bench rc=${PIPESTATUS[0]}" ;;
-esac
+source benchmarks/2026-12-06/s49_calls/steps.sh
+case "$card" in *H200*) ring_steps ;; esac
 source scripts/device_deep_gemm.sh
 precision=(python3 -c "from precision_engine.cli.app import main; main()")
-PYTHONPATH=/tmp/ao:$PYTHONPATH timeout $((${END_S:-575} - SECONDS)) "${precision[@]}" bench linear --tokens 16384 \
+seconds_left ${END_S:-575} || exit 0
+PYTHONPATH=/tmp/ao:$PYTHONPATH timeout $left "${precision[@]}" bench linear --tokens 16384 \
   --variants bf16,fp8_bi_wblocks,torchao,torchao_triton --out "$OUT/torchao16k.json" > "$OUT/torchao16k.txt" 2>&1
 echo "torchao rc=$?"; grep -E "ahead|target met" "$OUT/torchao16k.txt" | cut -c1-400
 tail -n 30 "$OUT/torchao16k.txt" | cut -c1-200

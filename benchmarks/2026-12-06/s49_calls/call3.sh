@@ -8,12 +8,10 @@ source scripts/device_card.sh
 case "$card" in
   *H200*)
     source scripts/device_env.sh
-    ring=benchmarks/2026-12-06/s49_calls/requant_ring.py
-    timeout 90 python3 $ring check 2>&1 | grep -v Warning | tail -n 6 | tee "$OUT/ring_check.txt"
-    echo "ring check rc=${PIPESTATUS[0]}"
-    timeout 90 python3 $ring bench 30 2>&1 | grep -v Warning | tee "$OUT/ring_bench.txt"
-    echo "ring bench rc=${PIPESTATUS[0]}"
-    timeout $((${END_S:-470} - SECONDS)) python3 benchmarks/2026-12-06/s42_calls/swap_probe.py \
+    source benchmarks/2026-12-06/s49_calls/steps.sh
+    ring_steps
+    seconds_left ${END_S:-470} || exit 0
+    timeout $left python3 benchmarks/2026-12-06/s42_calls/swap_probe.py \
       --shapes 4096x4096,6144x4096 --tokens 1,8,16,24,32 --rounds 3 2>&1 | grep -v Warning | tee "$OUT/swap.txt"
     echo "swap rc=${PIPESTATUS[0]}" ;;
   *) END_S=${END_S:-470} bash benchmarks/2026-12-06/s49_calls/call2.sh ;;

@@ -1,5 +1,6 @@
 # Sourced from the repository root by this session's calls, after scripts/device_card.sh and
-# scripts/device_env.sh. `ncu_requant SECONDS`: Nsight Compute's full set on the shipped re-quantizer and a copy of
+# scripts/device_env.sh. `order_steps`: the re-quantizer's programs walked in other orders (`requant_order.py`),
+# bits first, then in turns with the shipped kernel and a copy, 90 s each. `ncu_requant SECONDS`: Nsight Compute's full set on the shipped re-quantizer and a copy of
 # the same bytes (`ncu_requant.py`); the report and its details page land in $OUT, and the duration, DRAM and L2
 # lines of each kernel's last launch a shape are printed.
 ncu_requant() {
@@ -12,4 +13,11 @@ ncu_requant() {
   "$ncu" --import "$OUT/requant.ncu-rep" --page details > "$OUT/ncu_details.txt" 2>&1
   "$ncu" --import "$OUT/requant.ncu-rep" --page raw --csv > "$OUT/ncu_raw.csv" 2>&1
   python3 $dir/ncu_summary.py "$OUT/ncu_raw.csv"
+}
+order_steps() {
+  local probe=benchmarks/2026-12-07/s50_calls/requant_order.py
+  timeout 90 python3 $probe check 2>&1 | grep -v Warning | tail -n 7 | tee "$OUT/order_check.txt"
+  echo "order check rc=${PIPESTATUS[0]}"
+  timeout 90 python3 $probe bench 30 2>&1 | grep -v Warning | tee "$OUT/order_bench.txt"
+  echo "order bench rc=${PIPESTATUS[0]}"
 }

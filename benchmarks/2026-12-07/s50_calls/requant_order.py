@@ -1,0 +1,154 @@
+"""Probe (not the package): the shipped Gluon wgrad re-quantizer (`gluon_requant._requant_kernel`, same program,
+same bits) with its programs walked in another order.
+
+Why: the shipped grid walks token tiles fastest. At 80 registers three 8-warp programs fit an SM, so about 396
+programs are resident on 132 SMs; at 8192x4096 they cover 6 column strips, so each input row is read in runs of
+about 768 bytes (128 a program, rows 4 KB apart), each output row written whole (8 KB); at 14336 columns the runs
+read are about 450 bytes. On the H100 the kernel reaches 91-93% of a copy of its own bytes, on the H200 75-79.6%
+(forty-seventh session); the cp.async ring, which keeps more loads in flight, did not help on the H100
+(forty-ninth session). If the H200's DRAM pays more for short runs, the order of programs matters. Here a
+program's (token tile, column strip) comes from a 1-D program id swizzled as GEMMs group their tiles: groups of
+GROUP token tiles, column strips walked within a group, token tiles fastest. GROUP = 1 walks columns fastest
+(at 8192x4096 about 12 token tiles resident: whole input rows read, output rows written in runs of 1.5 KB);
+GROUP >= the token tiles is the shipped order. Only the order changes, so the bits cannot, and `check` says so
+first. ptxas (Triton 3.6, sm_90a, offline): 80 registers, 9.8 SASS an element (the shipped kernel 80 and 9.7).
+
+    PYTHONPATH=$PWD python benchmarks/2026-12-07/s50_calls/requant_order.py check  # GPU: bytes == Triton kernel's
+    PYTHONPATH=$PWD python benchmarks/2026-12-07/s50_calls/requant_order.py bench  # GPU: % of copy, in turns
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from precision_engine.numerics import gluon_tokens as G
+from precision_engine.numerics import triton_quant as T
+from precision_engine.numerics.contract import Quantized, tokens_buffers
+from precision_engine.numerics.formats import QuantFormat
+from precision_engine.numerics.gluon_requant import TOKEN_LANES, WARPS
+from precision_engine.numerics.gluon_tokens import TILE
+
+
+@gluon.jit
+def _order_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, n_tok, N_COL: gl.constexpr,
+                  GROUP: gl.constexpr, EVEN_GROUP: gl.constexpr, STRIDE: gl.constexpr, G_IN: gl.constexpr, WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr,
+                  EVEN_M: gl.constexpr, EVEN_C: gl.constexpr, FMAX: gl.constexpr, RFMAX: gl.constexpr,
+                  MBITS: gl.constexpr, EMIN: gl.constexpr, POW2: gl.constexpr):
+    """`gluon_requant._requant_kernel` (fp32 scales, 128x1 output groups), its (token tile, column strip) from a
+    1-D program id in groups of GROUP token tiles (EVEN_GROUP: every group whole)."""
+    layout: gl.constexpr = G.tile_layout(WARPS, TOKEN_LANES)
+    block_c: gl.constexpr = G.block_columns(WARPS, TOKEN_LANES)
+    pid = gl.program_id(0)
+    per_group: gl.constexpr = GROUP * N_COL
+    first = (pid // per_group) * GROUP
+    if EVEN_GROUP:
+        height = GROUP
+    else:
+        height = gl.minimum(n_tok - first, GROUP)
+    tok0 = (first + (pid % per_group) % height) * TILE
+    col0 = ((pid % per_group) // height) * block_c
+    toks = gl.arange(0, TILE, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, block_c, layout=gl.SliceLayout(0, layout))
+    x_at = x_ptr + tok0.to(gl.int64) * STRIDE + col0 + (toks[:, None] * STRIDE + cols[None, :])
+    s_at = s_in_ptr + (col0 // G_IN).to(gl.int64) * stride_sig + tok0 + toks
+    if EVEN_M and EVEN_C:
+        x = gl.load(x_at)
+    else:
+        x = gl.load(x_at, mask=(tok0 + toks < M)[:, None] & (col0 + cols < C)[None, :], other=0.0)
+    if EVEN_M:
+        s_in = gl.load(s_at)
+    else:
+        s_in = gl.load(s_at, mask=tok0 + toks < M, other=1.0)
+    G.quantize_tokens_transposed(x.to(gl.float32) * s_in[:, None], q_ptr, s_ptr, tok0, col0, C, M_pad, WARPS,
+                                 TOKEN_LANES, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2, False)
+
+
+def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, group: int) -> Quantized:
+    """`gluon_requant.requantize_tokens_transposed(q_in, fmt)`'s bytes (operands it `runs`), programs in groups of
+    `group` token tiles."""
+    x = q_in.data
+    m, c = x.shape
+    out = tokens_buffers(m, c, fmt, x.device)
+    block_c = G.block_columns(WARPS, TOKEN_LANES)
+    n_tok, n_col = out.data.shape[1] // TILE.value, triton.cdiv(c, block_c)
+    if n_tok * n_col == 0:
+        return out
+    args = T._fmt_args(fmt, False)
+    _order_kernel[(n_tok * n_col,)](
+        x, q_in.scale, out.data, out.scale.t(), m, c, out.data.shape[1], q_in.scale.stride(1), n_tok, N_COL=n_col,
+        GROUP=group, EVEN_GROUP=n_tok % group == 0, STRIDE=x.stride(0), G_IN=q_in.fmt.group, WARPS=WARPS, TOKEN_LANES=TOKEN_LANES,
+        EVEN_M=m % TILE.value == 0, EVEN_C=c % block_c == 0, FMAX=args["FMAX"], RFMAX=args["RFMAX"],
+        MBITS=args["MBITS"], EMIN=args["EMIN"], POW2=args["POW2"], num_warps=WARPS, enable_fp_fusion=False)
+    return out
+
+
+GROUPS = [1, 2, 4, 8, 16, 32]
+SHAPES = [(8192, 4096), (16384, 4096), (8192, 14336), (16384, 14336)]
+ODD_SHAPES = [(1000, 4096), (8192 - 37, 4000), (128, 128), (300, 272), (130, 4096 + 128)]
+
+
+def check() -> None:
+    """Every order's bytes and scales equal the Triton kernel's, bitwise, on whole and ragged shapes (a last group
+    shorter than GROUP included); raises on the first difference."""
+    from precision_engine.numerics import quantize as Q
+    from precision_engine.numerics.formats import PRESET_FORMATS
+
+    act, tok = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_group_tokens"]
+    for seed, (m, c) in enumerate(SHAPES[:2] + ODD_SHAPES):
+        torch.manual_seed(seed)
+        x = torch.randn(m, c, device="cuda", dtype=torch.bfloat16) * torch.rand(m, 1, device="cuda") * 8
+        q = Q.quantize_rows_1xG(x, act)
+        ref = T.requantize_tokens_transposed(q, tok)
+        for group in GROUPS:
+            out = requantize_tokens_transposed(q, tok, group)
+            same = (torch.equal(out.data.view(torch.uint8), ref.data.view(torch.uint8))
+                    and torch.equal(out.scale.view(torch.int32), ref.scale.view(torch.int32)))
+            if not same:
+                raise SystemExit(f"group {group} differs from the Triton kernel at {m}x{c}")
+        print(f"check {m}x{c}: groups {GROUPS} bitwise equal to the Triton kernel")
+
+
+def bench(reps: int) -> None:
+    """% of a 1 GiB copy (the targets' yardstick) and of a copy of the same bytes, all in turns a shape."""
+    from precision_engine.bench.quant import copy_bandwidth, requantize_bytes
+    from precision_engine.bench.timing import gbps, median, rotation, time_cuda_turns
+    from precision_engine.numerics import gluon_requant
+    from precision_engine.numerics import quantize as Q
+    from precision_engine.numerics.formats import PRESET_FORMATS
+
+    act, tok = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_group_tokens"]
+    copy_gbps = copy_bandwidth()
+    print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}; "
+          f"copy {copy_gbps:.0f} GB/s")
+    for m, c in SHAPES:
+        nbytes = requantize_bytes(m, c)
+
+        def inputs():
+            x = torch.randn(m, c, device="cuda", dtype=torch.bfloat16)
+            return (Q.quantize_rows_1xG(x, act), torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8),
+                    torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8))
+
+        names = ["copy, same bytes", "gluon_requant (shipped)"] + [f"group {g}" for g in GROUPS]
+        fns = [lambda q, src, dst: dst.copy_(src),
+               lambda q, src, dst: gluon_requant.requantize_tokens_transposed(q, tok)]
+        fns += [lambda q, src, dst, g=g: requantize_tokens_transposed(q, tok, g) for g in GROUPS]
+        sets = rotation(inputs, nbytes * 3 // 2)
+        times = time_cuda_turns(fns, warmup=5, reps=reps, inputs_rotation=sets)
+        del sets
+        same = median(times[0])
+        for name, t in zip(names, times):
+            ms = median(t)
+            print(f"{m}x{c} | {name:<24} | {ms * 1e3:8.1f} us | {100 * gbps(nbytes, ms) / copy_gbps:5.1f}% copy | "
+                  f"{100 * same / ms:5.1f}% same-bytes copy")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "check":
+        check()
+    else:
+        bench(int(sys.argv[2]) if len(sys.argv) > 2 else 30)

@@ -36,7 +36,8 @@ from precision_engine.numerics.gluon_tokens import TILE
 
 @gluon.jit
 def _order_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, n_tok, N_COL: gl.constexpr,
-                  GROUP: gl.constexpr, EVEN_GROUP: gl.constexpr, STRIDE: gl.constexpr, G_IN: gl.constexpr, WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr,
+                  GROUP: gl.constexpr, EVEN_GROUP: gl.constexpr, STRIDE: gl.constexpr, G_IN: gl.constexpr,
+                  WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr,
                   EVEN_M: gl.constexpr, EVEN_C: gl.constexpr, FMAX: gl.constexpr, RFMAX: gl.constexpr,
                   MBITS: gl.constexpr, EMIN: gl.constexpr, POW2: gl.constexpr):
     """`gluon_requant._requant_kernel` (fp32 scales, 128x1 output groups), its (token tile, column strip) from a
@@ -81,7 +82,8 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, group: int) 
     args = T._fmt_args(fmt, False)
     _order_kernel[(n_tok * n_col,)](
         x, q_in.scale, out.data, out.scale.t(), m, c, out.data.shape[1], q_in.scale.stride(1), n_tok, N_COL=n_col,
-        GROUP=group, EVEN_GROUP=n_tok % group == 0, STRIDE=x.stride(0), G_IN=q_in.fmt.group, WARPS=WARPS, TOKEN_LANES=TOKEN_LANES,
+        GROUP=group, EVEN_GROUP=n_tok % group == 0, STRIDE=x.stride(0), G_IN=q_in.fmt.group, WARPS=WARPS,
+        TOKEN_LANES=TOKEN_LANES,
         EVEN_M=m % TILE.value == 0, EVEN_C=c % block_c == 0, FMAX=args["FMAX"], RFMAX=args["RFMAX"],
         MBITS=args["MBITS"], EMIN=args["EMIN"], POW2=args["POW2"], num_warps=WARPS, enable_fp_fusion=False)
     return out

@@ -1,8 +1,9 @@
 # Sourced from the repository root by this session's calls, after scripts/device_card.sh and
 # scripts/device_env.sh. `order_steps`: the re-quantizer's programs walked in other orders (`requant_order.py`),
-# bits first, then in turns with the shipped kernel and a copy, 90 s each. `ncu_requant SECONDS`: Nsight Compute's full set on the shipped re-quantizer and a copy of
-# the same bytes (`ncu_requant.py`); the report and its details page land in $OUT, and the duration, DRAM and L2
-# lines of each kernel's last launch a shape are printed.
+# bits first, then in turns with the shipped kernel and a copy, 90 s each. `ncu_requant SECONDS`: Nsight
+# Compute's full set on the shipped re-quantizer and a copy of the same bytes (`ncu_requant.py`); the report and
+# its details page land in $OUT, and the duration, DRAM and L2 lines of each kernel's last launch a shape are
+# printed.
 ncu_requant() {
   local ncu dir=benchmarks/2026-12-07/s50_calls
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)

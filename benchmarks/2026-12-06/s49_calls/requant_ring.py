@@ -143,35 +143,38 @@ def label(variant) -> str:
     return f"ring w{warps} t{lanes} s{stages} {per_sm}/SM" + (f" r{maxnreg}" if maxnreg else "")
 
 
-def check() -> None:
-    """Every variant's bytes and scales equal the Triton kernel's, bitwise, on whole and ragged shapes, fp32
-    scales (the Gluon kernels' operands); raises on the first difference."""
+def check(variants: dict | None = None, shapes=None) -> None:
+    """Every variant's bytes and scales (name -> fn(q, fmt); default the ring's) equal the Triton kernel's, bitwise,
+    on whole and ragged shapes, fp32 scales (the Gluon kernels' operands); raises on the first difference."""
     from precision_engine.numerics import quantize as Q
     from precision_engine.numerics.formats import PRESET_FORMATS
 
+    variants = variants or {label(v): ring(v) for v in VARIANTS}
     act, tok = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_group_tokens"]
-    for seed, (m, c) in enumerate(SHAPES[:2] + ODD_SHAPES):
+    for seed, (m, c) in enumerate(shapes or SHAPES[:2] + ODD_SHAPES):
         torch.manual_seed(seed)
         x = torch.randn(m, c, device="cuda", dtype=torch.bfloat16) * torch.rand(m, 1, device="cuda") * 8
         q = Q.quantize_rows_1xG(x, act)
         ref = T.requantize_tokens_transposed(q, tok)
-        for variant in VARIANTS:
-            out = ring(variant)(q, tok)
+        for name, fn in variants.items():
+            out = fn(q, tok)
             same = (torch.equal(out.data.view(torch.uint8), ref.data.view(torch.uint8))
                     and torch.equal(out.scale.view(torch.int32), ref.scale.view(torch.int32)))
             if not same:
-                raise SystemExit(f"{label(variant)} differs from the Triton kernel at {m}x{c}")
-        print(f"check {m}x{c}: {len(VARIANTS)} variants bitwise equal to the Triton kernel")
+                raise SystemExit(f"{name} differs from the Triton kernel at {m}x{c}")
+        print(f"check {m}x{c}: {len(variants)} variants bitwise equal to the Triton kernel")
 
 
-def bench(reps: int) -> None:
-    """% of a 1 GiB copy (the targets' yardstick) and of a copy of the same bytes, all in turns a shape."""
+def bench(reps: int, variants: dict | None = None) -> None:
+    """% of a 1 GiB copy (the targets' yardstick) and of a copy of the same bytes, all in turns a shape: a copy of
+    the same bytes, the shipped kernel, then each variant (name -> fn(q, fmt); default the ring's)."""
     from precision_engine.bench.quant import copy_bandwidth, requantize_bytes
     from precision_engine.bench.timing import gbps, median, rotation, time_cuda_turns
     from precision_engine.numerics import gluon_requant
     from precision_engine.numerics import quantize as Q
     from precision_engine.numerics.formats import PRESET_FORMATS
 
+    variants = variants or {label(v): ring(v) for v in VARIANTS}
     act, tok = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_group_tokens"]
     copy_gbps = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}; "
@@ -184,9 +187,9 @@ def bench(reps: int) -> None:
             return (Q.quantize_rows_1xG(x, act), torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8),
                     torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8))
 
-        names = ["copy, same bytes", "gluon_requant (shipped)"] + [label(v) for v in VARIANTS]
+        names = ["copy, same bytes", "gluon_requant (shipped)"] + list(variants)
         fns = [lambda q, src, dst: dst.copy_(src), lambda q, src, dst: gluon_requant.requantize_tokens_transposed(
-            q, tok)] + [lambda q, src, dst, f=ring(v): f(q, tok) for v in VARIANTS]
+            q, tok)] + [lambda q, src, dst, f=f: f(q, tok) for f in variants.values()]
         sets = rotation(inputs, 2 * nbytes)
         times = time_cuda_turns(fns, warmup=5, reps=reps, inputs_rotation=sets)
         del sets

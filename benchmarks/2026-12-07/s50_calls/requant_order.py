@@ -20,6 +20,7 @@ first. ptxas (Triton 3.6, sm_90a, offline): 80 registers, 9.8 SASS an element (t
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import torch
 import triton
@@ -90,67 +91,15 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, group: int) 
 
 
 GROUPS = [1, 2, 4, 8, 16, 32]
-SHAPES = [(8192, 4096), (16384, 4096), (8192, 14336), (16384, 14336)]
 ODD_SHAPES = [(1000, 4096), (8192 - 37, 4000), (128, 128), (300, 272), (130, 4096 + 128)]
-
-
-def check() -> None:
-    """Every order's bytes and scales equal the Triton kernel's, bitwise, on whole and ragged shapes (a last group
-    shorter than GROUP included); raises on the first difference."""
-    from precision_engine.numerics import quantize as Q
-    from precision_engine.numerics.formats import PRESET_FORMATS
-
-    act, tok = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_group_tokens"]
-    for seed, (m, c) in enumerate(SHAPES[:2] + ODD_SHAPES):
-        torch.manual_seed(seed)
-        x = torch.randn(m, c, device="cuda", dtype=torch.bfloat16) * torch.rand(m, 1, device="cuda") * 8
-        q = Q.quantize_rows_1xG(x, act)
-        ref = T.requantize_tokens_transposed(q, tok)
-        for group in GROUPS:
-            out = requantize_tokens_transposed(q, tok, group)
-            same = (torch.equal(out.data.view(torch.uint8), ref.data.view(torch.uint8))
-                    and torch.equal(out.scale.view(torch.int32), ref.scale.view(torch.int32)))
-            if not same:
-                raise SystemExit(f"group {group} differs from the Triton kernel at {m}x{c}")
-        print(f"check {m}x{c}: groups {GROUPS} bitwise equal to the Triton kernel")
-
-
-def bench(reps: int) -> None:
-    """% of a 1 GiB copy (the targets' yardstick) and of a copy of the same bytes, all in turns a shape."""
-    from precision_engine.bench.quant import copy_bandwidth, requantize_bytes
-    from precision_engine.bench.timing import gbps, median, rotation, time_cuda_turns
-    from precision_engine.numerics import gluon_requant
-    from precision_engine.numerics import quantize as Q
-    from precision_engine.numerics.formats import PRESET_FORMATS
-
-    act, tok = PRESET_FORMATS["fp8_group_act"], PRESET_FORMATS["fp8_group_tokens"]
-    copy_gbps = copy_bandwidth()
-    print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}; "
-          f"copy {copy_gbps:.0f} GB/s")
-    for m, c in SHAPES:
-        nbytes = requantize_bytes(m, c)
-
-        def inputs():
-            x = torch.randn(m, c, device="cuda", dtype=torch.bfloat16)
-            return (Q.quantize_rows_1xG(x, act), torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8),
-                    torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8))
-
-        names = ["copy, same bytes", "gluon_requant (shipped)"] + [f"group {g}" for g in GROUPS]
-        fns = [lambda q, src, dst: dst.copy_(src),
-               lambda q, src, dst: gluon_requant.requantize_tokens_transposed(q, tok)]
-        fns += [lambda q, src, dst, g=g: requantize_tokens_transposed(q, tok, g) for g in GROUPS]
-        sets = rotation(inputs, nbytes * 3 // 2)
-        times = time_cuda_turns(fns, warmup=5, reps=reps, inputs_rotation=sets)
-        del sets
-        same = median(times[0])
-        for name, t in zip(names, times):
-            ms = median(t)
-            print(f"{m}x{c} | {name:<24} | {ms * 1e3:8.1f} us | {100 * gbps(nbytes, ms) / copy_gbps:5.1f}% copy | "
-                  f"{100 * same / ms:5.1f}% same-bytes copy")
+ORDERS = {f"group {g}": lambda q, fmt, g=g: requantize_tokens_transposed(q, fmt, g) for g in GROUPS}
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-12-06" / "s49_calls"))
+    import requant_ring  # the ring probe's check and bench, given these orders
+
     if sys.argv[1] == "check":
-        check()
+        requant_ring.check(ORDERS, requant_ring.SHAPES[:2] + ODD_SHAPES)
     else:
-        bench(int(sys.argv[2]) if len(sys.argv) > 2 else 30)
+        requant_ring.bench(int(sys.argv[2]) if len(sys.argv) > 2 else 30, ORDERS)

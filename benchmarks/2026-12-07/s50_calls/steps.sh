@@ -8,7 +8,7 @@ ncu_requant() {
   local ncu dir=benchmarks/2026-12-07/s50_calls
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   echo "ncu: $ncu"
-  timeout "$1" "$ncu" --set full --import-source no -k regex:'requant|copy' -f -o "$OUT/requant" \
+  timeout "$1" "$ncu" --set full --import-source no -k regex:'requant|elementwise' -f -o "$OUT/requant" \
     python3 $dir/ncu_requant.py > "$OUT/ncu_run.txt" 2>&1
   echo "ncu rc=$?"; grep -E "launched|==ERROR|==WARNING" "$OUT/ncu_run.txt" | head -n 8
   "$ncu" --import "$OUT/requant.ncu-rep" --page details > "$OUT/ncu_details.txt" 2>&1

@@ -1,7 +1,7 @@
 # Sourced from the repository root by this session's calls, after scripts/device_card.sh and
 # scripts/device_env.sh. `order_steps`: the re-quantizer's programs walked in other orders (`requant_order.py`),
 # bits first, then in turns with the shipped kernel and a copy, 90 s each. `ncu_requant SECONDS`: Nsight
-# Compute's full set on the shipped re-quantizer and a copy of the same bytes (`ncu_requant.py`); the report and
+# Compute's full set on the re-quantizer and a copy kernel of the same bytes (`ncu_requant.py`); the report and
 # its details page land in $OUT, and the duration, DRAM and L2 lines of each kernel's last launch a shape are
 # printed.
 ncu_requant() {

@@ -4,8 +4,9 @@
 #      check every order's bytes here): the re-quantizer's programs in other orders (`requant_order.py bench`),
 #      then the cp.async ring (`requant_ring.py bench`);
 #   2. order.patch applied (`gluon_requant.program_group`: column strips fastest up to 4096 columns): the
-#      re-quantizer's GPU tests (every order's bytes, AUTO's dispatch), then `precision bench quant --only requant`,
-#      whose "requant fp8 -> tokens^T" rows are AUTO's launch beside a copy of the same bytes;
+#      re-quantizer's GPU tests (every order's bytes in both layouts, AUTO's dispatch), then `precision bench quant
+#      --sweep` on AUTO's re-quantizer rows ("requant fp8 -> tokens^T" and "-> blocks^T", each beside a copy of
+#      the same bytes) and every order of the Gluon programs in both layouts ("gluon order N");
 #   3. Nsight Compute on the kernel in both orders beside a copy while time is left (`ncu_requant`).
 # On an H100 steps 2 and 3 only (the orders ran there in the fiftieth session's call 1).
 set -u
@@ -26,7 +27,7 @@ here=benchmarks/2026-12-07/s50_calls/next
 git apply $here/order.patch 2>/dev/null || patch -p1 < $here/order.patch || exit 4
 gpu_tests order_patch 150 tests/numerics/gpu/test_quant_gpu.py -k "gluon_requantizer or blocks_requantizer"
 seconds_left $((END_S - 60)) || exit 0
-timeout $left python3 -c "from precision_engine.cli.app import main; main()" bench quant --only requant \
-  --out "$OUT/quant_requant.json" > "$OUT/quant_requant.txt" 2>&1
-echo "bench quant rc=$?"; grep -E "requant|copy" "$OUT/quant_requant.txt" | cut -c1-160
+timeout $left python3 -c "from precision_engine.cli.app import main; main()" bench quant --sweep \
+  --only "requant fp8 ->,gluon order" --out "$OUT/quant_requant.json" > "$OUT/quant_requant.txt" 2>&1
+echo "bench quant rc=$?"; grep -E "requant|copy|of copy" "$OUT/quant_requant.txt" | cut -c1-160
 seconds_left $END_S && ncu_requant $left

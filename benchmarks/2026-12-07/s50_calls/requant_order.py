@@ -84,9 +84,9 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, group: int) 
     _order_kernel[(n_tok * n_col,)](
         x, q_in.scale, out.data, out.scale.t(), m, c, out.data.shape[1], q_in.scale.stride(1), n_tok, N_COL=n_col,
         GROUP=group, EVEN_GROUP=n_tok % group == 0, STRIDE=x.stride(0), G_IN=q_in.fmt.group, WARPS=WARPS,
-        TOKEN_LANES=TOKEN_LANES,
-        EVEN_M=m % TILE.value == 0, EVEN_C=c % block_c == 0, FMAX=args["FMAX"], RFMAX=args["RFMAX"],
-        MBITS=args["MBITS"], EMIN=args["EMIN"], POW2=args["POW2"], num_warps=WARPS, enable_fp_fusion=False)
+        TOKEN_LANES=TOKEN_LANES, EVEN_M=m % TILE.value == 0, EVEN_C=c % block_c == 0, FMAX=args["FMAX"],
+        RFMAX=args["RFMAX"], MBITS=args["MBITS"], EMIN=args["EMIN"], POW2=args["POW2"], num_warps=WARPS,
+        enable_fp_fusion=False)
     return out
 
 

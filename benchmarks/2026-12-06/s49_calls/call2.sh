@@ -11,9 +11,5 @@ source scripts/device_env.sh
 source benchmarks/2026-12-06/s49_calls/steps.sh
 case "$card" in *H200*) ring_steps ;; esac
 source scripts/device_deep_gemm.sh
-precision=(python3 -c "from precision_engine.cli.app import main; main()")
 seconds_left ${END_S:-575} || exit 0
-PYTHONPATH=/tmp/ao:$PYTHONPATH timeout $left "${precision[@]}" bench linear --tokens 16384 \
-  --variants bf16,fp8_bi_wblocks,torchao,torchao_triton --out "$OUT/torchao16k.json" > "$OUT/torchao16k.txt" 2>&1
-echo "torchao rc=$?"; grep -E "ahead|target met" "$OUT/torchao16k.txt" | cut -c1-400
-tail -n 30 "$OUT/torchao16k.txt" | cut -c1-200
+torchao_16k $left 30

@@ -11,8 +11,7 @@ case "$card" in
     source benchmarks/2026-12-06/s49_calls/steps.sh
     ring_steps
     seconds_left ${END_S:-470} || exit 0
-    timeout $left python3 benchmarks/2026-12-06/s42_calls/swap_probe.py \
-      --shapes 4096x4096,6144x4096 --tokens 1,8,16,24,32 --rounds 3 2>&1 | grep -v Warning | tee "$OUT/swap.txt"
-    echo "swap rc=${PIPESTATUS[0]}" ;;
+    probe_step swap $left benchmarks/2026-12-06/s42_calls/swap_probe.py --shapes 4096x4096,6144x4096 \
+      --tokens 1,8,16,24,32 --rounds 3 ;;
   *) END_S=${END_S:-470} bash benchmarks/2026-12-06/s49_calls/call2.sh ;;
 esac

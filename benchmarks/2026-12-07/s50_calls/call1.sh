@@ -10,16 +10,15 @@ cd "$(dirname "$0")/../../.."
 END_S=${END_S:-570}
 source scripts/device_card.sh
 source scripts/device_env.sh
+source benchmarks/2026-12-06/s49_calls/steps.sh
 source benchmarks/2026-12-07/s50_calls/steps.sh
 order_steps
 case "$card" in
   *H200*)
-    source benchmarks/2026-12-06/s49_calls/steps.sh
     ring_steps
     seconds_left $((END_S - 150)) && ncu_requant 150
     seconds_left $END_S || exit 0
-    timeout $left python3 benchmarks/2026-12-06/s42_calls/swap_probe.py \
-      --shapes 4096x4096,6144x4096 --tokens 1,8,16,24,32 --rounds 3 2>&1 | grep -v Warning | tee "$OUT/swap.txt"
-    echo "swap rc=${PIPESTATUS[0]}" ;;
+    probe_step swap $left benchmarks/2026-12-06/s42_calls/swap_probe.py --shapes 4096x4096,6144x4096 \
+      --tokens 1,8,16,24,32 --rounds 3 ;;
   *) END_S=$((END_S - SECONDS)) bash benchmarks/2026-12-06/s49_calls/call2.sh ;;
 esac

@@ -9,20 +9,15 @@ cd "$(dirname "$0")/../../.."
 END_S=${END_S:-450}
 source scripts/device_card.sh
 source scripts/device_env.sh
+source benchmarks/2026-12-06/s49_calls/steps.sh
+source benchmarks/2026-12-07/s50_calls/steps.sh
 case "$card" in
   *H200*)
-    source benchmarks/2026-12-06/s49_calls/steps.sh
-    source benchmarks/2026-12-07/s50_calls/steps.sh
     order_steps
     ring_steps
     seconds_left $END_S && ncu_requant $left ;;
   *)
-    source benchmarks/2026-12-06/s49_calls/steps.sh
     source scripts/device_deep_gemm.sh
     seconds_left $END_S || exit 0
-    PYTHONPATH=/tmp/ao:$PYTHONPATH timeout $left python3 -c "from precision_engine.cli.app import main; main()" \
-      bench linear --tokens 16384 --shapes 4096x12288,6144x4096,28672x4096 \
-      --variants bf16,fp8_bi_wblocks,torchao,torchao_triton --out "$OUT/torchao16k.json" > "$OUT/torchao16k.txt" 2>&1
-    echo "torchao rc=$?"; grep -E "ahead|target met" "$OUT/torchao16k.txt" | cut -c1-400
-    tail -n 12 "$OUT/torchao16k.txt" | cut -c1-200 ;;
+    torchao_16k $left 12 --shapes 4096x12288,6144x4096,28672x4096 ;;
 esac

@@ -7,14 +7,10 @@ set -u
 cd "$(dirname "$0")/../../.."
 source scripts/device_card.sh
 source scripts/device_env.sh
+source benchmarks/2026-12-06/s49_calls/steps.sh
 probe=benchmarks/2026-12-07/s50_calls/requant_order.py
-timeout 100 python3 $probe bench 30 2>&1 | grep -v Warning | tee "$OUT/order_bench.txt"
-echo "order bench rc=${PIPESTATUS[0]}"
-timeout 60 python3 $probe check 2>&1 | grep -v Warning | tail -n 7 | tee "$OUT/order_check.txt"
-echo "order check rc=${PIPESTATUS[0]}"
+probe_step order_bench 100 $probe bench 30
+probe_step order_check 60 $probe check
 case "$card" in
-  *H200*)
-    timeout 90 python3 benchmarks/2026-12-06/s49_calls/requant_ring.py bench 30 2>&1 | grep -v Warning \
-      | tee "$OUT/ring_bench.txt"
-    echo "ring bench rc=${PIPESTATUS[0]}" ;;
+  *H200*) probe_step ring_bench 90 benchmarks/2026-12-06/s49_calls/requant_ring.py bench 30 ;;
 esac

@@ -21,7 +21,7 @@ for row in data:
     for key, short in COLUMNS.items():
         value, unit = r.get(key, "?"), units[header.index(key)] if key in header else ""
         cells.append(f"{short} {value}{unit and ' ' + unit}")
-    stalls = sorted(((float(v.replace(",", "") or 0), k[len(STALL):].removesuffix("_per_issue_active.ratio"))
+    stalls = sorted(((float(v.replace(",", "")), k[len(STALL):].removesuffix("_per_issue_active.ratio"))
                      for k, v in r.items() if k.startswith(STALL) and k.endswith("_per_issue_active.ratio")
                      and v.replace(",", "").replace(".", "").isdigit()), reverse=True)[:3]
     print(f"{r.get('ID')} {r.get('Kernel Name', '')[:40]:<40} | " + " | ".join(cells)

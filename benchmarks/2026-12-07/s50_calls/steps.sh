@@ -1,9 +1,9 @@
-# Sourced from the repository root by this session's calls, after scripts/device_card.sh and
-# scripts/device_env.sh. `order_steps`: the re-quantizer's programs walked in other orders (`requant_order.py`),
-# bits first, then in turns with the shipped kernel and a copy, 90 s each. `ncu_requant SECONDS`: Nsight
-# Compute's full set on the re-quantizer and a copy kernel of the same bytes (`ncu_requant.py`); the report and
-# its details page land in $OUT, and the duration, DRAM and L2 lines of each kernel's last launch a shape are
-# printed.
+# Sourced from the repository root by this session's calls, after scripts/device_card.sh, scripts/device_env.sh
+# and the forty-ninth session's steps (`probe_step`). `order_steps`: the re-quantizer's programs walked in other
+# orders (`requant_order.py`), bits first, then in turns with the shipped kernel and a copy, 90 s each.
+# `ncu_requant SECONDS`: Nsight Compute's full set on the re-quantizer and a copy kernel of the same bytes
+# (`ncu_requant.py`); the report and its details page land in $OUT, and the duration, DRAM and L2 lines of each
+# kernel's last launch a shape are printed.
 ncu_requant() {
   local ncu dir=benchmarks/2026-12-07/s50_calls
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
@@ -17,8 +17,6 @@ ncu_requant() {
 }
 order_steps() {
   local probe=benchmarks/2026-12-07/s50_calls/requant_order.py
-  timeout 90 python3 $probe check 2>&1 | grep -v Warning | tail -n 7 | tee "$OUT/order_check.txt"
-  echo "order check rc=${PIPESTATUS[0]}"
-  timeout 90 python3 $probe bench 30 2>&1 | grep -v Warning | tee "$OUT/order_bench.txt"
-  echo "order bench rc=${PIPESTATUS[0]}"
+  probe_step order_check 90 $probe check
+  probe_step order_bench 90 $probe bench 30
 }

@@ -18,10 +18,8 @@ source benchmarks/2026-12-06/s49_calls/steps.sh
 source benchmarks/2026-12-07/s50_calls/steps.sh
 case "$card" in
   *H200*)
-    for probe in benchmarks/2026-12-07/s50_calls/requant_order.py benchmarks/2026-12-06/s49_calls/requant_ring.py; do
-      timeout 100 python3 $probe bench 30 2>&1 | grep -v Warning | tee "$OUT/$(basename $probe .py)_bench.txt"
-      echo "$probe bench rc=${PIPESTATUS[0]}"
-    done ;;
+    probe_step order_bench 100 benchmarks/2026-12-07/s50_calls/requant_order.py bench 30
+    probe_step ring_bench 100 benchmarks/2026-12-06/s49_calls/requant_ring.py bench 30 ;;
 esac
 here=benchmarks/2026-12-07/s50_calls/next
 git apply $here/order.patch 2>/dev/null || patch -p1 < $here/order.patch || exit 4

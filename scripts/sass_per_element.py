@@ -61,12 +61,13 @@ def fmt_args(preset: str, pow2: bool) -> dict:
 
 
 def kernel_counts(fn, constexprs: dict, pointers: dict, options: dict, elements: float,
-                  source_type=ASTSource) -> tuple[int, int, float]:
+                  source_type=ASTSource, unaligned: tuple[str, ...] = ()) -> tuple[int, int, float]:
     """(registers, SASS a thread, SASS an element) of kernel `fn` (Triton; Gluon with `GluonASTSource`) whose
     program's threads run its body once over `elements` values each: `constexprs` as launched, `pointers` the
-    types of its pointers, the rest i32."""
+    types of its pointers, the rest i32, all multiples of 16 (as the launcher specializes them) but `unaligned`."""
     signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n] != "constexpr"}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if signature[n] != "constexpr" and n not in unaligned}
     source = source_type(fn=fn, signature=signature, attrs=attrs,
                          constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
     instructions, registers = sass_and_registers(source, options)
@@ -131,6 +132,22 @@ def gluon_requant(pow2: bool, warps: int, token_lanes: int, block_scale: bool = 
     pointers = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
     return kernel_counts(R._requant_kernel, constexprs, pointers, {"num_warps": warps, "enable_fp_fusion": False},
                          GROUP * gluon_tokens.block_columns(warps, token_lanes) / (32 * warps), GluonASTSource)
+
+
+def gluon_requant_ring(pow2: bool, block_scale: bool = False, even: bool = True,
+                       unaligned: tuple[str, ...] = ()) -> tuple[int, int, float]:
+    """(registers, SASS a thread, SASS a tile's element) of the re-quantizer's persistent ring program
+    (`gluon_requant._ring_kernel`, 8 warps, 8 token lanes) as `gluon_requant_constexprs`, with `unaligned`
+    arguments not multiples of 16 (e.g. the input scales' column stride at 8155 tokens)."""
+    from precision_engine.numerics import gluon_requant as R
+    from precision_engine.numerics import gluon_tokens
+
+    constexprs = gluon_requant_constexprs(fmt_args("fp8_group_tokens", pow2), R.WARPS, R.TOKEN_LANES, even,
+                                          block_scale=block_scale) | {"STAGES": R.RING_STAGES}
+    pointers = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
+    return kernel_counts(R._ring_kernel, constexprs, pointers, {"num_warps": R.WARPS, "enable_fp_fusion": False},
+                         GROUP * gluon_tokens.block_columns(R.WARPS, R.TOKEN_LANES) / (32 * R.WARPS),
+                         GluonASTSource, unaligned)
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ Run: ``precision bench quant [--sweep] [--only PARTS] [--out out.json]``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -182,9 +183,11 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
             if gluon:
                 for warps, lanes in GLUON_REQUANT_SWEEP:
                     for kind, src, dst in (("", act, tok), ("pow2 ", act_pow2, tok_pow2)):
-                        cases.append((f"requant {kind}gluon w{warps} t{lanes}", shape,
-                                      lambda q, d=dst, w=warps, t=lanes: gluon_requant.requantize_tokens_transposed(
-                                          q, d, w, t), saved(shape, src), requant_bytes))
+                        for ring in (False, True):
+                            cases.append((f"requant {kind}gluon w{warps} t{lanes}{' ring' if ring else ''}", shape,
+                                          lambda q, d=dst, w=warps, t=lanes, r=ring:
+                                          gluon_requant.requantize_tokens_transposed(q, d, w, t, r),
+                                          saved(shape, src), requant_bytes))
             for bc, chunks, vec, warps in TOKENS_SWEEP:
                 config = {"BLOCK_C": bc, "CHUNKS": chunks, "VEC": vec, "num_warps": warps}
                 tag = f"c{bc} x{chunks} v{vec} w{warps}"
@@ -202,9 +205,9 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                               lambda q, c=config: T.requantize_blocks_transposed(q, blk, config=c), saved(shape),
                               blocks_bytes))
             if gluon:
-                for lanes in (8, 4):
-                    cases.append((f"requant blocks gluon t{lanes}", shape,
-                                  lambda q, t=lanes: gluon_requant.requantize_blocks_transposed(q, blk, t),
+                for lanes, ring in itertools.product((8, 4), (False, True)):
+                    cases.append((f"requant blocks gluon t{lanes}{' ring' if ring else ''}", shape,
+                                  lambda q, t=lanes, r=ring: gluon_requant.requantize_blocks_transposed(q, blk, t, r),
                                   saved(shape), blocks_bytes))
             for block_m, block_c, warps in DUAL_SWEEP:
                 config = {"BLOCK_M": block_m, "BLOCK_C": block_c, "num_warps": warps}

@@ -99,8 +99,8 @@ def test_filter_keeps_only_the_named_kernels(fake_gpu):
 
 def test_the_sweep_times_every_gluon_requantizer_program_with_both_scale_kinds_where_it_runs(monkeypatch):
     """Where the Gluon re-quantizer runs (Hopper, Triton 3.6; pretended here), `--sweep` has a row for each of its
-    program shapes with fp32 scales and with power-of-two ones: AUTO takes it for the first only, so the second
-    says what it would give."""
+    program shapes with fp32 scales and with power-of-two ones, one tile a program and the ring, in both layouts:
+    AUTO takes fp32 scales only, so the pow2 rows say what it would give."""
     from precision_engine.numerics import gluon_requant
 
     assert not any("gluon" in name for name in quant.kernel_names(sweep=True))
@@ -108,7 +108,10 @@ def test_the_sweep_times_every_gluon_requantizer_program_with_both_scale_kinds_w
     monkeypatch.setattr(gluon_requant, "available", lambda device: True)
     names = quant.kernel_names(sweep=True)
     for warps, lanes in quant.GLUON_REQUANT_SWEEP:
-        assert {f"requant gluon w{warps} t{lanes}", f"requant pow2 gluon w{warps} t{lanes}"} <= set(names)
+        for ring in ("", " ring"):
+            assert {f"requant gluon w{warps} t{lanes}{ring}", f"requant pow2 gluon w{warps} t{lanes}{ring}"} <= set(
+                names)
+    assert {f"requant blocks gluon t{lanes}{ring}" for lanes in (8, 4) for ring in ("", " ring")} <= set(names)
     assert len(names) == len(set(names))
 
 

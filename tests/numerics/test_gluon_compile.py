@@ -193,7 +193,7 @@ from pathlib import Path
 sys.path.insert(0, "tests/numerics")
 sys.path.insert(0, "scripts")
 from test_gluon_compile import _ptxas_report
-from sass_per_element import gluon_requant, gluon_requant_constexprs
+from sass_per_element import gluon_requant, gluon_requant_constexprs, gluon_requant_ring
 from precision_engine.bench.quant import GLUON_REQUANT_SWEEP
 from precision_engine.numerics import gluon_requant as R
 from precision_engine.numerics.formats import PRESET_FORMATS, DType, ScaleKind
@@ -221,6 +221,11 @@ for x_type, q_type in ((DType.FLOAT8_E4M3, DType.FLOAT8_E4M3), (DType.FLOAT8_E5M
                 {"x_ptr": types[x_type], "s_in_ptr": "*fp32", "q_ptr": types[q_type], "s_ptr": "*fp32"},
                 options={"num_warps": warps, "enable_fp_fusion": False})
             assert "0 bytes spill stores" in report, report
+for pow2 in (False, True):  # the ring: two 8-warp programs an SM, as launched (16-byte runs; M may be ragged)
+    for blocks in (False, True):
+        for even, unaligned in ((True, ()), (False, ()), (False, ("M", "stride_sig"))):
+            registers, _, _ = gluon_requant_ring(pow2, blocks, even, unaligned)
+            assert registers * 32 * R.RING_WARPS_PER_SM <= 65536, (pow2, blocks, even, unaligned, registers)
 print("ok")
 """
 
@@ -230,7 +235,8 @@ def test_gluon_requantizer_compiles_lean():
     instructions an element (ptxas: 9.7-10.1, against the Triton kernel's 13.1; 8.5 with power-of-two scales,
     7.6-7.9) in at most 96 registers, in every shape of program, into 128x1 groups or 128x128 blocks (9.9-10.3 and
     7.8-8.1); and every variant AUTO can launch (E4M3 and E5M2 either way, both scale kinds, ragged edges, a row
-    stride not a multiple of 4, both layouts) compiles without a spill. A
+    stride not a multiple of 4, both layouts) compiles without a spill; the H200's ring program fits two an SM
+    (at most 128 registers; 111-127) as launched. A
     change that brings back a transpose through shared memory (about 1.1 an element), or per-thread scales,
     fails here before a device run. In a fresh interpreter, as the grad-output quantizer's test."""
     from helpers import run_offline_compile

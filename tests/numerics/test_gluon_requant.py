@@ -1,6 +1,6 @@
 """The Gluon re-quantizer's launcher refuses, before any launch, programs wider than an input group (its tokens'
-input scale would not be one a row), into 128x1 groups or 128x128 blocks; and neither layout claims a CPU tensor.
-CPU: the checks come before the GPU is needed."""
+input scale would not be one a row), into 128x1 groups or 128x128 blocks, and the ring program on rows its
+cp.async cannot copy; neither layout claims a CPU tensor. CPU: the checks come before the GPU is needed."""
 
 from dataclasses import replace
 
@@ -13,8 +13,8 @@ from precision_engine.numerics import quantize as Q
 from precision_engine.numerics.formats import PRESET_FORMATS
 
 
-def saved(group: int = 128) -> Q.Quantized:
-    x = torch.randn(256, 256, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+def saved(group: int = 128, columns: int = 256) -> Q.Quantized:
+    x = torch.randn(256, columns, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     return Q.quantize_rows_1xG(x, replace(PRESET_FORMATS["fp8_group_act"], group=group), backend="reference")
 
 
@@ -31,3 +31,16 @@ def test_blocks_refuse_programs_wider_than_an_input_group():
 def test_no_cpu_operand_runs_on_it():
     assert not gluon_requant.runs(saved(), PRESET_FORMATS["fp8_group_tokens"])
     assert not gluon_requant.runs_blocks(saved(), PRESET_FORMATS["fp8_block_weight"])
+
+
+@pytest.mark.parametrize("requantize, fmt", [(gluon_requant.requantize_tokens_transposed, "fp8_group_tokens"),
+                                             (gluon_requant.requantize_blocks_transposed, "fp8_block_weight")])
+def test_ring_refuses_rows_cp_async_cannot_copy(requantize, fmt):
+    q = saved()
+    ragged = Q.Quantized(q.data[:, :200], q.scale[:, :2], q.fmt)
+    offset = Q.Quantized(q.data[:, 8:136], q.scale[:, :1], q.fmt)
+    for operand, what in ((ragged, "got 200 columns"), (offset, "got 128 columns, row stride 256, address 0x")):
+        with pytest.raises(OperandError, match=f"16-byte runs from 16-byte boundaries: {what}"):
+            requantize(operand, PRESET_FORMATS[fmt], ring=True)
+    assert gluon_requant.ring_copies(q.data) and not gluon_requant.ring_copies(offset.data)
+

@@ -14,8 +14,10 @@ Shared memory: the tile [128 tokens, 128 columns] FP8 is swizzled in 16-byte chu
 so that `tile_layout`'s 4-byte reads (a warp: 8 token lanes 16 tokens apart x 4 column lanes) fall in 8 distinct
 chunks, and the copy's 16-byte writes (a warp: 4 whole rows) stay conflict-free (ptxas reads it with ldmatrix).
 
-Measured (forty-ninth session, BENCHMARKS.md): the Triton kernel's bits on every shape tried; on an H100 the best
-variant 0.5-2.7% slower than the shipped kernel. Not yet run on an H200.
+Measured (BENCHMARKS.md): the Triton kernel's bits on every shape tried; on an H100 the best variant 0.5-2.7% slower
+than the shipped kernel (forty-ninth session); on an H200 5.6-12.9 points of copy faster (fifty-first session), so
+the kernel moved into the package (`gluon_requant._ring_kernel`, AUTO's program on the H200), which this probe now
+launches with its own stages, programs an SM and register caps.
 
     PYTHONPATH=$PWD python benchmarks/2026-12-06/s49_calls/requant_ring.py check  # GPU: bytes == Triton kernel's
     PYTHONPATH=$PWD python benchmarks/2026-12-06/s49_calls/requant_ring.py bench  # GPU: % of copy, in turns
@@ -27,75 +29,13 @@ import sys
 
 import torch
 import triton
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 
 from precision_engine.numerics import gluon_tokens as G
 from precision_engine.numerics import triton_quant as T
 from precision_engine.numerics.contract import Quantized, tokens_buffers
 from precision_engine.numerics.formats import QuantFormat
+from precision_engine.numerics.gluon_requant import _ring_kernel
 from precision_engine.numerics.gluon_tokens import TILE
-
-
-@gluon.jit
-def _issue(x_ring, s_ring, slot, tile, x_ptr, s_in_ptr, M, C, n_tiles, n_tok, stride_sig, STRIDE: gl.constexpr,
-           G_IN: gl.constexpr, BLOCK_C: gl.constexpr, WARPS: gl.constexpr, EVEN_M: gl.constexpr,
-           EVEN_C: gl.constexpr):
-    """cp.async tile `tile`'s FP8 bytes and input scales into ring slot `slot` (nothing past the last tile) and
-    commit them as one group; tokens and columns past the operand fill with zeros."""
-    copy_layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (BLOCK_C // 16), BLOCK_C // 16], [WARPS, 1],
-                                                 [1, 0])
-    scale_layout: gl.constexpr = gl.BlockedLayout([4], [32], [WARPS], [0])
-    tok0 = (tile % n_tok) * TILE
-    col0 = (tile // n_tok) * BLOCK_C
-    toks = gl.arange(0, TILE, layout=gl.SliceLayout(1, copy_layout))
-    cols = gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, copy_layout))
-    x_at = x_ptr + tok0.to(gl.int64) * STRIDE + col0 + (toks[:, None] * STRIDE + cols[None, :])
-    s_toks = gl.arange(0, TILE, layout=scale_layout)
-    s_at = s_in_ptr + (col0 // G_IN).to(gl.int64) * stride_sig + tok0 + s_toks
-    live = tile < n_tiles
-    x_ok = gl.full([TILE, BLOCK_C], 1, gl.int1, copy_layout) & live
-    s_ok = gl.full([TILE], 1, gl.int1, scale_layout) & live
-    if not EVEN_M:
-        x_ok = x_ok & (tok0 + toks < M)[:, None]
-        s_ok = s_ok & (tok0 + s_toks < M)
-    if not EVEN_C:
-        x_ok = x_ok & (col0 + cols < C)[None, :]
-    cp.async_copy_global_to_shared(x_ring.index(slot), x_at, mask=x_ok)
-    cp.async_copy_global_to_shared(s_ring.index(slot), s_at, mask=s_ok)
-    cp.commit_group()
-
-
-@gluon.jit
-def _ring_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, n_tiles, n_tok, STRIDE: gl.constexpr,
-                 G_IN: gl.constexpr, WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr, STAGES: gl.constexpr,
-                 EVEN_M: gl.constexpr, EVEN_C: gl.constexpr, FMAX: gl.constexpr, RFMAX: gl.constexpr,
-                 MBITS: gl.constexpr, EMIN: gl.constexpr, POW2: gl.constexpr):
-    """Persistent: program p quantizes tiles p, p + P, ... (tile t: token group t % n_tok, column block
-    t // n_tok) as `gluon_requant._requant_kernel` does one, its next STAGES - 1 tiles in flight meanwhile."""
-    layout: gl.constexpr = G.tile_layout(WARPS, TOKEN_LANES)
-    block_c: gl.constexpr = G.block_columns(WARPS, TOKEN_LANES)
-    x_ring = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [STAGES, TILE, block_c],
-                                       gl.SwizzledSharedLayout(16, 16, 8, [1, 0]))
-    s_ring = gl.allocate_shared_memory(gl.float32, [STAGES, TILE], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    pid = gl.program_id(0)
-    programs = gl.num_programs(0)
-    for s in gl.static_range(STAGES - 1):
-        _issue(x_ring, s_ring, s, pid + s * programs, x_ptr, s_in_ptr, M, C, n_tiles, n_tok, stride_sig, STRIDE,
-               G_IN, block_c, WARPS, EVEN_M, EVEN_C)
-    for i in range(gl.cdiv(n_tiles - pid, programs)):
-        cp.wait_group(STAGES - 2)  # this thread's copies of tile i have landed
-        gl.thread_barrier()  # everyone's have, and everyone has read the slot the next copy overwrites
-        _issue(x_ring, s_ring, (i + STAGES - 1) % STAGES, pid + (i + STAGES - 1) * programs, x_ptr, s_in_ptr, M,
-               C, n_tiles, n_tok, stride_sig, STRIDE, G_IN, block_c, WARPS, EVEN_M, EVEN_C)
-        tile = pid + i * programs
-        x = x_ring.index(i % STAGES).load(layout)
-        s_in = s_ring.index(i % STAGES).load(gl.SliceLayout(1, layout))
-        G.quantize_tokens_transposed(x.to(gl.float32) * s_in[:, None], q_ptr, s_ptr, (tile % n_tok) * TILE,
-                                     (tile // n_tok) * block_c, C, M_pad, WARPS, TOKEN_LANES, EVEN_C, FMAX,
-                                     RFMAX, MBITS, EMIN, POW2, False)
-    cp.wait_group(0)
 
 
 def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, stages: int = 3, programs_per_sm: int = 3,
@@ -118,8 +58,8 @@ def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, stages: int 
         x, q_in.scale, out.data, out.scale.t(), m, c, out.data.shape[1], q_in.scale.stride(1), n_tiles, n_tok,
         STRIDE=x.stride(0), G_IN=q_in.fmt.group, WARPS=warps, TOKEN_LANES=token_lanes, STAGES=stages,
         EVEN_M=m % TILE.value == 0, EVEN_C=c % block_c == 0, FMAX=args["FMAX"], RFMAX=args["RFMAX"],
-        MBITS=args["MBITS"], EMIN=args["EMIN"], POW2=args["POW2"], num_warps=warps, enable_fp_fusion=False,
-        **options)
+        MBITS=args["MBITS"], EMIN=args["EMIN"], POW2=args["POW2"], BLOCK_SCALE=False, num_warps=warps,
+        enable_fp_fusion=False, **options)
     return out
 
 

@@ -142,9 +142,10 @@ def hostile_input(shape) -> torch.Tensor:
 def test_blocks_requantizer_gives_the_reference_bytes(shape, fmt, monkeypatch):
     """The blocks re-quantizers (x^T in 128x128 blocks, a `wgrad_input` in blocks), the Triton kernel with exact
     rounding and at every warp count the benchmark sweeps, the Gluon program (Hopper, Triton 3.6) with 8 and 4
-    token lanes: the reference's bytes on padded tokens, a partial channel block, rows whose stride is not a
-    multiple of 4 bytes, signed zeros by the thousand and a NaN, into memory that held 0xFF bytes; and AUTO's
-    dispatch: to the Gluon program for fp32 scales where it runs, else to the Triton kernel."""
+    token lanes, one tile a program and (rows in 16-byte runs) the ring: the reference's bytes on padded tokens, a
+    partial channel block, rows whose stride is not a multiple of 4 bytes, signed zeros by the thousand and a NaN,
+    into memory that held 0xFF bytes; and AUTO's dispatch: to the Gluon program for fp32 scales where it runs,
+    else to the Triton kernel."""
     from precision_engine.numerics import gluon_requant as G
     from precision_engine.numerics import triton_quant as T
 
@@ -156,8 +157,9 @@ def test_blocks_requantizer_gives_the_reference_bytes(shape, fmt, monkeypatch):
         assert_bitwise(T.requantize_blocks_transposed(saved, fmt, config={"VEC": 4, "num_warps": warps}), want)
     gluon = G.available(saved.data.device)
     for lanes in (8, 4) if gluon else ():
-        torch.full((4 * saved.data.numel(),), 0xFF, dtype=torch.uint8, device="cuda")
-        assert_bitwise(G.requantize_blocks_transposed(saved, fmt, lanes), want)
+        for ring in (False, True) if G.ring_copies(saved.data) else (False,):
+            torch.full((4 * saved.data.numel(),), 0xFF, dtype=torch.uint8, device="cuda")
+            assert_bitwise(G.requantize_blocks_transposed(saved, fmt, lanes, ring), want)
     calls = []
     program = G.requantize_blocks_transposed
     monkeypatch.setattr(G, "requantize_blocks_transposed", lambda *a: calls.append(1) or program(*a))
@@ -167,16 +169,19 @@ def test_blocks_requantizer_gives_the_reference_bytes(shape, fmt, monkeypatch):
 
 @pytest.mark.parametrize("program", GLUON_REQUANT_SWEEP, ids=lambda p: f"w{p[0]}-lanes{p[1]}")
 @pytest.mark.parametrize("formats", ["e4m3-fp32", "e5m2-pow2", "mixed"])
-@pytest.mark.parametrize("shape", [(8192, 4096), (8192 + 7, 4096), (1000, 3000), (77, 128), (300, 1001)],
-                         ids=["even", "ragged-tokens", "ragged-both", "one-tile", "odd-row-stride"])
+@pytest.mark.parametrize("shape", [(8192, 4096), (8192 + 7, 4096), (1000, 3000), (8192 - 37, 4000), (77, 128),
+                                   (300, 1001)],
+                         ids=["even", "ragged-tokens", "ragged-both", "ragged-16-byte-runs", "one-tile",
+                              "odd-row-stride"])
 def test_gluon_requantizer_gives_the_reference_bytes(shape, formats, program, monkeypatch):
     """The Gluon re-quantizer (`gluon_requant`, what AUTO runs on Hopper) against the reference and the Triton
     kernel: the same data and scale bytes on ragged tokens (padding tokens written as FP8 zeros) and columns, rows
     whose stride is not a multiple of 4 bytes (the 4-byte loads must not be assumed aligned), rows spanning
     1e-7..1e7, signed zeros by the thousand, a NaN, E4M3 and E5M2 with either scale kind (input and output
-    formats apart), every program shape the benchmark sweeps (warps, lanes along tokens), over repeated launches
-    into memory that held 0xFF bytes; and AUTO's dispatch: to it for fp32 output scales, to the Triton kernel for
-    power-of-two ones."""
+    formats apart), every program shape the benchmark sweeps (warps, lanes along tokens), one tile a program and
+    (rows in 16-byte runs) the persistent cp.async ring, its scales' column stride not a multiple of 16 bytes
+    (8155 tokens), over repeated launches into memory that held 0xFF bytes; and AUTO's dispatch: to it for fp32
+    output scales, to the Triton kernel for power-of-two ones."""
     from precision_engine.numerics import gluon_requant as G
     from precision_engine.numerics import triton_quant as T
 
@@ -188,9 +193,10 @@ def test_gluon_requantizer_gives_the_reference_bytes(shape, formats, program, mo
         pytest.skip("the Gluon re-quantizer runs on Hopper under Triton 3.6 only")
     want = Q.requantize_tokens_transposed(saved, out_fmt, backend="reference")
     assert_bitwise(T.requantize_tokens_transposed(saved, out_fmt), want)
-    for _ in range(3):
-        torch.full((4 * x.numel(),), 0xFF, dtype=torch.uint8, device="cuda")  # freed: the outputs reuse it
-        assert_bitwise(G.requantize_tokens_transposed(saved, out_fmt, *program), want)
+    for ring in (False, True) if G.ring_copies(saved.data) else (False,):
+        for _ in range(3):
+            torch.full((4 * x.numel(),), 0xFF, dtype=torch.uint8, device="cuda")  # freed: the outputs reuse it
+            assert_bitwise(G.requantize_tokens_transposed(saved, out_fmt, *program, ring), want)
     calls = []
     gluon = G.requantize_tokens_transposed
     monkeypatch.setattr(G, "requantize_tokens_transposed", lambda *a: calls.append(1) or gluon(*a))

@@ -134,20 +134,20 @@ def gluon_requant(pow2: bool, warps: int, token_lanes: int, block_scale: bool = 
                          GROUP * gluon_tokens.block_columns(warps, token_lanes) / (32 * warps), GluonASTSource)
 
 
-def gluon_requant_ring(pow2: bool, block_scale: bool = False, even: bool = True,
-                       unaligned: tuple[str, ...] = ()) -> tuple[int, int, float]:
+def gluon_requant_ring(pow2: bool, warps: int = 8, token_lanes: int = 8, block_scale: bool = False,
+                       even: bool = True, unaligned: tuple[str, ...] = ()) -> tuple[int, int, float]:
     """(registers, SASS a thread, SASS a tile's element) of the re-quantizer's persistent ring program
-    (`gluon_requant._ring_kernel`, 8 warps, 8 token lanes) as `gluon_requant_constexprs`, with `unaligned`
-    arguments not multiples of 16 (e.g. the input scales' column stride at 8155 tokens)."""
+    (`gluon_requant._ring_kernel`) as `gluon_requant_constexprs`, with `unaligned` arguments not multiples of 16
+    (e.g. the input scales' column stride at 8155 tokens)."""
     from precision_engine.numerics import gluon_requant as R
     from precision_engine.numerics import gluon_tokens
 
-    constexprs = gluon_requant_constexprs(fmt_args("fp8_group_tokens", pow2), R.WARPS, R.TOKEN_LANES, even,
+    constexprs = gluon_requant_constexprs(fmt_args("fp8_group_tokens", pow2), warps, token_lanes, even,
                                           block_scale=block_scale) | {"STAGES": R.RING_STAGES}
     pointers = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
-    return kernel_counts(R._ring_kernel, constexprs, pointers, {"num_warps": R.WARPS, "enable_fp_fusion": False},
-                         GROUP * gluon_tokens.block_columns(R.WARPS, R.TOKEN_LANES) / (32 * R.WARPS),
-                         GluonASTSource, unaligned)
+    return kernel_counts(R._ring_kernel, constexprs, pointers, {"num_warps": warps, "enable_fp_fusion": False},
+                         GROUP * gluon_tokens.block_columns(warps, token_lanes) / (32 * warps), GluonASTSource,
+                         unaligned)
 
 
 def main() -> None:

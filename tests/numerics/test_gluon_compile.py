@@ -221,11 +221,13 @@ for x_type, q_type in ((DType.FLOAT8_E4M3, DType.FLOAT8_E4M3), (DType.FLOAT8_E5M
                 {"x_ptr": types[x_type], "s_in_ptr": "*fp32", "q_ptr": types[q_type], "s_ptr": "*fp32"},
                 options={"num_warps": warps, "enable_fp_fusion": False})
             assert "0 bytes spill stores" in report, report
-for pow2 in (False, True):  # the ring: two 8-warp programs an SM, as launched (16-byte runs; M may be ragged)
-    for blocks in (False, True):
-        for even, unaligned in ((True, ()), (False, ()), (False, ("M", "stride_sig"))):
-            registers, _, _ = gluon_requant_ring(pow2, blocks, even, unaligned)
-            assert registers * 32 * R.RING_WARPS_PER_SM <= 65536, (pow2, blocks, even, unaligned, registers)
+for pow2 in (False, True):  # the ring: its programs an SM fit, as launched (16-byte runs; M may be ragged)
+    rings = [(R.WARPS, R.TOKEN_LANES, blocks, even, unaligned) for blocks in (False, True)
+             for even, unaligned in ((True, ()), (False, ()), (False, ("M", "stride_sig")))]
+    rings += [(warps, lanes, False, True, ()) for warps, lanes in GLUON_REQUANT_SWEEP] + [(8, 4, True, True, ())]
+    for warps, lanes, blocks, even, unaligned in rings:
+        registers, _, _ = gluon_requant_ring(pow2, warps, lanes, blocks, even, unaligned)
+        assert registers * 32 * R.RING_WARPS_PER_SM <= 65536, (pow2, warps, lanes, blocks, even, registers)
 print("ok")
 """
 
@@ -235,8 +237,8 @@ def test_gluon_requantizer_compiles_lean():
     instructions an element (ptxas: 9.7-10.1, against the Triton kernel's 13.1; 8.5 with power-of-two scales,
     7.6-7.9) in at most 96 registers, in every shape of program, into 128x1 groups or 128x128 blocks (9.9-10.3 and
     7.8-8.1); and every variant AUTO can launch (E4M3 and E5M2 either way, both scale kinds, ragged edges, a row
-    stride not a multiple of 4, both layouts) compiles without a spill; the H200's ring program fits two an SM
-    (at most 128 registers; 111-127) as launched. A
+    stride not a multiple of 4, both layouts) compiles without a spill; the ring program, in every shape the
+    benchmark sweeps, fits the programs an SM it is launched with (at most 128 registers; 108-127). A
     change that brings back a transpose through shared memory (about 1.1 an element), or per-thread scales,
     fails here before a device run. In a fresh interpreter, as the grad-output quantizer's test."""
     from helpers import run_offline_compile

@@ -72,10 +72,20 @@ def _requant_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, STRI
     """Program (token group, `gluon_tokens.block_columns` columns): x [M, C] (row stride STRIDE) with M-major
     input scales s_in [M, C / G_IN] (strides (1, stride_sig)) -> q [C, M_pad] and scales [M_pad / 128, C]
     row-major; with BLOCK_SCALE, scales [C / 128, M_pad / 128] row-major, one a program."""
+    _requant_tile(x_ptr, s_in_ptr, q_ptr, s_ptr, gl.program_id(0) * TILE,
+                  gl.program_id(1) * G.block_columns(WARPS, TOKEN_LANES), M, C, M_pad, stride_sig, STRIDE, G_IN,
+                  WARPS, TOKEN_LANES, EVEN_M, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2, BLOCK_SCALE)
+
+
+@gluon.jit
+def _requant_tile(x_ptr, s_in_ptr, q_ptr, s_ptr, tok0, col0, M, C, M_pad, stride_sig, STRIDE: gl.constexpr,
+                  G_IN: gl.constexpr, WARPS: gl.constexpr, TOKEN_LANES: gl.constexpr, EVEN_M: gl.constexpr,
+                  EVEN_C: gl.constexpr, FMAX: gl.constexpr, RFMAX: gl.constexpr, MBITS: gl.constexpr,
+                  EMIN: gl.constexpr, POW2: gl.constexpr, BLOCK_SCALE: gl.constexpr):
+    """One program's tile, from token tok0 and column col0: loaded from global memory into registers,
+    dequantized and handed to `gluon_tokens.quantize_tokens_transposed`."""
     layout: gl.constexpr = G.tile_layout(WARPS, TOKEN_LANES)
     block_c: gl.constexpr = G.block_columns(WARPS, TOKEN_LANES)
-    tok0 = gl.program_id(0) * TILE
-    col0 = gl.program_id(1) * block_c
     toks = gl.arange(0, TILE, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, block_c, layout=gl.SliceLayout(0, layout))
     x_at = x_ptr + tok0.to(gl.int64) * STRIDE + col0 + (toks[:, None] * STRIDE + cols[None, :])

@@ -31,7 +31,7 @@ from precision_engine.numerics import gluon_tokens as G
 from precision_engine.numerics import triton_quant as T
 from precision_engine.numerics.contract import Quantized, tokens_buffers
 from precision_engine.numerics.formats import QuantFormat
-from precision_engine.numerics.gluon_requant import TOKEN_LANES, WARPS
+from precision_engine.numerics.gluon_requant import TOKEN_LANES, WARPS, _requant_tile
 from precision_engine.numerics.gluon_tokens import TILE
 
 
@@ -43,8 +43,6 @@ def _order_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, n_tok,
                   MBITS: gl.constexpr, EMIN: gl.constexpr, POW2: gl.constexpr):
     """`gluon_requant._requant_kernel` (fp32 scales, 128x1 output groups), its (token tile, column strip) from a
     1-D program id in groups of GROUP token tiles (EVEN_GROUP: every group whole)."""
-    layout: gl.constexpr = G.tile_layout(WARPS, TOKEN_LANES)
-    block_c: gl.constexpr = G.block_columns(WARPS, TOKEN_LANES)
     pid = gl.program_id(0)
     per_group: gl.constexpr = GROUP * N_COL
     first = (pid // per_group) * GROUP
@@ -53,21 +51,9 @@ def _order_kernel(x_ptr, s_in_ptr, q_ptr, s_ptr, M, C, M_pad, stride_sig, n_tok,
     else:
         height = gl.minimum(n_tok - first, GROUP)
     tok0 = (first + (pid % per_group) % height) * TILE
-    col0 = ((pid % per_group) // height) * block_c
-    toks = gl.arange(0, TILE, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, block_c, layout=gl.SliceLayout(0, layout))
-    x_at = x_ptr + tok0.to(gl.int64) * STRIDE + col0 + (toks[:, None] * STRIDE + cols[None, :])
-    s_at = s_in_ptr + (col0 // G_IN).to(gl.int64) * stride_sig + tok0 + toks
-    if EVEN_M and EVEN_C:
-        x = gl.load(x_at)
-    else:
-        x = gl.load(x_at, mask=(tok0 + toks < M)[:, None] & (col0 + cols < C)[None, :], other=0.0)
-    if EVEN_M:
-        s_in = gl.load(s_at)
-    else:
-        s_in = gl.load(s_at, mask=tok0 + toks < M, other=1.0)
-    G.quantize_tokens_transposed(x.to(gl.float32) * s_in[:, None], q_ptr, s_ptr, tok0, col0, C, M_pad, WARPS,
-                                 TOKEN_LANES, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2, False)
+    col0 = ((pid % per_group) // height) * G.block_columns(WARPS, TOKEN_LANES)
+    _requant_tile(x_ptr, s_in_ptr, q_ptr, s_ptr, tok0, col0, M, C, M_pad, stride_sig, STRIDE, G_IN, WARPS,
+                  TOKEN_LANES, EVEN_M, EVEN_C, FMAX, RFMAX, MBITS, EMIN, POW2, False)
 
 
 def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, group: int) -> Quantized:

@@ -120,32 +120,20 @@ def gluon_requant_constexprs(args: dict, warps: int, token_lanes: int, even: boo
         "BLOCK_SCALE": block_scale}
 
 
-def gluon_requant(pow2: bool, warps: int, token_lanes: int, block_scale: bool = False) -> tuple[int, int, float]:
-    """(registers, SASS a thread, SASS an element) of the Gluon re-quantizer (`gluon_requant`) on whole
-    128-token groups of an 8B activation's 4096 columns, fp32 or power-of-two scales; `block_scale`: into
-    128x128 blocks."""
-    from precision_engine.numerics import gluon_requant as R
-    from precision_engine.numerics import gluon_tokens
-
-    constexprs = gluon_requant_constexprs(fmt_args("fp8_group_tokens", pow2), warps, token_lanes,
-                                          block_scale=block_scale)
-    pointers = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
-    return kernel_counts(R._requant_kernel, constexprs, pointers, {"num_warps": warps, "enable_fp_fusion": False},
-                         GROUP * gluon_tokens.block_columns(warps, token_lanes) / (32 * warps), GluonASTSource)
-
-
-def gluon_requant_ring(pow2: bool, warps: int = 8, token_lanes: int = 8, block_scale: bool = False,
-                       even: bool = True, unaligned: tuple[str, ...] = ()) -> tuple[int, int, float]:
-    """(registers, SASS a thread, SASS a tile's element) of the re-quantizer's persistent ring program
-    (`gluon_requant._ring_kernel`) as `gluon_requant_constexprs`, with `unaligned` arguments not multiples of 16
-    (e.g. the input scales' column stride at 8155 tokens)."""
+def gluon_requant(pow2: bool, warps: int, token_lanes: int, block_scale: bool = False, ring: bool = False,
+                  even: bool = True, unaligned: tuple[str, ...] = ()) -> tuple[int, int, float]:
+    """(registers, SASS a thread, SASS an element) of the Gluon re-quantizer (`gluon_requant`) on 128-token groups
+    of an 8B activation's 4096 columns, fp32 or power-of-two scales; `block_scale`: into 128x128 blocks; `ring`:
+    the persistent ring program (SASS a tile's element), with `unaligned` arguments not multiples of 16 (e.g. the
+    input scales' column stride at 8155 tokens); `even`: whole tiles."""
     from precision_engine.numerics import gluon_requant as R
     from precision_engine.numerics import gluon_tokens
 
     constexprs = gluon_requant_constexprs(fmt_args("fp8_group_tokens", pow2), warps, token_lanes, even,
-                                          block_scale=block_scale) | {"STAGES": R.RING_STAGES}
+                                          block_scale=block_scale) | ({"STAGES": R.RING_STAGES} if ring else {})
     pointers = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
-    return kernel_counts(R._ring_kernel, constexprs, pointers, {"num_warps": warps, "enable_fp_fusion": False},
+    return kernel_counts(R._ring_kernel if ring else R._requant_kernel, constexprs, pointers,
+                         {"num_warps": warps, "enable_fp_fusion": False},
                          GROUP * gluon_tokens.block_columns(warps, token_lanes) / (32 * warps), GluonASTSource,
                          unaligned)
 

@@ -193,7 +193,7 @@ from pathlib import Path
 sys.path.insert(0, "tests/numerics")
 sys.path.insert(0, "scripts")
 from test_gluon_compile import _ptxas_report
-from sass_per_element import gluon_requant, gluon_requant_constexprs, gluon_requant_ring
+from sass_per_element import gluon_requant, gluon_requant_constexprs
 from precision_engine.bench.quant import GLUON_REQUANT_SWEEP
 from precision_engine.numerics import gluon_requant as R
 from precision_engine.numerics.formats import PRESET_FORMATS, DType, ScaleKind
@@ -226,7 +226,7 @@ for pow2 in (False, True):  # the ring: its programs an SM fit, as launched (16-
              for even, unaligned in ((True, ()), (False, ()), (False, ("M", "stride_sig")))]
     rings += [(warps, lanes, False, True, ()) for warps, lanes in GLUON_REQUANT_SWEEP] + [(8, 4, True, True, ())]
     for warps, lanes, blocks, even, unaligned in rings:
-        registers, _, _ = gluon_requant_ring(pow2, warps, lanes, blocks, even, unaligned)
+        registers, _, _ = gluon_requant(pow2, warps, lanes, blocks, ring=True, even=even, unaligned=unaligned)
         assert registers * 32 * R.RING_WARPS_PER_SM <= 65536, (pow2, warps, lanes, blocks, even, registers)
 print("ok")
 """

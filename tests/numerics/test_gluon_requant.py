@@ -1,6 +1,7 @@
 """The Gluon re-quantizer's launcher refuses, before any launch, programs wider than an input group (its tokens'
 input scale would not be one a row), into 128x1 groups or 128x128 blocks, and the ring program on rows its
-cp.async cannot copy; neither layout claims a CPU tensor. CPU: the checks come before the GPU is needed."""
+cp.async cannot copy; AUTO picks the ring on the H200 alone; neither layout claims a CPU tensor. CPU: the checks
+come before the GPU is needed."""
 
 from dataclasses import replace
 
@@ -44,3 +45,9 @@ def test_ring_refuses_rows_cp_async_cannot_copy(requantize, fmt):
             requantize(operand, PRESET_FORMATS[fmt], ring=True)
     assert gluon_requant.ring_copies(q.data) and not gluon_requant.ring_copies(offset.data)
 
+
+@pytest.mark.parametrize("card, ring", [("NVIDIA H200", True), ("NVIDIA H100 80GB HBM3", False),
+                                        ("NVIDIA GH200 480GB", False), ("NVIDIA H20", False)])
+def test_ring_is_the_h200s(card, ring, monkeypatch):
+    monkeypatch.setattr(gluon_requant, "_device", lambda index: type("Props", (), {"name": card}))
+    assert gluon_requant.ring_card(torch.device("cuda", 0)) is ring

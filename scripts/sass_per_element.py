@@ -60,17 +60,24 @@ def fmt_args(preset: str, pow2: bool) -> dict:
     return T._fmt_args(replace(PRESET_FORMATS[preset], scale=scale), False)
 
 
-def kernel_counts(fn, constexprs: dict, pointers: dict, options: dict, elements: float,
-                  source_type=ASTSource, unaligned: tuple[str, ...] = ()) -> tuple[int, int, float]:
-    """(registers, SASS a thread, SASS an element) of kernel `fn` (Triton; Gluon with `GluonASTSource`) whose
-    program's threads run its body once over `elements` values each: `constexprs` as launched, `pointers` the
-    types of its pointers, the rest i32, all multiples of 16 (as the launcher specializes them) but `unaligned`."""
+def kernel_sass(fn, constexprs: dict, pointers: dict, options: dict, source_type=ASTSource,
+                unaligned: tuple[str, ...] = ()) -> tuple[list[tuple[int, str, str]], int]:
+    """`sass_and_registers` of kernel `fn` (Triton; Gluon with `GluonASTSource`): `constexprs` as launched,
+    `pointers` the types of its pointers, the rest i32, all multiples of 16 (as the launcher specializes them) but
+    `unaligned`."""
     signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
              if signature[n] != "constexpr" and n not in unaligned}
     source = source_type(fn=fn, signature=signature, attrs=attrs,
                          constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    instructions, registers = sass_and_registers(source, options)
+    return sass_and_registers(source, options)
+
+
+def kernel_counts(fn, constexprs: dict, pointers: dict, options: dict, elements: float,
+                  source_type=ASTSource, unaligned: tuple[str, ...] = ()) -> tuple[int, int, float]:
+    """(registers, SASS a thread, SASS an element) of `kernel_sass(fn, ...)` whose program's threads run its body
+    once over `elements` values each."""
+    instructions, registers = kernel_sass(fn, constexprs, pointers, options, source_type, unaligned)
     body = main_body(instructions)
     return registers, len(body), len(body) / elements
 
@@ -110,6 +117,9 @@ def blocks_kernel(pow2: bool) -> tuple[int, int, float]:
     return kernel_counts(T._blocks_kernel, constexprs, pointers, {"num_warps": warps}, GROUP * GROUP / (32 * warps))
 
 
+GLUON_REQUANT_POINTERS = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
+
+
 def gluon_requant_constexprs(args: dict, warps: int, token_lanes: int, even: bool = True,
                              stride: int = 4096, block_scale: bool = False) -> dict:
     """The Gluon re-quantizer's constexprs as `gluon_requant` launches it: the output format's constants `args`
@@ -131,8 +141,7 @@ def gluon_requant(pow2: bool, warps: int, token_lanes: int, block_scale: bool = 
 
     constexprs = gluon_requant_constexprs(fmt_args("fp8_group_tokens", pow2), warps, token_lanes, even,
                                           block_scale=block_scale) | ({"STAGES": R.RING_STAGES} if ring else {})
-    pointers = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
-    return kernel_counts(R._ring_kernel if ring else R._requant_kernel, constexprs, pointers,
+    return kernel_counts(R._ring_kernel if ring else R._requant_kernel, constexprs, GLUON_REQUANT_POINTERS,
                          {"num_warps": warps, "enable_fp_fusion": False},
                          GROUP * gluon_tokens.block_columns(warps, token_lanes) / (32 * warps), GluonASTSource,
                          unaligned)

@@ -7,6 +7,7 @@ lanes, 3 stages, fp32 and power-of-two scales, whole and ragged tiles. So that t
 """
 
 import importlib.util
+import os
 import subprocess
 import tempfile
 
@@ -16,7 +17,6 @@ from precision_engine.numerics import gluon_requant as R
 from scripts import sass_per_element as S
 
 PROBE = "fb5fc32:benchmarks/2026-12-06/s49_calls/requant_ring.py"
-POINTERS = {"x_ptr": "*fp8e4nv", "s_in_ptr": "*fp32", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
 
 
 def probe_module():
@@ -26,16 +26,14 @@ def probe_module():
     spec = importlib.util.spec_from_file_location("probe_ring", f.name)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    os.unlink(f.name)
     return module
 
 
 def sass(fn, constexprs: dict):
     """(opcode, operands) of each instruction of `fn` for sm_90a, and its registers a thread."""
-    signature = {n: "constexpr" if n in constexprs else POINTERS.get(n, "i32") for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n] != "constexpr"}
-    source = GluonASTSource(fn=fn, signature=signature, attrs=attrs,
-                            constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    instructions, registers = S.sass_and_registers(source, {"num_warps": R.WARPS, "enable_fp_fusion": False})
+    instructions, registers = S.kernel_sass(fn, constexprs, S.GLUON_REQUANT_POINTERS,
+                                            {"num_warps": R.WARPS, "enable_fp_fusion": False}, GluonASTSource)
     return [(op, rest) for _, op, rest in instructions], registers
 
 

@@ -12,7 +12,8 @@ runs, its Gluon kernel's program shapes (rows named "<kernel> <config>"): the sh
 numerics/triton_quant.py, triton_fused_quant.py and gluon_requant.py are one-line choices among them.
 The re-quantizers' rows are AUTO's (the Gluon kernels on Hopper for fp32 scales) and the Triton kernels', side
 by side.
-Each timed call gets the next of several freshly drawn input sets whose total exceeds the L2 several times.
+Each timed call gets the next of several freshly drawn input sets whose total exceeds the L2 several times, and
+runs behind a copy of as many bytes (`run`), so that every row is timed behind the same kernel.
 Run: ``precision bench quant [--sweep] [--only PARTS] [--out out.json]``.
 """
 
@@ -23,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-from precision_engine.bench.timing import gbps, median, rotation, time_cuda
+from precision_engine.bench.timing import gbps, median, rotation, time_cuda, time_cuda_turns
 from precision_engine.numerics.formats import PRESET_FORMATS
 
 ACT_SHAPES = [(8192, 4096), (16384, 4096), (8192, 14336), (16384, 14336)]  # tokens x K, Llama-3.1-8B
@@ -59,6 +60,12 @@ def copy_bandwidth(nbytes: int = 1 << 30, *, reps: int = 30, device: str = "cuda
     dst = torch.empty_like(src)
     ms = median(time_cuda(lambda: dst.copy_(src), warmup=5, reps=reps))
     return gbps(2 * nbytes, ms)
+
+
+def copy_buffers(nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A copy's source (random bytes) and destination, moving `nbytes` read plus written."""
+    return (torch.randint(0, 256, (nbytes // 2,), device="cuda", dtype=torch.uint8),
+            torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8))
 
 
 def same_bytes_copy(kernel: str) -> str:
@@ -111,8 +118,7 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
     act_pow2, tok_pow2 = replace(act, scale=ScaleKind.POW2), replace(tok, scale=ScaleKind.POW2)
 
     def copy_inputs(nbytes):
-        return lambda: (torch.randint(0, 256, (nbytes // 2,), device="cuda", dtype=torch.uint8),
-                        torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8))
+        return lambda: copy_buffers(nbytes)
 
     def copy(src, dst):
         dst.copy_(src)
@@ -251,7 +257,11 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
     """Measure every case (those whose name contains one of `only`, if given): a row each, as in the table.
     `copy_gbps`: the device copy's rate, measured here when not given; `on_row(row, rows)` runs as each row is
     measured, with the rows so far (`precision bench quant` prints the row and rewrites its JSON then, so a run
-    cut short keeps what it measured)."""
+    cut short keeps what it measured).
+    Each kernel is timed in turns with a copy of as many bytes, the copy before it on every call: one repetition
+    after another, a kernel runs behind itself, and what a kernel leaves behind moves the next one's time. On an
+    H100 the persistent cp.async ring ran 74-81% of copy behind itself against 84-88% behind a copy or the
+    one-tile program, with a 200 us or a 2 ms gap alike (fifty-third session, BENCHMARKS.md)."""
     if not torch.cuda.is_available():
         raise RuntimeError("the quantizer benchmark needs a CUDA GPU")
     copy_gbps = copy_gbps or copy_bandwidth()
@@ -259,8 +269,10 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
     for kernel, shape, fn, make_inputs, nbytes in _cases(sweep):
         if only and not any(part in kernel for part in only):
             continue
-        sets = rotation(make_inputs, nbytes)
-        ms = median(time_cuda(fn, warmup=warmup, reps=reps, inputs_rotation=sets))
+        sets = rotation(lambda: (make_inputs(), copy_buffers(nbytes)), 2 * nbytes)
+        _, times = time_cuda_turns([_copy_before, lambda inputs, _, f=fn: f(*inputs)], warmup=warmup, reps=reps,
+                                   inputs_rotation=sets)
+        ms = median(times)
         del sets
         rate = gbps(nbytes, ms)
         rows.append({"kernel": kernel, "shape": list(shape), "ms": round(ms, 4), "gbps": round(rate, 1),
@@ -268,6 +280,12 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
         if on_row:
             on_row(rows[-1], rows)
     return rows
+
+
+def _copy_before(_, buffers: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """The copy each timed kernel runs behind (`run`)."""
+    src, dst = buffers
+    dst.copy_(src)
 
 
 def table_header(env: dict, copy_gbps: float) -> str:

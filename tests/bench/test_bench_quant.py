@@ -34,16 +34,16 @@ def fake_gpu(monkeypatch):
         echoed.append(message)
         real_echo(message, **kwargs)
 
-    def time_cuda(*args, **kwargs):
+    def time_cuda_turns(fns, **kwargs):
         lines_before.append(len(echoed))
-        return next(times)
+        return [[1.0], next(times)]  # the copy each kernel runs behind, then the kernel
 
     def write_json(rows, out, **extra):
         written.append(len(rows))
         real_write(rows, out, **extra)
 
     monkeypatch.setattr(typer, "echo", echo)
-    monkeypatch.setattr(quant, "time_cuda", time_cuda)
+    monkeypatch.setattr(quant, "time_cuda_turns", time_cuda_turns)
     monkeypatch.setattr(bench_cli, "write_json", write_json)
     return lines_before, written
 
@@ -132,3 +132,28 @@ def test_every_target_row_has_its_same_size_copy_on_every_shape():
         own = {(shape, nbytes) for name, shape, *_, nbytes in cases if name == kernel}
         copies = {(shape, nbytes) for name, shape, *_, nbytes in cases if name == quant.same_bytes_copy(kernel)}
         assert own and own == copies
+
+
+def test_each_kernel_is_timed_behind_a_copy_of_its_bytes(monkeypatch):
+    """Every timed call of a kernel follows a copy of as many bytes, on buffers of its own set: a kernel timed
+    behind itself is timed in what it left behind (the ring, BENCHMARKS.md fifty-third session)."""
+    monkeypatch.setattr(quant.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(quant, "copy_buffers", lambda nbytes: (torch.arange(nbytes // 2), torch.zeros(nbytes // 2)))
+    calls = []
+    cases = [("requant fp8 -> tokens^T", (8, 128), lambda x: calls.append(("kernel", x)), lambda: ("x",), 8)]
+    monkeypatch.setattr(quant, "_cases", lambda sweep: cases)
+    monkeypatch.setattr(quant, "rotation", lambda make, nbytes: [make() for _ in range(nbytes // 8)])
+
+    def time_cuda_turns(fns, *, inputs_rotation, **kwargs):
+        assert len(inputs_rotation) == 2  # sets of twice the kernel's bytes: its inputs and its copy's buffers
+        for inputs in inputs_rotation:
+            (src, dst) = inputs[1]
+            fns[0](*inputs)
+            calls.append(("copy", torch.equal(dst, src.float())))
+            fns[1](*inputs)
+        return [[1.0], [2.0]]
+
+    monkeypatch.setattr(quant, "time_cuda_turns", time_cuda_turns)
+    rows = quant.run(copy_gbps=1.0)
+    assert calls[:4] == [("copy", True), ("kernel", "x"), ("copy", True), ("kernel", "x")]
+    assert rows[0]["ms"] == 2.0

@@ -260,7 +260,7 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
     cut short keeps what it measured).
     Each kernel is timed in turns with a copy of as many bytes, the copy before it on every call: one repetition
     after another, a kernel runs behind itself, and what a kernel leaves behind moves the next one's time. On an
-    H100 the persistent cp.async ring ran 74-81% of copy behind itself against 84-88% behind a copy or the
+    H100 the persistent cp.async ring ran 74-81% of copy behind itself against 83-88% behind a copy or the
     one-tile program, with a 200 us or a 2 ms gap alike (fifty-third session, BENCHMARKS.md)."""
     if not torch.cuda.is_available():
         raise RuntimeError("the quantizer benchmark needs a CUDA GPU")

@@ -1,4 +1,4 @@
-"""What slows the ring when it follows itself? (call 2: one ring after another ran 7-10 points of copy below the
+"""What slows the ring when it follows itself? (call 2: one ring after another ran 7-9 points of copy below the
 ring in turns behind the copy or the tiles, on an H100; the tiles kept their speed). Each row times, in turns on
 their own input sets (call p reads set p % n), a kernel behind a given predecessor, with the GPU's lead before
 each timed call (its spin) 200 us or 2 ms: whether it is what ran before, or how recently.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fifty-third session, call 7 (carry .whl), an H200 only (exit 3 at once on any other card; about 6 minutes):
-# the ring and the tiles behind a copy, a GEMM or themselves (`ring_grid.py`), the re-quantizer's GPU bits tests
-# (AUTO takes the ring there), `bench quant` (each kernel behind a copy of its bytes) on call 6's rows, then the
+# the ring and the tiles behind a copy, a GEMM or themselves (`ring_grid.py`), `bench quant` (each kernel behind a
+# copy of its bytes) on call 6's rows, the re-quantizer's GPU bits tests (AUTO takes the ring there), then the
 # linear's, graphs' and torch.compile's GPU tests. END_S: 450 s.
 set -u
 cd "$(dirname "$0")/../../.."
@@ -12,11 +12,11 @@ source scripts/device_env.sh
 source benchmarks/2026-12-06/s49_calls/steps.sh
 timeout 100 python3 benchmarks/2026-12-07/s53_calls/ring_grid.py 30 > "$OUT/ring_grid.txt" 2>&1
 echo "ring_grid rc=$?"; cut -c1-160 "$OUT/ring_grid.txt" | grep -v Warning
-gpu_tests requant 170 tests/numerics/gpu/test_quant_gpu.py -k "gluon_requantizer or blocks_requantizer"
-seconds_left $((END_S - 100)) || exit 0
-timeout $left python3 -c "from precision_engine.cli.app import main; main()" bench quant --sweep \
+timeout 150 python3 -c "from precision_engine.cli.app import main; main()" bench quant --sweep \
   --only "requant fp8 ->,requant fp8 triton,requant blocks triton,gluon w8 t8,blocks gluon t8" \
   --out "$OUT/quant_requant.json" > "$OUT/quant_requant.txt" 2>&1
 echo "bench quant rc=$?"; grep -E "requant|copy" "$OUT/quant_requant.txt" | grep -v pow2 | cut -c1-150
+seconds_left $((END_S - 90)) && gpu_tests requant $left tests/numerics/gpu/test_quant_gpu.py \
+  -k "gluon_requantizer or blocks_requantizer"
 seconds_left $END_S && gpu_tests linear $left tests/numerics/gpu/test_linear_gpu.py \
   tests/numerics/gpu/test_graph_capture_gpu.py tests/numerics/gpu/test_compile_gpu.py

@@ -68,6 +68,11 @@ def copy_buffers(nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:
             torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8))
 
 
+def _copy(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """The device copy: the same-bytes rows' kernel, and the one each timed kernel runs behind (`run`)."""
+    dst.copy_(src)
+
+
 def same_bytes_copy(kernel: str) -> str:
     """The row of a device copy moving as many bytes as `kernel` on each shape: the copy's rate at 1 GiB is the
     targets' yardstick; at the kernel's own size it also pays the launch and the last wave, which is the most any
@@ -120,9 +125,6 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
     def copy_inputs(nbytes):
         return lambda: copy_buffers(nbytes)
 
-    def copy(src, dst):
-        dst.copy_(src)
-
     def bf16(*shapes):
         return lambda: tuple(torch.randn(shape, device="cuda", dtype=torch.bfloat16) for shape in shapes)
 
@@ -152,7 +154,7 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
         blocks_bytes = requantize_blocks_bytes(m, k)
         dual_bytes = grad_output_bytes(m, k)
         cases.append(("1x128 act (triton)", shape, lambda x: Q.quantize_rows_1xG(x, act), bf16(shape), nbytes))
-        cases.append((same_bytes_copy("1x128 act (triton)"), shape, copy, copy_inputs(nbytes), nbytes))
+        cases.append((same_bytes_copy("1x128 act (triton)"), shape, _copy, copy_inputs(nbytes), nbytes))
         cases.append(("1x128 act exact-round", shape, lambda x: T.quantize_rows(x, act, exact_round=True),
                       bf16(shape), nbytes))
         cases.append(("1x128 act (torch ref)", shape, lambda x: Q.quantize_rows_1xG(x, act, backend="reference"),
@@ -165,7 +167,7 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
         cases.append(("128x1 tokens^T", shape, lambda x: Q.quantize_tokens_transposed(x, tok), bf16(shape), nbytes))
         cases.append(("requant fp8 -> tokens^T", shape, lambda q: Q.requantize_tokens_transposed(q),
                       saved(shape), requant_bytes))
-        cases.append((same_bytes_copy("requant fp8 -> tokens^T"), shape, copy, copy_inputs(requant_bytes),
+        cases.append((same_bytes_copy("requant fp8 -> tokens^T"), shape, _copy, copy_inputs(requant_bytes),
                       requant_bytes))
         cases.append(("requant fp8 triton kernel", shape, lambda q: T.requantize_tokens_transposed(q, tok),
                       saved(shape), requant_bytes))
@@ -175,7 +177,7 @@ def _cases(sweep: bool) -> list[tuple[str, tuple[int, int], Callable, Callable[[
                       saved(shape, act_pow2), requant_bytes))
         cases.append(("requant fp8 -> blocks^T", shape, lambda q: Q.requantize_blocks_transposed(q, blk),
                       saved(shape), blocks_bytes))
-        cases.append((same_bytes_copy("requant fp8 -> blocks^T"), shape, copy, copy_inputs(blocks_bytes),
+        cases.append((same_bytes_copy("requant fp8 -> blocks^T"), shape, _copy, copy_inputs(blocks_bytes),
                       blocks_bytes))
         cases.append(("requant blocks triton kernel", shape, lambda q: T.requantize_blocks_transposed(q, blk),
                       saved(shape), blocks_bytes))
@@ -270,8 +272,8 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
         if only and not any(part in kernel for part in only):
             continue
         sets = rotation(lambda: (make_inputs(), copy_buffers(nbytes)), 2 * nbytes)
-        _, times = time_cuda_turns([_copy_before, lambda inputs, _, f=fn: f(*inputs)], warmup=warmup, reps=reps,
-                                   inputs_rotation=sets)
+        _, times = time_cuda_turns([lambda _, buffers: _copy(*buffers), lambda inputs, _, f=fn: f(*inputs)],
+                                   warmup=warmup, reps=reps, inputs_rotation=sets)
         ms = median(times)
         del sets
         rate = gbps(nbytes, ms)
@@ -280,12 +282,6 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
         if on_row:
             on_row(rows[-1], rows)
     return rows
-
-
-def _copy_before(_, buffers: tuple[torch.Tensor, torch.Tensor]) -> None:
-    """The copy each timed kernel runs behind (`run`)."""
-    src, dst = buffers
-    dst.copy_(src)
 
 
 def table_header(env: dict, copy_gbps: float) -> str:

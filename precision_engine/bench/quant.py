@@ -13,7 +13,8 @@ numerics/triton_quant.py, triton_fused_quant.py and gluon_requant.py are one-lin
 The re-quantizers' rows are AUTO's (the Gluon kernels on Hopper for fp32 scales) and the Triton kernels', side
 by side.
 Each timed call gets the next of several freshly drawn input sets whose total exceeds the L2 several times, and
-runs behind a copy of as many bytes (`run`), so that every row is timed behind the same kernel.
+runs behind a copy of as many bytes (`run`), so that every row is timed behind the same kernel. The re-quantizers
+are timed a second time behind the kernel they follow in a linear's backward, its dgrad GEMM (``% dgrad``).
 Run: ``precision bench quant [--sweep] [--only PARTS] [--out out.json]``.
 """
 
@@ -50,6 +51,9 @@ DUAL_SWEEP = [(32, 64, 4), (64, 64, 4), (16, 64, 4), (32, 32, 4), (64, 64, 8), (
 SILU_SWEEP = [(64, 1, 8), (32, 1, 8), (32, 2, 8), (16, 1, 4), (128, 1, 8)]
 # Rows with a bandwidth target, % of copy: issue 3's activation quantizer and issue 12's wgrad re-quantizers.
 TARGETS = {"1x128 act (triton)": 80.0, "requant fp8 -> tokens^T": 80.0, "requant fp8 -> blocks^T": 80.0}
+# The dgrad before a re-quantization of x [M, C]: dx [M, C] = dy [M, DGRAD_N] @ W [DGRAD_N, C] in BF16, the 8B's
+# hidden size (the o and down projections' outputs; q/k/v's and gate/up's are wider, so longer GEMMs).
+DGRAD_N = 4096
 NORM_SHAPES = [(8192, 4096), (16384, 4096), (8192, 8192)]  # tokens x hidden (8B; 70B)
 MLP_SHAPES = [(8192, 14336), (16384, 14336)]  # tokens x intermediate (8B)
 
@@ -71,6 +75,18 @@ def copy_buffers(nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _copy(src: torch.Tensor, dst: torch.Tensor) -> None:
     """The device copy: the same-bytes rows' kernel, and the one each timed kernel runs behind (`run`)."""
     dst.copy_(src)
+
+
+def in_backward(kernel: str) -> bool:
+    """Whether `run` also times `kernel` behind a dgrad GEMM: the re-quantizers, which follow one in a linear's
+    backward (`numerics.linear`)."""
+    return kernel.startswith("requant")
+
+
+def dgrad_operands(m: int, c: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """dy [m, DGRAD_N] and W [DGRAD_N, c]: the BF16 dgrad GEMM before a re-quantization of x [m, c]."""
+    return (torch.randn(m, DGRAD_N, device="cuda", dtype=torch.bfloat16),
+            torch.randn(DGRAD_N, c, device="cuda", dtype=torch.bfloat16))
 
 
 def same_bytes_copy(kernel: str) -> str:
@@ -263,7 +279,9 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
     Each kernel is timed in turns with a copy of as many bytes, the copy before it on every call: one repetition
     after another, a kernel runs behind itself, and what a kernel leaves behind moves the next one's time. On an
     H100 the persistent cp.async ring ran 74-81% of copy behind itself against 83-88% behind a copy or the
-    one-tile program, with a 200 us or a 2 ms gap alike (fifty-third session, BENCHMARKS.md)."""
+    one-tile program, with a 200 us or a 2 ms gap alike (fifty-third session, BENCHMARKS.md). The re-quantizers
+    (`in_backward`) are timed again behind the dgrad GEMM (`dgrad_operands`), their context in a backward, as
+    ``pct_copy_behind_dgrad``: behind it the H100's ring ran 89-94% of copy (fifty-fourth session)."""
     if not torch.cuda.is_available():
         raise RuntimeError("the quantizer benchmark needs a CUDA GPU")
     copy_gbps = copy_gbps or copy_bandwidth()
@@ -279,6 +297,13 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
         rate = gbps(nbytes, ms)
         rows.append({"kernel": kernel, "shape": list(shape), "ms": round(ms, 4), "gbps": round(rate, 1),
                      "pct_copy": round(100 * rate / copy_gbps, 1), "bytes": nbytes})
+        if in_backward(kernel):
+            dy, w = dgrad_operands(*shape)
+            sets = rotation(make_inputs, nbytes)
+            _, times = time_cuda_turns([lambda _: dy @ w, lambda inputs, f=fn: f(*inputs)], warmup=warmup,
+                                       reps=reps, inputs_rotation=[(inputs,) for inputs in sets])
+            del sets, dy, w
+            rows[-1]["pct_copy_behind_dgrad"] = round(100 * gbps(nbytes, median(times)) / copy_gbps, 1)
         if on_row:
             on_row(rows[-1], rows)
     return rows
@@ -288,12 +313,15 @@ def table_header(env: dict, copy_gbps: float) -> str:
     """The card, versions and copy rate (`env` as `bench.gemm.environment` gives it), then the columns."""
     return (f"{env['device']}  torch {env['torch']}  triton {env['triton']}  "
             f"device copy {copy_gbps:.0f} GB/s (read+write)\n"
-            f"{'kernel':<36} {'shape':>13} {'ms':>8} {'GB/s':>7} {'% copy':>7}")
+            f"{'kernel':<36} {'shape':>13} {'ms':>8} {'GB/s':>7} {'% copy':>7} {'% dgrad':>8}")
 
 
 def table_row(row: dict) -> str:
+    """`row`'s line; ``% dgrad`` (`run`: the same kernel behind its dgrad GEMM) blank where not timed."""
     shape = "x".join(str(s) for s in row["shape"])
-    return f"{row['kernel']:<36} {shape:>13} {row['ms']:>8.3f} {row['gbps']:>7.0f} {row['pct_copy']:>6.1f}%"
+    behind = row.get("pct_copy_behind_dgrad")
+    return (f"{row['kernel']:<36} {shape:>13} {row['ms']:>8.3f} {row['gbps']:>7.0f} {row['pct_copy']:>6.1f}%"
+            + (f" {behind:>7.1f}%" if behind is not None else ""))
 
 
 def summary(rows: list[dict]) -> list[str]:
@@ -312,5 +340,9 @@ def summary(rows: list[dict]) -> list[str]:
             share = [100 * pct[shape] / ceiling[shape] for shape in ceiling]
             line += (f"; a copy of the same bytes {min(ceiling.values()):.1f}-{max(ceiling.values()):.1f}%, "
                      f"the kernel {min(share):.1f}-{max(share):.1f}% of it")
+        behind = [r["pct_copy_behind_dgrad"] for r in rows if r["kernel"] == kernel and "pct_copy_behind_dgrad" in r]
+        if behind:
+            line += (f"; behind its dgrad on {sum(p >= target for p in behind)} of {len(behind)} shapes "
+                     f"({min(behind):.1f}-{max(behind):.1f}%)")
         lines.append(line)
     return lines

@@ -222,9 +222,10 @@ def register(app: typer.Typer) -> None:
         over its median time, as GB/s and as a share of the copy's: the 1x128 activation quantizer, the
         tokens-transposed one, the wgrad re-quantizer (a saved FP8 activation to the wgrad operand), the grad
         output's two operands in one launch and in two, the RMSNorm and SiLU*mul producers beside the unfused
-        ops, per-tensor scaling and the 128x128 weight blocks, on Llama-3.1-8B's shapes. Rows print as they are
-        measured; last, the rows with a target (issue 3's 1x128 quantizer, issue 12's re-quantizer: >= 80% of
-        copy) say on how many shapes they reach it.
+        ops, per-tensor scaling and the 128x128 weight blocks, on Llama-3.1-8B's shapes. Each is timed behind a
+        copy of its bytes; the re-quantizers also behind the dgrad GEMM they follow in a backward (% dgrad). Rows
+        print as they are measured; last, the rows with a target (issue 3's 1x128 quantizer, issue 12's
+        re-quantizer: >= 80% of copy) say on how many shapes they reach it.
 
         Examples:
           precision bench quant --out bench_quant.json

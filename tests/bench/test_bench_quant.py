@@ -18,15 +18,17 @@ runner = CliRunner()
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """Two cases, 4 MB in 2 us and 2 MB in 4 us against a 4000 GB/s copy. Returns (how many lines the command had
-    printed as each case began its timing, how many rows the JSON held each time it was written)."""
+    """Two cases, 4 MB in 2 us and 2 MB in 4 us against a 4000 GB/s copy (the second, a re-quantizer, in 5 us behind
+    its dgrad). Returns (how many lines the command had printed as each timing began, how many rows the JSON held
+    each time it was written)."""
     monkeypatch.setattr(quant.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(gemm, "environment", lambda: {"device": "FakeGPU", "torch": "2.x", "triton": "3.x"})
     monkeypatch.setattr(quant, "copy_bandwidth", lambda: 4000.0)
     cases = [("1x128", (8, 128), None, None, 4_000_000), ("requant fp8 -> tokens^T", (8, 128), None, None, 2_000_000)]
     monkeypatch.setattr(quant, "_cases", lambda sweep: cases)
     monkeypatch.setattr(quant, "rotation", lambda make, nbytes: [])
-    times = iter([[0.002], [0.004]])
+    monkeypatch.setattr(quant, "dgrad_operands", lambda m, c: (torch.ones(1, 1), torch.ones(1, 1)))
+    times = iter([[0.002], [0.004], [0.005]])
     lines_before, echoed, written = [], [], []
     real_echo, real_write = typer.echo, bench_cli.write_json
 
@@ -36,7 +38,7 @@ def fake_gpu(monkeypatch):
 
     def time_cuda_turns(fns, **kwargs):
         lines_before.append(len(echoed))
-        return [[1.0], next(times)]  # the copy each kernel runs behind, then the kernel
+        return [[1.0], next(times)]  # the kernel each one runs behind, then the kernel
 
     def write_json(rows, out, **extra):
         written.append(len(rows))
@@ -56,14 +58,17 @@ def test_rows_print_as_measured_and_the_json_holds_them(fake_gpu, tmp_path):
     assert [r["kernel"] for r in doc["rows"]] == ["1x128", "requant fp8 -> tokens^T"]
     assert [r["gbps"] for r in doc["rows"]] == [2000.0, 500.0]
     assert [r["pct_copy"] for r in doc["rows"]] == [50.0, 12.5]
+    assert [r.get("pct_copy_behind_dgrad") for r in doc["rows"]] == [None, 10.0]
     assert doc["copy_gbps"] == 4000.0 and doc["reps"] == 40 and doc["command"].startswith("precision")
     lines_before, written = fake_gpu
-    assert lines_before == [1, 2]  # the header before the first timing, the first row before the second
+    assert lines_before == [1, 2, 2]  # the header before the first timing, the first row before the second's two
     assert written == [1, 2]  # the JSON rewritten whole as each row came
     lines = result.output.splitlines()
-    assert lines[0].startswith("FakeGPU") and "device copy 4000 GB/s" in lines[0]
+    assert lines[0].startswith("FakeGPU") and "device copy 4000 GB/s" in lines[0] and lines[1].endswith("% dgrad")
     assert lines[2:4] == [quant.table_row(r) for r in doc["rows"]]
-    assert lines[4] == "requant fp8 -> tokens^T: >= 80% of copy on 0 of 1 shapes (12.5-12.5%)"  # a target's row
+    assert lines[2].endswith("50.0%") and lines[3].endswith("12.5%    10.0%")
+    assert lines[4] == ("requant fp8 -> tokens^T: >= 80% of copy on 0 of 1 shapes (12.5-12.5%); behind its dgrad "
+                        "on 0 of 1 shapes (10.0-10.0%)")  # a target's row
     assert lines[5] == f"wrote {out}"
 
 
@@ -134,13 +139,62 @@ def test_every_target_row_has_its_same_size_copy_on_every_shape():
         assert own and own == copies
 
 
+def test_the_summary_counts_the_shapes_a_requantizer_reaches_behind_its_dgrad():
+    kernel = "requant fp8 -> blocks^T"
+    rows = [{"kernel": kernel, "shape": [m, 4096], "pct_copy": p, "pct_copy_behind_dgrad": d}
+            for m, p, d in ((8192, 74.1, 89.3), (16384, 83.0, 79.9))]
+    assert quant.summary(rows) == [f"{kernel}: >= 80% of copy on 1 of 2 shapes (74.1-83.0%); behind its dgrad on 1 "
+                                   "of 2 shapes (79.9-89.3%)"]
+
+
+def test_only_the_requantizers_are_timed_again_behind_their_dgrad():
+    names = quant.kernel_names(sweep=True)
+    behind = {name for name in names if quant.in_backward(name)}
+    assert {"requant fp8 -> tokens^T", "requant fp8 -> blocks^T", "requant blocks triton kernel"} <= behind
+    assert not behind & {"1x128 act (triton)", "dy 1x128+tokens^T fused", quant.same_bytes_copy(
+        "requant fp8 -> tokens^T")}
+
+
+def test_a_requantizer_is_timed_again_behind_a_dgrad_gemm_of_its_shape(monkeypatch):
+    """Behind dx [M, C] = dy [M, DGRAD_N] @ W [DGRAD_N, C], on each of its input sets in turn: the kernel it follows
+    in a linear's backward (`numerics.linear`), whose output, not a copy's, is what the L2 holds then."""
+    monkeypatch.setattr(quant.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(quant, "copy_buffers", lambda nbytes: (torch.zeros(1), torch.zeros(1)))
+    shapes = []
+
+    def dgrad_operands(m, c):
+        shapes.append((m, c))
+        return torch.full((m, quant.DGRAD_N), 2.0), torch.ones(quant.DGRAD_N, c)
+
+    monkeypatch.setattr(quant, "dgrad_operands", dgrad_operands)
+    calls = []
+    cases = [("requant fp8 -> tokens^T", (8, 128), lambda x: calls.append(("kernel", x)), lambda: ("x",), 8)]
+    monkeypatch.setattr(quant, "_cases", lambda sweep: cases)
+    monkeypatch.setattr(quant, "rotation", lambda make, nbytes: [make(), make()])
+    outcomes = iter([[2.0], [4.0]])
+
+    def time_cuda_turns(fns, *, inputs_rotation, **kwargs):
+        for inputs in inputs_rotation:
+            before = fns[0](*inputs)
+            calls.append(("before", None if before is None else (before.shape, before.unique().tolist())))
+            fns[1](*inputs)
+        return [[1.0], next(outcomes)]
+
+    monkeypatch.setattr(quant, "time_cuda_turns", time_cuda_turns)
+    rows = quant.run(copy_gbps=1e-6)
+    dgrad = ("before", ((8, 128), [2.0 * quant.DGRAD_N]))
+    assert calls == [("before", None), ("kernel", "x")] * 2 + [dgrad, ("kernel", "x")] * 2
+    assert shapes == [(8, 128)]
+    assert rows[0]["pct_copy"] == 2 * rows[0]["pct_copy_behind_dgrad"]
+
+
 def test_each_kernel_is_timed_behind_a_copy_of_its_bytes(monkeypatch):
     """Every timed call of a kernel follows a copy of as many bytes, on buffers of its own set: a kernel timed
     behind itself is timed in what it left behind (the ring, BENCHMARKS.md fifty-third session)."""
     monkeypatch.setattr(quant.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(quant, "copy_buffers", lambda nbytes: (torch.arange(nbytes // 2), torch.zeros(nbytes // 2)))
     calls = []
-    cases = [("requant fp8 -> tokens^T", (8, 128), lambda x: calls.append(("kernel", x)), lambda: ("x",), 8)]
+    cases = [("1x128 act (triton)", (8, 128), lambda x: calls.append(("kernel", x)), lambda: ("x",), 8)]
     monkeypatch.setattr(quant, "_cases", lambda sweep: cases)
     monkeypatch.setattr(quant, "rotation", lambda make, nbytes: [make() for _ in range(nbytes // 8)])
 

@@ -30,20 +30,21 @@ lanes; 4 ran 72.9-85.6%; BENCHMARKS.md, thirty-eighth session).
 
 On the H200 one tile a program runs at 59-73% of copy bandwidth (75-77% of a copy of its own bytes) where the H100
 reaches 91-93%: registers bound the loads in flight (a tile a program, three programs an SM), and the H200's
-bandwidth needs more bytes in flight. There the tokens layout runs `_ring_kernel` instead: persistent programs,
-two an SM, each keeping the next RING_STAGES - 1 tiles in flight by ``cp.async`` into shared memory while it
-quantizes the one before, the output stored as above. H200, in turns with one tile a program (fifty-first session,
-as a probe whose SASS is this kernel's to the instruction): 65.3 / 79.8 / 81.1 / 82.5% of copy against 59.7 / 66.9
-/ 72.0 / 73.1% on 8192x4096 / 16384x4096 / 8192x14336 / 16384x14336. On an H100 it ran 0.5-2.7% slower (forty-ninth
-session), so other cards keep one tile a program; so does the blocks layout, whose ring has not been timed.
+bandwidth needs more bytes in flight. So AUTO runs `_ring_kernel` in both layouts, wherever cp.async can copy the
+rows (`ring_copies`): persistent programs, two an SM, each keeping the next RING_STAGES - 1 tiles in flight by
+``cp.async`` into shared memory while it quantizes the one before, the output stored as above. H200, in turns
+with one tile a program (fifty-first session, tokens layout, as a probe whose SASS is this kernel's to the
+instruction): 65.3 / 79.8 / 81.1 / 82.5% of copy against 59.7 / 66.9 / 72.0 / 73.1% on 8192x4096 / 16384x4096 /
+8192x14336 / 16384x14336. On an H100 the ring's lead depends on the kernel before it: behind a copy of its bytes
+or behind itself it trails one tile a program (by up to 3 and 12 points of copy); behind the dgrad GEMM, which
+precedes it in a linear's backward, it leads in both layouts: 88.6-93.5% of copy against 81.3-92.3%, ahead on 29
+of 32 rows over four runs (fifty-fourth session, BENCHMARKS.md). The blocks layout's ring is untimed on an H200.
 
 GPU only (Hopper, sm_90, Triton 3.6, as `gluon_gemm`); 128-token output groups from input groups that are whole
 multiples of the program's columns; `runs` and `runs_blocks` send anything else to the Triton kernels.
 """
 
 from __future__ import annotations
-
-import re
 
 import torch
 import triton
@@ -188,15 +189,9 @@ def runs_blocks(q_in: Quantized, fmt: QuantFormat) -> bool:
     return _fp8_rows(q_in.data) and T.requantizes_blocks(q_in, fmt) and fmt.scale is ScaleKind.FP32
 
 
-def ring_card(device: torch.device) -> bool:
-    """Whether AUTO runs the ring program on `device`: the H200, the card it was measured faster on (module
-    docstring). Other Hopper cards keep one tile a program, the H100 measured faster so."""
-    return re.search(r"\bH200\b", _device(device.index or 0).name) is not None
-
-
 def ring_copies(x: torch.Tensor) -> bool:
-    """Whether the ring's cp.async can copy saved activation `x`'s rows: in 16-byte runs from 16-byte
-    boundaries."""
+    """Whether the ring's cp.async can copy saved activation `x`'s rows, in 16-byte runs from 16-byte boundaries:
+    AUTO's choice of the ring (module docstring)."""
     return x.shape[1] % 16 == 0 and x.stride(0) % 16 == 0 and x.data_ptr() % 16 == 0
 
 
@@ -208,18 +203,18 @@ def _fp8_rows(x: torch.Tensor) -> bool:
 def requantize_tokens_transposed(q_in: Quantized, fmt: QuantFormat, warps: int = WARPS,
                                  token_lanes: int = TOKEN_LANES, ring: bool | None = None) -> Quantized:
     """`triton_quant.requantize_tokens_transposed(q_in, fmt)`'s bytes, for operands `runs` takes. `warps` and
-    `token_lanes` (4 or 8; warps x 16 x token_lanes >= 128) and `ring` (None: `ring_card` and `ring_copies`) are
-    for benchmarks."""
+    `token_lanes` (4 or 8; warps x 16 x token_lanes >= 128) and `ring` (None: where `ring_copies`) are for
+    benchmarks."""
     m, c = q_in.data.shape
     out = tokens_buffers(m, c, fmt, q_in.data.device)
     return _launch(q_in, out, out.scale.t(), fmt, warps, token_lanes, False, ring)  # scales [M_pad/G, C]
 
 
 def requantize_blocks_transposed(q_in: Quantized, fmt: QuantFormat, token_lanes: int = TOKEN_LANES,
-                                 ring: bool = False) -> Quantized:
+                                 ring: bool | None = None) -> Quantized:
     """`triton_quant.requantize_blocks_transposed(q_in, fmt)`'s bytes, for operands `runs_blocks` takes: a program
-    of 8 warps holds one 128x128 block. `token_lanes` (4 or 8) and `ring` (rows `ring_copies` takes; off until it
-    is timed in this layout) are for benchmarks."""
+    of 8 warps holds one 128x128 block. `token_lanes` (4 or 8) and `ring` (None: where `ring_copies`) are for
+    benchmarks."""
     m, c = q_in.data.shape
     out = blocks_t_buffers(m, c, fmt, q_in.data.device)
     return _launch(q_in, out, out.scale, fmt, WARPS, token_lanes, True, ring)
@@ -233,7 +228,7 @@ def _launch(q_in: Quantized, out: Quantized, scale: torch.Tensor, fmt: QuantForm
                            f"{q_in.fmt.group}")
     x, q = q_in.data, out.data
     if ring is None:
-        ring = ring_card(x.device) and ring_copies(x)
+        ring = ring_copies(x)
     elif ring and not ring_copies(x):
         raise OperandError(f"the ring copies rows in 16-byte runs from 16-byte boundaries: got {x.shape[1]} "
                            f"columns, row stride {x.stride(0)}, address {x.data_ptr():#x}")

@@ -1,7 +1,8 @@
 """The Gluon re-quantizer's launcher refuses, before any launch, programs wider than an input group (its tokens'
 input scale would not be one a row), into 128x1 groups or 128x128 blocks, and the ring program on rows its
-cp.async cannot copy; AUTO picks the ring on the H200 alone; neither layout claims a CPU tensor. CPU: the checks
-come before the GPU is needed."""
+cp.async cannot copy; AUTO launches the ring in both layouts wherever cp.async can copy the rows, one tile a
+program elsewhere; neither layout claims a CPU tensor. CPU: the checks come before the GPU is needed, and AUTO's
+launches are recorded instead of run."""
 
 from dataclasses import replace
 
@@ -46,8 +47,25 @@ def test_ring_refuses_rows_cp_async_cannot_copy(requantize, fmt):
     assert gluon_requant.ring_copies(q.data) and not gluon_requant.ring_copies(offset.data)
 
 
-@pytest.mark.parametrize("card, ring", [("NVIDIA H200", True), ("NVIDIA H100 80GB HBM3", False),
-                                        ("NVIDIA GH200 480GB", False), ("NVIDIA H20", False)])
-def test_ring_is_the_h200s(card, ring, monkeypatch):
-    monkeypatch.setattr(gluon_requant, "_device", lambda index: type("Props", (), {"name": card}))
-    assert gluon_requant.ring_card(torch.device("cuda", 0)) is ring
+@pytest.mark.parametrize("requantize, fmt", [(gluon_requant.requantize_tokens_transposed, "fp8_group_tokens"),
+                                             (gluon_requant.requantize_blocks_transposed, "fp8_block_weight")])
+def test_auto_runs_the_ring_wherever_cp_async_copies_the_rows(requantize, fmt, monkeypatch):
+    """On any card Triton's Gluon runs on: the ring led behind the dgrad GEMM on an H100 and on the H200
+    (module docstring)."""
+    launches = []
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *args, **constexprs: launches.append((self.name, grid))
+
+    monkeypatch.setattr(gluon_requant, "_ring_kernel", Kernel("ring"))
+    monkeypatch.setattr(gluon_requant, "_requant_kernel", Kernel("tiles"))
+    monkeypatch.setattr(gluon_requant, "_device", lambda index: type("Props", (), {"multi_processor_count": 132}))
+    q = saved(columns=384)
+    offset = Q.Quantized(q.data[:, 8:264], q.scale[:, :2], q.fmt)
+    requantize(q, PRESET_FORMATS[fmt])
+    requantize(offset, PRESET_FORMATS[fmt])
+    assert launches == [("ring", (6,)), ("tiles", (2, 2))]  # 2 token groups x 3 column blocks; 2 x 2

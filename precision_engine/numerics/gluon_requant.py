@@ -36,9 +36,9 @@ rows (`ring_copies`): persistent programs, two an SM, each keeping the next RING
 with one tile a program (fifty-first session, tokens layout, as a probe whose SASS is this kernel's to the
 instruction): 65.3 / 79.8 / 81.1 / 82.5% of copy against 59.7 / 66.9 / 72.0 / 73.1% on 8192x4096 / 16384x4096 /
 8192x14336 / 16384x14336. On an H100 the ring's lead depends on the kernel before it: behind a copy of its bytes
-or behind itself it trails one tile a program (by up to 3 and 12 points of copy); behind the dgrad GEMM, which
-precedes it in a linear's backward, it leads in both layouts: 88.6-93.5% of copy against 81.3-92.3%, ahead on 29
-of 32 rows over four runs (fifty-fourth session, BENCHMARKS.md). The blocks layout's ring is untimed on an H200.
+or behind itself it trails one tile a program (by up to 4 and 12 points of copy); behind the dgrad GEMM, which
+precedes it in a linear's backward, it leads in both layouts: 88.6-93.5% of copy against 81.3-92.3%, ahead on 37
+of 40 rows over five runs (fifty-fourth session, BENCHMARKS.md). The blocks layout's ring is untimed on an H200.
 
 GPU only (Hopper, sm_90, Triton 3.6, as `gluon_gemm`); 128-token output groups from input groups that are whole
 multiples of the program's columns; `runs` and `runs_blocks` send anything else to the Triton kernels.

@@ -281,7 +281,7 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
     H100 the persistent cp.async ring ran 74-81% of copy behind itself against 83-88% behind a copy or the
     one-tile program, with a 200 us or a 2 ms gap alike (fifty-third session, BENCHMARKS.md). The re-quantizers
     (`in_backward`) are timed again behind the dgrad GEMM (`dgrad_operands`), their context in a backward, as
-    ``pct_copy_behind_dgrad``: behind it the H100's ring ran 89-94% of copy (fifty-fourth session)."""
+    ``pct_copy_behind_dgrad``: behind it the H100's ring ran 88.6-93.5% of copy (fifty-fourth session)."""
     if not torch.cuda.is_available():
         raise RuntimeError("the quantizer benchmark needs a CUDA GPU")
     copy_gbps = copy_gbps or copy_bandwidth()

@@ -51,8 +51,8 @@ DUAL_SWEEP = [(32, 64, 4), (64, 64, 4), (16, 64, 4), (32, 32, 4), (64, 64, 8), (
 SILU_SWEEP = [(64, 1, 8), (32, 1, 8), (32, 2, 8), (16, 1, 4), (128, 1, 8)]
 # Rows with a bandwidth target, % of copy: issue 3's activation quantizer and issue 12's wgrad re-quantizers.
 TARGETS = {"1x128 act (triton)": 80.0, "requant fp8 -> tokens^T": 80.0, "requant fp8 -> blocks^T": 80.0}
-# The dgrad before a re-quantization of x [M, C]: dx [M, C] = dy [M, DGRAD_N] @ W [DGRAD_N, C] in BF16, the 8B's
-# hidden size (the o and down projections' outputs; q/k/v's and gate/up's are wider, so longer GEMMs).
+# The dgrad before a re-quantization of x [M, C] reduces over the linear's outputs: the 8B's hidden size (the o and
+# down projections'; q/k/v's and gate/up's are wider, so longer GEMMs).
 DGRAD_N = 4096
 NORM_SHAPES = [(8192, 4096), (16384, 4096), (8192, 8192)]  # tokens x hidden (8B; 70B)
 MLP_SHAPES = [(8192, 14336), (16384, 14336)]  # tokens x intermediate (8B)
@@ -83,10 +83,18 @@ def in_backward(kernel: str) -> bool:
     return kernel.startswith("requant")
 
 
-def dgrad_operands(m: int, c: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """dy [m, DGRAD_N] and W [DGRAD_N, c]: the BF16 dgrad GEMM before a re-quantization of x [m, c]."""
-    return (torch.randn(m, DGRAD_N, device="cuda", dtype=torch.bfloat16),
-            torch.randn(DGRAD_N, c, device="cuda", dtype=torch.bfloat16))
+def dgrad(m: int, c: int) -> Callable[[], torch.Tensor]:
+    """The dgrad GEMM before a re-quantization of x [m, c] in an FP8 linear's backward, on the kernel AUTO runs it
+    on here: dx [m, c] = Q(dy) [m, DGRAD_N] in 1x128 groups @ Q(W)^T [c, DGRAD_N] in 128x128 blocks."""
+    from precision_engine.numerics import quantize as Q
+    from precision_engine.numerics.capabilities import Gemm
+    from precision_engine.numerics.gemm import fp8_gemm
+
+    dy = Q.quantize_rows_1xG(torch.randn(m, DGRAD_N, device="cuda", dtype=torch.bfloat16),
+                             PRESET_FORMATS["fp8_group_act"])
+    wt = Q.quantize_blocks(torch.randn(c, DGRAD_N, device="cuda", dtype=torch.bfloat16),
+                           PRESET_FORMATS["fp8_block_weight"])
+    return lambda: fp8_gemm(dy, wt, gemm=Gemm.DGRAD)
 
 
 def same_bytes_copy(kernel: str) -> str:
@@ -280,8 +288,8 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
     after another, a kernel runs behind itself, and what a kernel leaves behind moves the next one's time. On an
     H100 the persistent cp.async ring ran 74-81% of copy behind itself against 83-88% behind a copy or the
     one-tile program, with a 200 us or a 2 ms gap alike (fifty-third session, BENCHMARKS.md). The re-quantizers
-    (`in_backward`) are timed again behind the dgrad GEMM (`dgrad_operands`), their context in a backward, as
-    ``pct_copy_behind_dgrad``: behind it the H100's ring ran 88.6-93.5% of copy (fifty-fourth session)."""
+    (`in_backward`) are timed again behind the FP8 dgrad GEMM (`dgrad`), their context in a backward, as
+    ``pct_copy_behind_dgrad``: behind a BF16 one the H100's ring ran 88.6-93.5% of copy (fifty-fourth session)."""
     if not torch.cuda.is_available():
         raise RuntimeError("the quantizer benchmark needs a CUDA GPU")
     copy_gbps = copy_gbps or copy_bandwidth()
@@ -298,11 +306,11 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
         rows.append({"kernel": kernel, "shape": list(shape), "ms": round(ms, 4), "gbps": round(rate, 1),
                      "pct_copy": round(100 * rate / copy_gbps, 1), "bytes": nbytes})
         if in_backward(kernel):
-            dy, w = dgrad_operands(*shape)
+            before = dgrad(*shape)
             sets = rotation(make_inputs, nbytes)
-            _, times = time_cuda_turns([lambda _: dy @ w, lambda inputs, f=fn: f(*inputs)], warmup=warmup,
+            _, times = time_cuda_turns([lambda _: before(), lambda inputs, f=fn: f(*inputs)], warmup=warmup,
                                        reps=reps, inputs_rotation=[(inputs,) for inputs in sets])
-            del sets, dy, w
+            del sets, before
             rows[-1]["pct_copy_behind_dgrad"] = round(100 * gbps(nbytes, median(times)) / copy_gbps, 1)
         if on_row:
             on_row(rows[-1], rows)

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from precision_engine.bench import gemm, quant
 from precision_engine.cli import bench as bench_cli
 from precision_engine.cli.app import app
+from precision_engine.numerics.formats import PRESET_FORMATS
 
 runner = CliRunner()
 
@@ -27,7 +28,7 @@ def fake_gpu(monkeypatch):
     cases = [("1x128", (8, 128), None, None, 4_000_000), ("requant fp8 -> tokens^T", (8, 128), None, None, 2_000_000)]
     monkeypatch.setattr(quant, "_cases", lambda sweep: cases)
     monkeypatch.setattr(quant, "rotation", lambda make, nbytes: [])
-    monkeypatch.setattr(quant, "dgrad_operands", lambda m, c: (torch.ones(1, 1), torch.ones(1, 1)))
+    monkeypatch.setattr(quant, "dgrad", lambda m, c: lambda: None)
     times = iter([[0.002], [0.004], [0.005]])
     lines_before, echoed, written = [], [], []
     real_echo, real_write = typer.echo, bench_cli.write_json
@@ -156,36 +157,50 @@ def test_only_the_requantizers_are_timed_again_behind_their_dgrad():
 
 
 def test_a_requantizer_is_timed_again_behind_a_dgrad_gemm_of_its_shape(monkeypatch):
-    """Behind dx [M, C] = dy [M, DGRAD_N] @ W [DGRAD_N, C], on each of its input sets in turn: the kernel it follows
-    in a linear's backward (`numerics.linear`), whose output, not a copy's, is what the L2 holds then."""
+    """Behind dx [M, C] = Q(dy) [M, DGRAD_N] @ Q(W)^T [C, DGRAD_N]^T, on each of its input sets in turn: the kernel it
+    follows in a linear's backward (`numerics.linear`), whose output, not a copy's, is what the L2 holds then."""
     monkeypatch.setattr(quant.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(quant, "copy_buffers", lambda nbytes: (torch.zeros(1), torch.zeros(1)))
-    shapes = []
+    calls, shapes = [], []
 
-    def dgrad_operands(m, c):
+    def dgrad(m, c):
         shapes.append((m, c))
-        return torch.full((m, quant.DGRAD_N), 2.0), torch.ones(quant.DGRAD_N, c)
+        return lambda: calls.append("dgrad")
 
-    monkeypatch.setattr(quant, "dgrad_operands", dgrad_operands)
-    calls = []
-    cases = [("requant fp8 -> tokens^T", (8, 128), lambda x: calls.append(("kernel", x)), lambda: ("x",), 8)]
+    monkeypatch.setattr(quant, "dgrad", dgrad)
+    cases = [("requant fp8 -> tokens^T", (8, 128), lambda x: calls.append(x), lambda: ("kernel",), 8)]
     monkeypatch.setattr(quant, "_cases", lambda sweep: cases)
     monkeypatch.setattr(quant, "rotation", lambda make, nbytes: [make(), make()])
     outcomes = iter([[2.0], [4.0]])
 
     def time_cuda_turns(fns, *, inputs_rotation, **kwargs):
         for inputs in inputs_rotation:
-            before = fns[0](*inputs)
-            calls.append(("before", None if before is None else (before.shape, before.unique().tolist())))
+            fns[0](*inputs)
             fns[1](*inputs)
         return [[1.0], next(outcomes)]
 
     monkeypatch.setattr(quant, "time_cuda_turns", time_cuda_turns)
     rows = quant.run(copy_gbps=1e-6)
-    dgrad = ("before", ((8, 128), [2.0 * quant.DGRAD_N]))
-    assert calls == [("before", None), ("kernel", "x")] * 2 + [dgrad, ("kernel", "x")] * 2
+    assert calls == ["kernel", "kernel", "dgrad", "kernel", "dgrad", "kernel"]  # behind copies, then the dgrad
     assert shapes == [(8, 128)]
     assert rows[0]["pct_copy"] == 2 * rows[0]["pct_copy_behind_dgrad"]
+
+
+@pytest.mark.gpu
+def test_the_dgrad_is_the_fp8_linears_own():
+    """dx of the re-quantized activation's shape, and the bits of the FP8 linear's dgrad on the same operands."""
+    from precision_engine.numerics import quantize as Q
+    from precision_engine.numerics.capabilities import Gemm
+    from precision_engine.numerics.gemm import fp8_gemm
+
+    torch.manual_seed(5)
+    dx = quant.dgrad(256, 384)()
+    torch.manual_seed(5)
+    dy = Q.quantize_rows_1xG(torch.randn(256, quant.DGRAD_N, device="cuda", dtype=torch.bfloat16),
+                             PRESET_FORMATS["fp8_group_act"])
+    wt = Q.quantize_blocks(torch.randn(384, quant.DGRAD_N, device="cuda", dtype=torch.bfloat16),
+                           PRESET_FORMATS["fp8_block_weight"])
+    assert dx.shape == (256, 384) and torch.equal(dx, fp8_gemm(dy, wt, gemm=Gemm.DGRAD))
 
 
 def test_each_kernel_is_timed_behind_a_copy_of_its_bytes(monkeypatch):

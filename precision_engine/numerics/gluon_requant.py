@@ -37,8 +37,9 @@ with one tile a program (fifty-first session, tokens layout, as a probe whose SA
 instruction): 65.3 / 79.8 / 81.1 / 82.5% of copy against 59.7 / 66.9 / 72.0 / 73.1% on 8192x4096 / 16384x4096 /
 8192x14336 / 16384x14336. On an H100 the ring's lead depends on the kernel before it: behind a copy of its bytes
 or behind itself it trails one tile a program (by up to 4 and 12 points of copy); behind the dgrad GEMM, which
-precedes it in a linear's backward, it leads in both layouts: 88.6-93.5% of copy against 81.3-92.3%, ahead on 37
-of 40 rows over five runs (fifty-fourth session, BENCHMARKS.md). The blocks layout's ring is untimed on an H200.
+precedes it in a linear's backward, it leads in both layouts: behind a BF16 dgrad 88.6-93.5% of copy against
+81.3-92.3%, ahead on 37 of 40 rows over five runs; behind the FP8 one AUTO runs ahead on 6 of 8, 2.2 and 0.1 points
+behind at 8192x14336 (fifty-fourth session, BENCHMARKS.md). The blocks layout's ring is untimed on an H200.
 
 GPU only (Hopper, sm_90, Triton 3.6, as `gluon_gemm`); 128-token output groups from input groups that are whole
 multiples of the program's columns; `runs` and `runs_blocks` send anything else to the Triton kernels.

@@ -50,8 +50,8 @@ def test_ring_refuses_rows_cp_async_cannot_copy(requantize, fmt):
 @pytest.mark.parametrize("requantize, fmt", [(gluon_requant.requantize_tokens_transposed, "fp8_group_tokens"),
                                              (gluon_requant.requantize_blocks_transposed, "fp8_block_weight")])
 def test_auto_runs_the_ring_wherever_cp_async_copies_the_rows(requantize, fmt, monkeypatch):
-    """On any card Triton's Gluon runs on: the ring led behind the dgrad GEMM on an H100 and on the H200
-    (module docstring)."""
+    """On any card Triton's Gluon runs on: the ring led on the H200 (behind one tile a program) and on an H100
+    behind the dgrad GEMM that precedes it in a backward (module docstring)."""
     launches = []
 
     class Kernel:

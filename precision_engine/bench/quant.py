@@ -298,23 +298,28 @@ def run(*, reps: int = 40, warmup: int = 5, sweep: bool = False, only: tuple[str
         if only and not any(part in kernel for part in only):
             continue
         sets = rotation(lambda: (make_inputs(), copy_buffers(nbytes)), 2 * nbytes)
-        _, times = time_cuda_turns([lambda _, buffers: _copy(*buffers), lambda inputs, _, f=fn: f(*inputs)],
-                                   warmup=warmup, reps=reps, inputs_rotation=sets)
-        ms = median(times)
+        ms = _ms_behind(lambda buffers: _copy(*buffers), fn, sets, warmup=warmup, reps=reps)
         del sets
         rate = gbps(nbytes, ms)
         rows.append({"kernel": kernel, "shape": list(shape), "ms": round(ms, 4), "gbps": round(rate, 1),
                      "pct_copy": round(100 * rate / copy_gbps, 1), "bytes": nbytes})
         if in_backward(kernel):
-            before = dgrad(*shape)
-            sets = rotation(make_inputs, nbytes)
-            _, times = time_cuda_turns([lambda _: before(), lambda inputs, f=fn: f(*inputs)], warmup=warmup,
-                                       reps=reps, inputs_rotation=[(inputs,) for inputs in sets])
-            del sets, before
-            rows[-1]["pct_copy_behind_dgrad"] = round(100 * gbps(nbytes, median(times)) / copy_gbps, 1)
+            dx = dgrad(*shape)
+            sets = rotation(lambda: (make_inputs(), None), nbytes)
+            behind_ms = _ms_behind(lambda _: dx(), fn, sets, warmup=warmup, reps=reps)
+            del sets, dx
+            rows[-1]["pct_copy_behind_dgrad"] = round(100 * gbps(nbytes, behind_ms) / copy_gbps, 1)
         if on_row:
             on_row(rows[-1], rows)
     return rows
+
+
+def _ms_behind(before: Callable, fn: Callable, sets: list[tuple], *, warmup: int, reps: int) -> float:
+    """Median ms of `fn(*inputs)` over `sets` of (inputs, context), in turns with `before(context)` run ahead of it
+    on every call (`run`: a copy of its bytes, or the dgrad)."""
+    _, times = time_cuda_turns([lambda _, context: before(context), lambda inputs, _: fn(*inputs)], warmup=warmup,
+                               reps=reps, inputs_rotation=sets)
+    return median(times)
 
 
 def table_header(env: dict, copy_gbps: float) -> str:

@@ -23,6 +23,7 @@ from precision_engine.errors import (ModelError, NonFiniteError, OperandError, P
 EXIT_OK = 0  # valid / same / the promise holds
 EXIT_VERDICT = 1  # invalid (validate, plan), different (diff), the promise is broken (check)
 EXIT_ERROR = 2  # a usage error or a failure: bad flags, an unknown model, a refusal, out of memory, a crash
+EXIT_PIPE_CLOSED = 141  # stdout's reader went away (`| head`): the verb stops quietly, as one SIGPIPE kills would
 
 # Verbs whose verdict is the policy's validity: there a PolicyError IS the answer "invalid". Everywhere else
 # (diff, check, export, bench) a policy that does not load is trouble, and 1 would claim "different" or "broken".
@@ -91,6 +92,14 @@ def _quiet_libraries() -> None:
         logging.disable_progress_bar()
 
 
+def _point_stdout_at_devnull() -> None:
+    """After the pipe closed, so that the interpreter's last flush of stdout does not fail again on the way out."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (a test's runner captures it): nothing will flush into a pipe
+        pass
+
+
 def _first_line(err: BaseException) -> str:
     return next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
 
@@ -105,6 +114,9 @@ class _ErrorsAsExitCodes(TyperGroup):
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise  # a verb's verdict (typer.Exit), --help, and the parser's own usage errors (exit 2) pass through
+        except BrokenPipeError:
+            _point_stdout_at_devnull()
+            raise typer.Exit(EXIT_PIPE_CLOSED) from None
         except Exception as err:  # noqa: BLE001 (the one place that turns any failure into an exit status)
             if os.environ.get("PRECISION_TRACEBACK"):
                 raise

@@ -220,10 +220,11 @@ def _sampled_row(plan, model: str, *, samples: int, gen: int, seed: int, device:
 
 
 def _render_check(report, sampled: dict | None, top: int, random_weights: bool) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    from precision_engine.cli.console import VerbConsole
+
+    console = VerbConsole(width=None if sys.stdout.isatty() else 160, highlight=False)
     promise = "identical in every module" if report.plan_identical else (
         f"differs in {len(report.differing_modules)} modules"
     )

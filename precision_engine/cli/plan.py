@@ -33,10 +33,10 @@ WideOpt = Annotated[bool, typer.Option("--wide", help="The full table: every ope
 
 
 def _console(wide: bool = False):
-    from rich.console import Console
+    from precision_engine.cli.console import VerbConsole
 
     # The full table is wide when piped or captured, so module names and formats are never cut mid-table.
-    return Console(width=None if sys.stdout.isatty() or not wide else 200, highlight=False)
+    return VerbConsole(width=None if sys.stdout.isatty() or not wide else 200, highlight=False)
 
 
 def _policies(arguments: list[str] | None, options: list[str] | None, count: tuple[int, int]) -> list[str]:

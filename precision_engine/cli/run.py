@@ -209,10 +209,11 @@ class _Progress:
     """A rich progress bar with a live line: reward, held-out accuracy, mismatch and tokens/s."""
 
     def __init__(self, total: int, label: str) -> None:
-        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = Console(stderr=True)
+        from precision_engine.cli.console import VerbConsole
+
+        self.console = VerbConsole(stderr=True)
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TimeElapsedColumn(), TextColumn("{task.fields[line]}"), console=self.console)
         self._task = self._bar.add_task(label, total=total, line="")

@@ -1,11 +1,16 @@
 """The exit-status table (cli.app.EXIT_CODES) through typer's CliRunner, for every verb: 0 ok/same, 1 only a
-verdict (invalid, different, promise broken), 2 a usage error or a failure; a crash or out-of-memory never 1."""
+verdict (invalid, different, promise broken), 2 a usage error or a failure; a crash or out-of-memory never 1;
+141 when stdout's reader went away."""
+
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from precision_engine.cli.app import EXIT_ERROR, EXIT_OK, EXIT_VERDICT, app
+from precision_engine.cli.app import EXIT_ERROR, EXIT_OK, EXIT_PIPE_CLOSED, EXIT_VERDICT, app
 
 runner = CliRunner()
 BAD_KERNEL = "rules.unified[1].linear.weight={dtype: float8_e4m3, granularity: block, block: [128, 256]}"
@@ -88,3 +93,23 @@ def test_a_crash_never_exits_1(verb, crash, monkeypatch, tmp_path):
         assert "error: out of memory" in result.output
     else:
         assert "internal error, RuntimeError: a bug" in result.output and "PRECISION_TRACEBACK=1" in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["validate", "jetrl_unified"],  # typer.echo
+    ["plan", "jetrl_unified", "-m", "tiny-llama"],  # the plan's rich console
+    ["plan", "jetrl_unified", "-m", "tiny-qwen3-moe", *FP8_EXPERTS],  # a verdict of 1, never reached
+    ["diff", "jetrl_unified", "bf16_baseline", "--json"],
+], ids=["validate", "plan", "plan-invalid", "diff-json"])
+def test_a_closed_stdout_ends_the_verb_quietly_with_141_never_a_verdict(args):
+    """`precision plan ... | head -1`: the reader goes away before the verb writes. Rich alone would exit 1 (a
+    verdict) and typer.echo's BrokenPipeError would read "internal error"; ~3 s a case (a fresh interpreter)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-c", "from precision_engine.cli.app import main; main()", *args],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert done.returncode == EXIT_PIPE_CLOSED, done.stderr
+    assert done.stderr == ""

@@ -1,0 +1,15 @@
+"""The rich console every verb prints its tables and progress through.
+
+Rich ends a print into a closed pipe (`precision plan ... | head`) with exit status 1, which is a verdict here
+(`app.EXIT_VERDICT`: invalid, different). This console raises the BrokenPipeError instead, so the app ends a closed
+stdout one way for every writer, typer's and rich's alike (`app.EXIT_PIPE_CLOSED`).
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+
+class VerbConsole(Console):
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError("the reader of this output went away")

@@ -86,7 +86,7 @@ def _load(path: Path, chain: list[Path], diagnostics: list[Diagnostic], loaded: 
     """`path` as the user wrote it (for messages); `chain` the resolved files that led here (for cycles);
     `loaded` every base loaded so far for this policy (for MAX_EXTENDS_FILES)."""
     name = display_name(path)
-    text, problems = read_policy_text(path)
+    text, problems = read_policy_text(path, name)
     diagnostics.extend(problems)
     if text is None:
         return None, SourceMap()

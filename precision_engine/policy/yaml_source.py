@@ -91,27 +91,28 @@ class SourceMap:
         return Diagnostic(severity, message, loc.file, loc.line, loc.column, format_path(path), hint)
 
 
-def read_policy_text(path: Path) -> tuple[str | None, list[Diagnostic]]:
-    """The file's text, or a diagnostic when it is not a regular file, is too large, or is not UTF-8.
+def read_policy_text(path: Path, file: str) -> tuple[str | None, list[Diagnostic]]:
+    """The file's text, or a diagnostic on `file` (the name the user knows it by, as every other diagnostic of
+    this file gives it) when it is not a regular file, is too large, or is not UTF-8.
 
     st_size is not trusted (procfs reports 0 for endless files): reading stops after MAX_BYTES + 1 bytes, and
     the file is opened non-blocking and checked to be regular first, so a FIFO or device never hangs us.
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-        with os.fdopen(fd, "rb") as file:
+        with os.fdopen(fd, "rb") as stream:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None, [Diagnostic("error", "not a regular file", str(path))]
-            data = file.read(MAX_BYTES + 1)
+                return None, [Diagnostic("error", "not a regular file", file)]
+            data = stream.read(MAX_BYTES + 1)
     except OSError as err:
-        return None, [Diagnostic("error", f"cannot read: {err.strerror or err}", str(path))]
+        return None, [Diagnostic("error", f"cannot read: {err.strerror or err}", file)]
     if len(data) > MAX_BYTES:
         return None, [Diagnostic("error", f"file is larger than {MAX_BYTES} bytes; policies are limited to "
-                                 f"{MAX_BYTES} bytes", str(path))]
+                                 f"{MAX_BYTES} bytes", file)]
     try:
         return data.decode("utf-8"), []
     except UnicodeDecodeError as err:
-        return None, [Diagnostic("error", f"not UTF-8 text ({err.reason} at byte {err.start})", str(path))]
+        return None, [Diagnostic("error", f"not UTF-8 text ({err.reason} at byte {err.start})", file)]
 
 
 def _unreadable(text: str, file: str) -> Diagnostic | None:

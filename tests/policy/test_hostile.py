@@ -217,7 +217,7 @@ def test_reads_stop_at_the_byte_cap_whatever_st_size_says():
     """/proc/self/pagemap reports st_size 0 and reads on for gigabytes: reading stops after MAX_BYTES + 1."""
     assert Path("/proc/self/pagemap").stat().st_size == 0
     start = time.perf_counter()
-    text, (problem,) = read_policy_text(Path("/proc/self/pagemap"))
+    text, (problem,) = read_policy_text(Path("/proc/self/pagemap"), "pagemap")
     assert text is None and f"larger than {MAX_BYTES} bytes" in problem.message
     assert time.perf_counter() - start < 2
 
@@ -305,3 +305,15 @@ def test_an_inherited_name_is_never_located_in_the_base(tmp_path):
     result = check_policy(tmp_path / "child.yaml")
     assert result.policy.name == "child" and result.policy.resolved["name"] == "child"
     assert not any("jetrl_unified.yaml" in str(d) for d in result.diagnostics)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe binary", b"a: " + b"x" * MAX_BYTES], ids=["not-utf8", "too-large"])
+def test_an_unreadable_policy_is_named_as_the_user_knows_it_and_not_as_a_base_of_itself(content, tmp_path,
+                                                                                        monkeypatch):
+    """Given by its absolute path from the directory it sits in: one line on `bad.yaml`, as every other
+    diagnostic of the file names it (the read's diagnostics named "/abs/bad.yaml", "(in a base of bad.yaml)")."""
+    (tmp_path / "bad.yaml").write_bytes(content)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["validate", str(tmp_path / "bad.yaml")])
+    first = result.output.splitlines()[0]
+    assert result.exit_code == 1 and first.startswith("bad.yaml: error: ") and "base" not in first, result.output

@@ -55,12 +55,12 @@ def test_empty_document_is_none_without_problems():
 def test_oversized_file_is_refused_before_parsing(tmp_path):
     path = tmp_path / "big.yaml"
     path.write_text("a: " + "x" * MAX_BYTES)
-    text, problems = read_policy_text(path)
+    text, problems = read_policy_text(path, path.name)
     assert text is None and "limited to 1048576 bytes" in problems[0].message
 
 
 def test_non_utf8_file_is_reported(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes("name: caf\xe9\n".encode("latin-1"))
-    text, problems = read_policy_text(path)
+    text, problems = read_policy_text(path, path.name)
     assert text is None and problems[0].message.startswith("not UTF-8 text")

@@ -228,6 +228,10 @@ class _Checker:
         if calibrate != "never" and dtype in ("bf16", "fp16", "fp32"):
             self.warning(("kv_cache", "calibrate"), f"calibrate '{calibrate}' has no effect on a {dtype} KV cache",
                          "set `dtype: float8_e4m3` or `calibrate: never`")
+        if dtype == "float8_e5m2":  # the schema names SGLang's dtypes; every KV path here stores E4M3
+            self.error(("kv_cache", "dtype"), "the FP8 KV cache is float8_e4m3 only (the engine's cache, its "
+                       "calibration and the scales SGLang loads)", "set `dtype: float8_e4m3`")
+            return
         # a dtype that is not a string is the schema's error to report
         if calibrate == "never" and isinstance(dtype, str) and dtype.startswith("float8"):
             self.warning(("kv_cache", "dtype"), "an FP8 KV cache that is never calibrated keeps scales of 1.0 "

@@ -138,7 +138,7 @@ class KVCacheCalibrator:
         if not spec.is_fp8:
             raise UsageError("the policy's kv_cache is not FP8: nothing to calibrate")
         if spec.dtype is not DType.FLOAT8_E4M3:
-            raise UnsupportedError("SGLang's FP8 KV cache is float8_e4m3 only")
+            raise UnsupportedError("the FP8 KV cache is float8_e4m3 only (validate refuses float8_e5m2)")
         self.spec = spec
         self.input_ids = input_ids
         self.attention_mask = attention_mask

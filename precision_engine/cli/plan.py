@@ -160,6 +160,8 @@ def diff(
 def render_narrow(console, compiled, phases) -> None:
     """The plan in 80 columns: per phase, one line per group of modules with the same numerics (every format
     named, as in `diff`), the modules under it, and whether each matches the other phase."""
+    from rich.text import Text
+
     from precision_engine.compile.render import collapse, numerics_label, policy_lines, verdict_lines
 
     for phase in phases:
@@ -170,11 +172,11 @@ def render_narrow(console, compiled, phases) -> None:
             key = (numerics_label(mp, phase), mp.rule or "(default)", compiled.identical(mp.module.name))
             groups.setdefault(key, []).append(mp.module.name)
         for (label, rule, same), names in groups.items():
-            verdict = "yes" if same else "[bold red]NO[/]"
+            verdict = Text("yes") if same else Text("NO", style="bold red")
             *formats, compute, kernel = label.split(" · ") if " · " in label else (label, "", "")
             details = f"{compute} compute, kernel {kernel}, " if kernel else ""
             console.print(f"  {' · '.join(formats)}", highlight=False, markup=False)
-            console.print(f"    {details}rule {rule}, = {other}: {verdict}", highlight=False)
+            console.print(Text(f"    {details}rule {rule}, = {other}: ") + verdict, highlight=False)
             for name, count, _ in collapse([(name, None) for name in names]):
                 console.print(f"      {name}" + (f" x{count}" if count > 1 else ""), highlight=False, markup=False)
         share = compiled.fp8_flop_share(phase)

@@ -168,3 +168,16 @@ def test_plan_shows_the_policys_own_warnings(tmp_policy):
     assert result.exit_code == 0  # warnings do not fail a plan
     data = json.loads(result.stdout)
     assert [(d["severity"], d["key_path"]) for d in data["diagnostics"]] == [("warning", "kv_cache.calibrate")]
+
+
+def test_brackets_in_the_users_text_are_printed_as_written(tmp_path, monkeypatch):
+    """Rich read `[...]` as markup and dropped it: `--set ...match=[x]` printed as `...match=`, a file
+    `[red]p.yaml` as `p.yaml`. The verbs' console prints text as written; only `NO` is styled (a Text)."""
+    (tmp_path / "[red]p.yaml").write_text("extends: jetrl_unified\nname: p\n")
+    monkeypatch.chdir(tmp_path)
+    override = run("diff", "jetrl_unified", "--set", "rules.unified[0].match=[x]")
+    assert override.exit_code == 1 and "match=[x]" in " ".join(override.output.split()), override.output
+    named = run("diff", "[red]p.yaml", "bf16_baseline")
+    assert named.exit_code == 1 and "([red]p.yaml -> bf16_baseline)" in named.output, named.output
+    plan = run("plan", "fp8rl_rollout_tis", "-m", "tiny-llama", "--phase", "rollout")
+    assert plan.exit_code == 0 and "= train: NO" in plan.output and "[bold red]" not in plan.output, plan.output

@@ -59,6 +59,19 @@ def test_diagnostics_point_at_the_flag_or_at_the_file(monkeypatch):
                                          "mean 'cublas'?)")
 
 
+def test_a_required_key_a_flag_removed_is_located_at_the_flag(tmp_path, monkeypatch):
+    """The file has `rules` and `formats.w8.dtype`; the flags took them away, so the flags are to blame."""
+    (rules,) = check_policy("jetrl_unified", ["rules=null"]).diagnostics
+    assert (rules.file, rules.message) == ("--set rules=null", "missing required key 'rules'")
+    dtype = check_policy("jetrl_unified", ["formats.w8.dtype=null"]).diagnostics[0]
+    assert (dtype.file, dtype.key_path) == ("--set formats.w8.dtype=null", "formats.w8")
+    (tmp_path / "no_version.yaml").write_text("name: x\nrules: {a: [{match: ['*'], compute: bf16}]}\n"
+                                              "phases: {train: a, rollout: a}\n")
+    monkeypatch.chdir(tmp_path)
+    (version,) = check_policy("no_version.yaml").diagnostics  # never there: the file, as before
+    assert (version.file, version.line, version.message) == ("no_version.yaml", 1, "missing required key 'version'")
+
+
 def test_keys_created_by_a_flag_are_located_at_the_flag():
     # bf16_baseline has no `correction`: a warning about the one the flag creates must not point into the file
     (warning,) = check_policy("bf16_baseline", ["correction.importance_sampling.threshold=3"]).diagnostics

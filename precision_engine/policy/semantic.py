@@ -134,11 +134,14 @@ class _Checker:
 
     def linear(self, path: tuple, linear: dict) -> None:
         formats: dict[str, dict | None] = {}
+        unresolved = set()  # reported already (unknown name, no dtype): no follow-on errors that call them unset
         for operand in _OPERANDS:
             ref = linear.get(operand)
             if ref is None:
                 continue
             fmt = resolve_format(ref, self.data)
+            if fmt is None or not isinstance(fmt.get("dtype"), str):
+                unresolved.add(operand)
             if fmt is None:
                 if isinstance(ref, str) and ref not in _dict(self.data.get("formats")):  # else the schema said it
                     names = format_names(self.data)
@@ -149,6 +152,8 @@ class _Checker:
             if isinstance(ref, dict):
                 self.format_shape(path + (operand,), ref)
             self.operand_role(path + (operand,), operand, fmt, ref)
+        if unresolved & {"weight", "input"}:
+            return
         weight, act = formats.get("weight"), formats.get("input")
         if weight is not None and act is not None and is_fp8(weight) != is_fp8(act):
             scheme = "W8A16" if is_fp8(weight) else "W16A8"

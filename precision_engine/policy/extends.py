@@ -156,6 +156,8 @@ def _resolve(ref: str, base_dir: Path) -> tuple[Path | None, str, str]:
         shipped = shipped_policies()
         return None, f"is not a shipped policy; shipped: {', '.join(shipped)}", (
             did_you_mean(ref, shipped) or "a path must contain '/' or end in .yaml, e.g. ./base.yaml")
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", ref):
+        return None, "is a URL; extends reads files beside the policy, never the network", _PATH_HINT
     if os.path.isabs(ref) or ref.startswith(("/", "\\", "~")) or PureWindowsPath(ref).drive:
         return None, "is an absolute path", _PATH_HINT
     if ".." in re.split(r"[/\\]", ref):

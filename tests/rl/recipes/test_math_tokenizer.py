@@ -94,3 +94,13 @@ def test_hf_adapter_errors_name_the_directory(tmp_path):
     pytest.importorskip("transformers")
     with pytest.raises(ModelError, match=f"{tmp_path}: cannot load a tokenizer"):
         HFTokenizer(tmp_path)
+
+
+def test_a_name_that_is_no_directory_is_refused_in_one_line_without_the_hubs_advice():
+    """`precision run --model tiny-llama`: transformers took the name for a hub id and answered with three
+    lines about the internet; a run's model is a local directory, and the error says so."""
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelError) as refused:
+        HFTokenizer("tiny-llama")
+    message = str(refused.value)
+    assert message.startswith("tiny-llama: not a directory") and "\n" not in message and "internet" not in message

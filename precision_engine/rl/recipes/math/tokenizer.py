@@ -89,10 +89,14 @@ class HFTokenizer:
     def __init__(self, directory: str | Path, prompt_template: str = "Question: {prompt}\nAnswer:") -> None:
         from transformers import AutoTokenizer
 
+        if not Path(directory).is_dir():  # else transformers takes it for a hub id and talks of the internet
+            raise ModelError(f"{directory}: not a directory; a run's model is a local Hugging Face model directory "
+                             "(config, weights, tokenizer), not a built-in architecture or a hub id")
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
         except (OSError, ValueError) as err:
-            raise ModelError(f"{directory}: cannot load a tokenizer from it ({err})") from None
+            first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            raise ModelError(f"{directory}: cannot load a tokenizer from it ({first})") from None
         if self._tokenizer.eos_token_id is None:
             raise ModelError(f"{directory}: the tokenizer has no eos token, so generation could not stop")
         self.prompt_template = prompt_template

@@ -25,6 +25,7 @@ def server_args(policy: Policy, model_dir: str | Path, tp: int = 1) -> list[str]
         raise UsageError(f"--tp must be >= 1, got {tp}")
     model_dir = Path(model_dir).expanduser()
     config = _read_config(model_dir)
+    _check_tp(config, tp, model_dir)
     plan = _plan(policy, model_dir)
     numerics = check_rollout(plan)
     gemms = [m.module.name for m in plan.phases[ROLLOUT].modules if m.module.kind.is_gemm]
@@ -67,6 +68,20 @@ def _read_config(model_dir: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"{path}: not a readable config.json ({err})") from None
+
+
+def _check_tp(config: dict, tp: int, model_dir: Path) -> None:
+    """SGLang splits the attention heads over the TP ranks, and the KV heads too or replicates them: a size that
+    does neither fails at server start, after the weights load."""
+    text = config.get("text_config") or config
+    heads, kv_heads = text.get("num_attention_heads"), text.get("num_key_value_heads") or text.get(
+        "num_attention_heads")
+    if not isinstance(heads, int) or not isinstance(kv_heads, int):
+        return  # not a decoder config this check can read; the plan below says what is wrong with it
+    if heads % tp or (kv_heads % tp and tp % kv_heads):
+        sizes = [n for n in range(1, heads + 1) if not heads % n and not (kv_heads % n and n % kv_heads)]
+        raise UsageError(f"{model_dir}: --tp {tp} does not split its {heads} attention heads and {kv_heads} KV "
+                         f"heads over the ranks (hint: --tp {' / '.join(map(str, sizes))})")
 
 
 def _check_export(config: dict, numerics: RolloutNumerics, gemms: list[str], model_dir: Path) -> None:

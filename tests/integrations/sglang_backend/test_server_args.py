@@ -65,3 +65,13 @@ def test_rollout_formats_sglang_cannot_run_are_refused():
     policy = load_policy("jetrl_unified", overrides=[pow2])
     with pytest.raises(UnsupportedError, match="takes input as 1x128 e4m3 groups along K.*UE8M0"):
         check_rollout(compile_plan(policy, load_inventory("tiny-llama")))
+
+
+def test_a_tp_size_that_does_not_split_the_heads_is_refused_before_the_server_starts(tmp_path):
+    """tiny-llama: 4 attention heads, 2 KV heads. --tp 4 replicates the KV heads (SGLang does); 3 and 8 fail."""
+    out = _export(tmp_path, "jetrl_unified")
+    assert server_args(load_policy("jetrl_unified"), out, tp=4)[3] == "4"
+    for tp in (3, 8):
+        with pytest.raises(UsageError, match=f"--tp {tp} does not split its 4 attention heads and 2 KV heads.*"
+                                             "hint: --tp 1 / 2 / 4"):
+            server_args(load_policy("jetrl_unified"), out, tp=tp)

@@ -14,7 +14,8 @@ from precision_engine.cli.options import PolicyOpt, SetOpt
 from precision_engine.errors import UsageError
 
 RecipeOpt = Annotated[str, typer.Option("--recipe", "-r", help="The task and its reward: math.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of data order, warm-up, sampling: same seed, same run.")]
+SeedOpt = Annotated[int, typer.Option("--seed", min=0, max=2**63 - 1,
+                                      help="Seed of data order, warm-up, sampling: same seed, same run.")]
 StepsOpt = Annotated[int, typer.Option("--steps", help="GRPO steps (one rollout batch and one update each).")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda.")]
 ModelOpt = Annotated[
@@ -49,7 +50,8 @@ def run(
     recipe: RecipeOpt = "math",
     out: Annotated[Optional[Path], typer.Option("--out", "-o", show_default=False,
                                                 help="The run directory (default: runs/<policy>-seed<seed>).")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last checkpoint.")]
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last checkpoint, under "
+                                         "the policy and flags it was started with (--steps may change).")]
     = False,
     backend: Annotated[str, typer.Option("--backend", help="builtin (this machine) or verl (Ray + FSDP + SGLang).")]
     = "builtin",
@@ -75,7 +77,9 @@ def run(
 
     The built-in backend samples with the rollout engine (the policy's rollout numerics, FP8 KV cache included)
     and trains the policy's training-phase model; the run directory holds the resolved policy, the plan,
-    metrics.jsonl, checkpoints and, at the end, the report. Kill it at any moment and --resume continues exactly.
+    metrics.jsonl, checkpoints and, at the end, the report. Kill it at any moment and --resume continues exactly:
+    pass the policy and flags the run was started with (a different one is refused), or a larger --steps to train
+    longer.
 
     Examples:
 
@@ -83,7 +87,7 @@ def run(
 
       precision run -p fp8rl_rollout_tis -r math --seed 1 --out runs/tis-1
 
-      precision run -p jetrl_unified -r math --out runs/tis-1 --resume
+      precision run -p fp8rl_rollout_tis -r math --seed 1 --out runs/tis-1 --resume
 
       precision run --backend verl -p jetrl_unified -r math --dry-run actor_rollout_ref.model.path=/models/llama
     """
@@ -142,7 +146,8 @@ def ablate(
 ) -> None:
     """Run several policies with the same seed, data and model, then write one comparison table and plots.
 
-    A policy whose run already finished in OUT is not run again; an unfinished one resumes.
+    A policy whose run already finished in OUT is not run again; an unfinished one resumes. A run in OUT made
+    with another policy document or other flags is refused before anything runs: pass the same flags, or a new --out.
 
     Examples:
 

@@ -10,7 +10,8 @@
 
 Resume is exact: the model, optimizer, FP8 KV scales and data position come from the last checkpoint, and every
 random draw after it is a function of (seed, step), so a resumed run logs the same rows and ends with the same
-weights as one that was never interrupted.
+weights as one that was never interrupted. So it continues a run only under the policy and settings recorded
+when it started (RESUMABLE lists the few it may change), checked before the warm-up, as is a new run's --out.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from operator import attrgetter
 from pathlib import Path
 
 import torch
@@ -31,12 +33,31 @@ from precision_engine.pipeline import compile_for_model, prepare
 from precision_engine.policy.model import Policy
 from precision_engine.rl.evaluate import greedy_accuracy
 from precision_engine.rl.recipes.math import MathRecipe, load_problems, load_tokenizer, reward
-from precision_engine.rl.runs import RunDir, resume_run, save_checkpoint, write_ablation, write_report
+from precision_engine.rl.runs import (RunDir, check_same_run, list_checkpoints, resume_run, save_checkpoint,
+                                      write_ablation, write_report)
 from precision_engine.rl.trainer import GRPOConfig, GRPOTrainer
-from precision_engine.rl.warmup import WarmupConfig, warmed_up_model
+from precision_engine.rl.warmup import WARMUP_INFO, WarmupConfig, warmed_up_model
 
 RECIPES = ("math",)
+MAX_SEED = 2**63 - 1  # a signed 64-bit integer, as the generators' seeds derived from it (_step_seed)
+# Settings a resumed run may change: how far it trains (--steps, e.g. raised to train longer; never below its last
+# checkpoint), how often it checkpoints, and the device (a checkpoint loads on either). Every other setting decides
+# what the steps compute or when they evaluate, so changing it would mix two runs in one record.
+RESUMABLE = ("steps", "checkpoint_every", "device")
 StepCallback = Callable[[int, dict], None]
+
+# The CLI flag of a setting, named in messages next to RunConfig's field (cli/run.py defines the flags).
+_FLAGS = {
+    "recipe": "--recipe", "seed": "--seed", "steps": "--steps", "eval_every": "--eval-every",
+    "heldout_size": "--heldout-size", "mix": "--mix", "model": "--model",
+    "train_data": "--data", "heldout_data": "--heldout", "device": "--device",
+    "grpo.prompts_per_step": "--prompts", "grpo.samples_per_prompt": "--samples",
+}
+_MINIMUMS = {"steps": 1, "eval_every": 1, "checkpoint_every": 1, "heldout_size": 1, "grpo.prompts_per_step": 1,
+             "grpo.samples_per_prompt": 2}
+_WHY = {"grpo.samples_per_prompt": " (GRPO's advantage is a sample's reward minus its group's mean: with one sample "
+                                   "per prompt it is always 0 and nothing is learned)"}
+_PATHS = ("model", "train_data", "heldout_data")  # recorded absolute, so a resume from elsewhere compares them
 
 
 @dataclass(frozen=True)
@@ -61,9 +82,13 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.recipe not in RECIPES:
             raise UsageError(f"unknown recipe {self.recipe!r}; available: {', '.join(RECIPES)}")
-        for name in ("steps", "eval_every", "checkpoint_every", "heldout_size"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"{_setting('seed')} must be in 0 .. 2**63-1, got {self.seed}")
+        for name, minimum in _MINIMUMS.items():
+            value = attrgetter(name)(self)
+            if value < minimum:
+                why = _WHY.get(name, "")
+                raise UsageError(f"{_setting(name)} must be >= {minimum}, got {value}{why}")
 
 
 def run(
@@ -75,7 +100,11 @@ def run(
     on_step: StepCallback = lambda step, row: None,
     log: Callable[[str], None] = lambda _: None,
 ) -> RunDir:
-    """Train `policy` per `config` in run directory `out` (continue it with `resume`); returns the run."""
+    """Train `policy` per `config` in run directory `out` (continue it with `resume`); returns the run.
+
+    `resume` refuses (UsageError) a policy or setting other than those the run was started with, except for
+    RESUMABLE ones, which run.json then records; --out and the resume are checked before the warm-up."""
+    resumed = _check_out(policy, config, out, resume=resume)
     recipe = MathRecipe(seed=config.seed, train_size=config.train_size, heldout_size=config.heldout_size,
                         mix=config.mix)
     train, heldout = _problems(recipe, config)
@@ -93,10 +122,10 @@ def run(
     trainer = GRPOTrainer(model, plan, policy, tokenizer, reward, config.grpo, calibrator=ready.calibrator)
     order = DataOrder(len(train), config.seed)
 
-    settings = {**asdict(config), "model": model_dir, "policy": policy.name}
-    if resume:
-        run_dir = RunDir.open(out)
-        checkpoint = resume_run(run_dir, model=model, optimizer=trainer.optimizer)
+    settings = {**_settings(config), "model_dir": str(Path(model_dir).absolute()), "policy": policy.name}
+    if resumed is not None:
+        run_dir = resumed
+        checkpoint = resume_run(run_dir, model=model, optimizer=trainer.optimizer, config=settings)
         start = 1 if checkpoint is None else checkpoint.step + 1
         if checkpoint is not None:
             order = DataOrder.from_state(checkpoint.data_state, len(train), config.seed)
@@ -134,21 +163,22 @@ def ablate(
     log: Callable[[str], None] = lambda _: None,
 ) -> list[Path]:
     """Run each policy with the same seed, data and model into `out/<policy>/`, then write the comparison.
-    A policy whose run directory already holds a finished run is not run again."""
+    A policy whose run directory already holds a finished run is not run again, an unfinished one resumes; one
+    made with another policy document or other settings is refused before any run starts."""
     names = [p.name for p in policies]
     if len(set(names)) != len(names):
         raise UsageError(f"ablate: policies must have distinct names, got {', '.join(names)}")
     out = Path(out)
-    runs = []
-    for policy in policies:
-        target = out / policy.name
+    targets = [out / policy.name for policy in policies]
+    resumes = [(target / "run.json").is_file() for target in targets]
+    for policy, target, resume in zip(policies, targets, resumes):
+        _check_out(policy, config, target, resume=resume)
+    for policy, target, resume in zip(policies, targets, resumes):
         if _finished(target, config.steps):
             log(f"{policy.name}: finished run found in {target}, not run again")
         else:
-            resume = (target / "run.json").is_file()
             run(policy, config, target, resume=resume, on_step=partial(on_step, policy.name), log=log)
-        runs.append(target)
-    return write_ablation(runs, out)
+    return write_ablation(targets, out)
 
 
 class DataOrder:
@@ -180,6 +210,50 @@ class DataOrder:
         permutation = list(range(self.size))
         random.Random(f"data:{self.seed}:{epoch}").shuffle(permutation)
         return permutation
+
+
+def _check_out(policy: Policy, config: RunConfig, out: str | Path, *, resume: bool) -> RunDir | None:
+    """The run to continue in `out`, checked to be this policy's and settings' (the one check of `run` and
+    `ablate`), or None after checking that a new run may start there. Cheap: called before the warm-up."""
+    if not resume:
+        RunDir.check_new(out)
+        return None
+    run_dir = RunDir.open(out)
+    check_same_run(run_dir, policy=policy, config=_settings(config), recorded=_recorded_settings(run_dir),
+                   may_change=(*RESUMABLE, "model_dir"), labels=_FLAGS)
+    checkpoints = list_checkpoints(run_dir)
+    done = int(checkpoints[-1].name.removeprefix("step_")) if checkpoints else 0
+    if config.steps < done:
+        raise UsageError(f"{_setting('steps')} {config.steps}: {run_dir.path} has a checkpoint at step {done} "
+                         f"already; pass --steps {done} or more to continue it")
+    return run_dir
+
+
+def _settings(config: RunConfig) -> dict:
+    """What run.json records as the run's settings: RunConfig's fields, the user's files as absolute paths;
+    `model` None stands for the recipe's warmed-up model (`model_dir` is added with the directory it resolved to)."""
+    settings = asdict(config)
+    for key in _PATHS:
+        if settings[key] is not None:
+            settings[key] = str(Path(settings[key]).expanduser().absolute())
+    return settings
+
+
+def _recorded_settings(run_dir: RunDir) -> dict:
+    """run.json's settings in `_settings`' form. Runs recorded before `model_dir` existed hold the resolved model
+    directory in `model`: a warm-up cache entry there was the recipe's own model."""
+    recorded = dict(run_dir.info.get("config", {}))
+    for key in _PATHS:
+        if isinstance(recorded.get(key), str):
+            recorded[key] = str(Path(recorded[key]).expanduser().absolute())
+    if "model_dir" not in recorded and recorded.get("model") and (Path(recorded["model"]) / WARMUP_INFO).is_file():
+        recorded["model"] = None
+    return recorded
+
+
+def _setting(name: str) -> str:
+    """A RunConfig field as messages name it: with its CLI flag where it has one."""
+    return f"{name} ({_FLAGS[name]})" if name in _FLAGS else name
 
 
 def _problems(recipe: MathRecipe, config: RunConfig):

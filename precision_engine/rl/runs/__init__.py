@@ -12,6 +12,7 @@ resume, the report and the ablation table. Independent of the trainer: it stores
 
     # --resume: restores model, optimizer and RNG streams, drops metric rows after the checkpoint
     run = RunDir.open(out)
+    check_same_run(run, policy=policy, config={"seed": 0})      # refuses another policy or settings, before any work
     checkpoint = resume_run(run, model=model, optimizer=opt, generators={"sampler": gen})
     start = 1 if checkpoint is None else checkpoint.step + 1
 """
@@ -27,7 +28,7 @@ from precision_engine.rl.runs.checkpoint import (
 )
 from precision_engine.rl.runs.metrics import MetricsLog
 from precision_engine.rl.runs.report import METRICS, PLOTS, summarize, write_report
-from precision_engine.rl.runs.resume import resume_run
+from precision_engine.rl.runs.resume import check_same_run, resume_run
 from precision_engine.rl.runs.run_dir import RunDir, versions
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "Checkpoint",
     "MetricsLog",
     "RunDir",
+    "check_same_run",
     "list_checkpoints",
     "load_checkpoint",
     "load_latest_checkpoint",

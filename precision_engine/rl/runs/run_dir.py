@@ -69,16 +69,11 @@ class RunDir:
         the JSON form of the compiled plan (compile.render.plan_to_dict); `command` defaults to sys.argv;
         `config` holds the run's own settings (seed, steps, recipe ...) for report and ablate to show.
         """
-        path = Path(path).expanduser().absolute()
-        if path.is_dir() and any(path.iterdir()):
-            hint = "pass --resume to continue it" if (path / RUN_FILE).is_file() else "choose an empty --out"
-            raise RunError(f"{path} is not empty (hint: {hint})")
-        if path.exists() and not path.is_dir():
-            raise RunError(f"{path} exists and is not a directory")
+        path = cls.check_new(path)
         path.mkdir(parents=True, exist_ok=True)
         document = dict(policy.resolved) if isinstance(policy, Policy) else dict(policy)
         argv = list(sys.argv if command is None else command)
-        write_atomic(path / POLICY_FILE, yaml.safe_dump(_plain_data(document), sort_keys=False))
+        write_atomic(path / POLICY_FILE, policy_yaml(document))
         write_atomic(path / PLAN_FILE, to_json(plan, indent=2) + "\n")
         (path / CHECKPOINTS_DIR).mkdir()
         info = {
@@ -94,6 +89,19 @@ class RunDir:
         write_atomic(path / RUN_FILE, to_json(info, indent=2) + "\n")  # last: marks the directory complete
         fsync_dir(path)
         return cls(path, info)
+
+    @staticmethod
+    def check_new(path: str | os.PathLike) -> Path:
+        """`path` as an absolute path if a new run may start there, else RunError: callers check before their
+        expensive work (a warm-up, building the model), so a used or impossible --out costs nothing."""
+        path = Path(path).expanduser().absolute()
+        if path.is_dir() and any(path.iterdir()):
+            hint = "pass --resume to continue it" if (path / RUN_FILE).is_file() else "choose an empty --out"
+            raise RunError(f"{path} is not empty (hint: {hint})")
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir():
+            raise RunError(f"{existing} exists and is not a directory (hint: choose another --out)")
+        return path
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> RunDir:
@@ -111,11 +119,23 @@ class RunDir:
             raise RunError(f"{marker} was not written by precision-engine (expected format {RUN_FORMAT!r})")
         return cls(path, info)
 
-    def record_resume(self, command: Sequence[str] | None = None, *, step: int | None = None) -> RunDir:
-        """Append this invocation to run.json's `resumed` list, so the record shows every restart."""
+    def record_resume(
+        self, command: Sequence[str] | None = None, *, step: int | None = None, config: Mapping | None = None
+    ) -> RunDir:
+        """Append this invocation to run.json's `resumed` list, so the record shows every restart. `config`, when
+        given, replaces the recorded settings in the same atomic write (e.g. a raised step count), and the entry
+        lists the settings it changed as [old, new]."""
         argv = list(sys.argv if command is None else command)
         entry = {"command_line": shlex.join(argv), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": step}
-        info = {**self.info, "resumed": [*self.info.get("resumed", []), entry]}
+        info = dict(self.info)
+        if config is not None:
+            old = info.get("config", {})
+            changed = {key: [old.get(key), value] for key, value in config.items()
+                       if to_json(old.get(key), sort_keys=True) != to_json(value, sort_keys=True)}
+            if changed:
+                entry["changed"] = changed
+            info["config"] = dict(config)
+        info["resumed"] = [*info.get("resumed", []), entry]
         write_atomic(self.path / RUN_FILE, to_json(info, indent=2) + "\n")
         return RunDir(self.path, info)
 
@@ -175,6 +195,12 @@ def _git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def policy_yaml(policy: Policy | Mapping) -> str:
+    """The resolved policy document as policy.yaml holds it (a Policy, or that document itself)."""
+    document = dict(policy.resolved) if isinstance(policy, Policy) else dict(policy)
+    return yaml.safe_dump(_plain_data(document), sort_keys=False)
 
 
 def _plain_data(value: Any) -> Any:

@@ -6,6 +6,7 @@ torch and transformers load inside the command bodies, never at import (`precisi
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from functools import partial
@@ -27,7 +28,9 @@ ModelOpt = Annotated[
         show_default=False,
     ),
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of random weights and random token sequences.")]
+# torch.manual_seed takes a signed 64-bit seed: the parser refuses a larger one (exit 2) before any work.
+SeedOpt = Annotated[int, typer.Option("--seed", min=0, max=2**63 - 1,
+                                      help="Seed of random weights and random token sequences.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda.")]
 
 
@@ -39,7 +42,8 @@ RandomOpt = Annotated[bool, typer.Option(
 def export(
     policy: PolicyOpt,
     model: ModelOpt,
-    out: Annotated[Path, typer.Option("--out", "-o", help="The checkpoint directory to write.", show_default=False)],
+    out: Annotated[str, typer.Option("--out", "-o", metavar="DIR", help="The checkpoint directory to write.",
+                                     show_default=False)],  # a str: Path("") would read as the working directory
     set_: SetOpt = None,
     phase: Annotated[str, typer.Option("--phase", help="Whose numerics to export.")] = "rollout",
     overwrite: Annotated[bool, typer.Option(
@@ -84,7 +88,7 @@ def export(
     from precision_engine.policy import load_policy
 
     source = None if find_builtin(model) is not None else model
-    out = check_export_target(out, overwrite=overwrite, source=source)  # before seconds of model work
+    target = check_export_target(out, overwrite=overwrite, source=source)  # before seconds of model work
     if tp < 1:
         raise UsageError(f"--tp must be >= 1, got {tp}")
     loaded = load_policy(policy, overrides=tuple(set_ or ()))
@@ -95,7 +99,7 @@ def export(
     loader = partial(load_model, random_weights=random_weights)
     ready = prepare(loaded, model, phase=phase, device=device, seed=seed, loader=loader,
                     calibration_ids=token_ids, calibration_source=f"--calibration-ids {calibration_ids}")
-    written = export_checkpoint(ready.model, ready.plan, out, phase=phase, kv_scales=ready.kv_scales,
+    written = export_checkpoint(ready.model, ready.plan, target, phase=phase, kv_scales=ready.kv_scales,
                                 overwrite=overwrite, source=source, tp_size=tp)
     note = " (random weights)" if random_weights or source is None else ""
     typer.echo(f"wrote {written}{note}: {ready.plan.phases[phase].fp8_flop_share():.0%} of GEMM FLOPs in block FP8")
@@ -120,7 +124,7 @@ def check(
     ] = None,
     decode: Annotated[bool, typer.Option("--decode/--no-decode", help="Also check incremental decode.")] = True,
     layers: Annotated[bool, typer.Option("--layers/--no-layers", help="Compare every module's output.")] = True,
-    top: Annotated[int, typer.Option("--top", help="Modules to list, largest difference first.")] = 8,
+    top: Annotated[int, typer.Option("--top", min=0, help="Modules to list, largest difference first.")] = 8,
     random_weights: RandomOpt = False,
     seed: SeedOpt = 0,
     json_out: JsonOpt = False,
@@ -168,8 +172,12 @@ def check(
         raise UsageError(f"--prompt-len must be in [1, {seq_len - 1}]")
     if samples < 0 or gen < 1 or score_batch < 1:
         raise UsageError("--samples must be >= 0, --gen and --score-batch >= 1")
+    if save is not None:
+        _check_save(save)
     check_device(device)
     plan = compile_for_model(policy, model, overrides=tuple(set_ or ()))
+    sampled_prompt = prompt_len or max(1, seq_len // 2)
+    _check_positions(model, plan.inventory.config, seq_len, sampled_prompt + gen if samples else 0)
     if device == "cpu":
         _check_cpu_memory(model, plan.inventory.config, batch * seq_len)
     started = time.perf_counter()
@@ -182,21 +190,51 @@ def check(
     sampled = None
     if samples:
         sampled = _sampled_row(plan, model, samples=samples, gen=gen, seed=seed, device=device,
-                               prompt_len=prompt_len or max(1, seq_len // 2), score_batch=score_batch,
+                               prompt_len=sampled_prompt, score_batch=score_batch,
                                random_weights=random_weights)
     cost = {"seconds": round(time.perf_counter() - started, 1), "random_weights": random_weights}
     if device == "cuda":
         cost["peak_cuda_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
     sampled_holds = sampled is None or not sampled.get("identity_promised") or sampled["bitwise"]
     document = json.dumps({**report.to_dict(), "sampled": sampled, **cost}, indent=2)
-    if save is not None:
-        save.write_text(document + "\n")
     if json_out:
         typer.echo(document)
     else:
         _render_check(report, sampled, top, random_weights)
         typer.echo(", ".join(f"{key}: {value}" for key, value in cost.items() if key != "random_weights"))
+    if save is not None:  # after the verdict is printed: a failed write must not lose it
+        _save_report(save, document + "\n")
     raise typer.Exit(0 if report.promise_holds and sampled_holds else 1)
+
+
+def _check_save(save: Path) -> None:
+    """Refuse, before the check runs, a --save that the report could not be written to: a directory, a path under
+    a file or a missing directory, a folder this user cannot write into."""
+    try:
+        if save.is_dir():
+            raise UsageError(f"--save {save}: is a directory; expected the path of a JSON file to write")
+        if save.exists() and not save.is_file():
+            raise UsageError(f"--save {save}: not a regular file; expected the path of a JSON file to write")
+        folder = save.parent
+        existing = next((p for p in (folder, *folder.parents) if p.exists() or p.is_symlink()), folder)
+        if not existing.is_dir():
+            raise UsageError(f"--save {save}: {existing} is not a directory")
+        if existing != folder:
+            raise UsageError(f"--save {save}: no such directory {folder}")
+    except OSError as err:  # ENAMETOOLONG, ELOOP, EACCES on a parent
+        raise UsageError(f"--save {str(save)[:200]}: {err.strerror or err}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"--save {save}: cannot write into {folder}")
+
+
+def _save_report(save: Path, text: str) -> None:
+    """Write the report atomically: a full disk or a kill leaves the earlier file (or none), never half a file."""
+    from precision_engine.rl.runs.files import write_atomic
+
+    try:
+        write_atomic(save, text)
+    except OSError as err:
+        raise UsageError(f"--save {str(save)[:200]}: cannot write the report: {err.strerror or err}") from None
 
 
 def _sampled_row(plan, model: str, *, samples: int, gen: int, seed: int, device: str, prompt_len: int,
@@ -297,6 +335,21 @@ def _check_cpu_memory(spec: str, config, tokens: int) -> None:
                          "is available (hint: --device cuda, or a smaller model, --batch or --seq-len)")
 
 
+def _check_positions(spec: str, config, seq_len: int, sampled_len: int) -> None:
+    """Refuse, before loading, sequences longer than the model's position table (config.json's
+    max_position_embeddings, where it says): past it the model extrapolates, and the check would measure that.
+    `sampled_len`: the sampled row's longest sequence (prompt and --gen; 0 without the row)."""
+    text = config.get("text_config") or config
+    limit = text.get("max_position_embeddings") or config.get("max_position_embeddings")
+    if not isinstance(limit, int):
+        return
+    if seq_len > limit:
+        raise UsageError(f"--seq-len {seq_len}: {spec} takes at most {limit} positions (max_position_embeddings)")
+    if sampled_len > limit:
+        raise UsageError(f"sampled row: a prompt of up to --prompt-len tokens plus --gen new ones is {sampled_len} "
+                         f"positions, {spec} takes at most {limit} (hint: a smaller --gen or --prompt-len)")
+
+
 def _available_memory() -> int | None:
     """MemAvailable from /proc/meminfo (Linux), in bytes; None where the system does not say."""
     try:
@@ -312,10 +365,16 @@ def _read_token_ids(path: Path) -> list:
     """--calibration-ids: a JSON list of token-id lists (checked further by pipeline.calibration_batch)."""
     try:
         rows = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"--calibration-ids {path}: not a readable JSON file ({err})") from None
+    except RecursionError:  # json recurses per level: `[[[[...` deeper than the interpreter's stack limit
+        raise UsageError(f"--calibration-ids {path}: JSON nested too deeply; expected a list of token-id "
+                         "lists") from None
     if not (isinstance(rows, list) and rows and all(isinstance(r, list) and r for r in rows)):
         raise UsageError(f"--calibration-ids {path}: expected a non-empty list of non-empty token-id lists")
+    if any(isinstance(t, (list, dict)) for row in rows for t in row):  # calibration_batch would echo it whole
+        raise UsageError(f"--calibration-ids {path}: rows nested deeper than token ids; expected a list of "
+                         "token-id lists")
     return rows
 
 

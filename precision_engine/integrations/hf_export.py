@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 from torch import nn
 
@@ -244,7 +245,10 @@ def _block_fp8(module: nn.Module, fmt: QuantFormat) -> tuple[torch.Tensor, torch
 def check_export_target(out_dir: str | Path, *, overwrite: bool = False, source: str | Path | None = None) -> Path:
     """The resolved `out_dir`, or a UsageError, before any model work: an existing path is replaced only with
     `overwrite`, only when it is a directory an earlier export wrote (it holds MANIFEST_FILE), and never when it
-    is, or holds, the working directory or the `source` model."""
+    is, or holds, the working directory or the `source` model. Creates nothing: missing parent directories are
+    made by `export_checkpoint` when it writes (and removed again if it fails)."""
+    if not str(out_dir).strip():  # Path("") is the working directory, which an export never replaces
+        raise UsageError("--out is empty; expected the checkpoint directory to write")
     try:
         out = Path(out_dir).expanduser().resolve()
         exists = out.exists() or out.is_symlink()
@@ -252,12 +256,53 @@ def check_export_target(out_dir: str | Path, *, overwrite: bool = False, source:
             raise UsageError(f"--out {out}: exists and is not a directory; an export never replaces it")
         if exists:
             _check_replaceable(out, overwrite, source)
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:  # ENAMETOOLONG, EACCES, a file where a parent folder should be
+        folder = _nearest_existing(out.parent)
+        if not folder.is_dir():
+            raise UsageError(f"--out {out}: {folder} is not a directory")
+    except OSError as err:  # ENAMETOOLONG, EACCES, ELOOP
         raise UsageError(f"--out {str(out_dir)[:200]}: {err.strerror or err}") from None
-    if not os.access(out.parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: cannot write into {out.parent}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: cannot write into {folder}")
     return out
+
+
+def _nearest_existing(path: Path) -> Path:
+    """`path` or its closest ancestor that exists (a file there makes the rest of the path impossible)."""
+    return next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), path)
+
+
+def _make_parents(folder: Path, created: list[Path]) -> None:
+    """mkdir -p `folder`, appending each directory it made to `created` (outermost first) for `_remove_dirs`."""
+    for path in reversed([p for p in (folder, *folder.parents) if not p.is_dir()]):
+        try:
+            path.mkdir()
+        except FileExistsError:  # made meanwhile by another process: not ours to remove
+            if not path.is_dir():
+                raise
+            continue
+        created.append(path)
+
+
+def _remove_dirs(created: list[Path]) -> None:
+    """Remove the directories `_make_parents` made, innermost first, as long as they are empty."""
+    for path in reversed(created):
+        try:
+            path.rmdir()
+        except OSError:  # something else was put there meanwhile: keep it, and so its parents
+            return
+
+
+# A full disk, as an OSError or as safetensors reports it ("I/O error: No space left on device (os error 28)").
+_DISK_FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded"}
+
+
+def _disk_full(err: BaseException) -> str | None:
+    """What `_DISK_FULL` says about `err`, or None when it is not a full disk."""
+    if isinstance(err, OSError):
+        return _DISK_FULL.get(err.errno)
+    if isinstance(err, SafetensorError):
+        return next((why for code, why in _DISK_FULL.items() if f"(os error {code})" in str(err)), None)
+    return None
 
 
 def _check_replaceable(out: Path, overwrite: bool, source: str | Path | None) -> None:
@@ -304,8 +349,11 @@ def export_checkpoint(
         raise UsageError(f"{plan.policy.name} has no FP8 KV cache: there are no KV-cache scales to export")
     check_tensor_parallel(model, plan, phase, tp_size)
     _clean_stale(out_dir)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial.{os.getpid()}.", dir=out_dir.parent))
+    created: list[Path] = []  # parent directories this export made, removed again if it fails
+    staging = None
     try:
+        _make_parents(out_dir.parent, created)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial.{os.getpid()}.", dir=out_dir.parent))
         weights = iter_rollout_weights(model, plan, phase)
         if kv_scales is not None:
             weights = itertools.chain(weights, kv_scale_tensors(model, kv_scales))
@@ -323,9 +371,15 @@ def export_checkpoint(
         _grant_umask_permissions(staging)
         fsync_path(staging)
         _replace_dir(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    except BaseException as err:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        _remove_dirs(created)
+        why = _disk_full(err)
+        if why is None:
+            raise
+        raise UsageError(f"--out {out_dir}: {why} while writing the checkpoint; the partial export was "
+                         "removed (hint: free some space, or choose another --out)") from None
     return out_dir
 
 

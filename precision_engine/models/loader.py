@@ -49,6 +49,8 @@ def resolve_config(spec: str) -> dict:
         config = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ModelError(f"{path}: not a readable config.json ({err})") from None
+    except RecursionError:  # json recurses per level: `[[[[...` deeper than the interpreter's stack limit
+        raise ModelError(f"{path}: not an HF config.json (JSON nested too deeply)") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise ModelError(f"{path}: not an HF config.json (no 'model_type' key)")
     return config

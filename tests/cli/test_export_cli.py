@@ -231,3 +231,74 @@ def test_files_and_directories_are_fsynced(tiny, tmp_path, monkeypatch):
     hf_export.export_checkpoint(model, plan, tmp_path / "ckpt")
     assert {"model.safetensors", "config.json", tmp_path.name} <= set(synced)
     assert any(name.startswith(".ckpt.partial.") for name in synced)  # the staging directory itself
+
+
+# ------------------------------------------------------------------------- failures leave nothing behind
+
+
+def test_a_failed_export_creates_no_directories(tmp_path):
+    out = tmp_path / "new" / "deep" / "ckpt"
+    for args in (["-p", "no-such-policy", "-m", "tiny-llama"], ["-p", "jetrl_unified", "-m", "no-such-model"],
+                 ["-p", "jetrl_unified", "-m", "tiny-llama", "--set", "rules=3"]):
+        result = export(*args, "-o", str(out))
+        assert result.exit_code == 2 and "internal error" not in result.output, result.output
+        assert list(tmp_path.iterdir()) == [], args
+
+
+def test_out_under_a_file_or_empty_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "afile").write_text("keep")
+    _refused(export("-p", "jetrl_unified", "-m", "tiny-llama", "-o", str(tmp_path / "afile" / "sub" / "x")),
+             f"{tmp_path / 'afile'} is not a directory")
+    monkeypatch.chdir(tmp_path)
+    _refused(export("-p", "jetrl_unified", "-m", "tiny-llama", "-o", ""), "--out is empty")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def _safetensors_disk_full(*args, **kwargs):
+    from safetensors import SafetensorError
+
+    raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+
+def _os_error(code):
+    def write(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+    return write
+
+
+@pytest.mark.parametrize("failure, words", [
+    (_safetensors_disk_full, "no space left on the device"),
+    (_os_error(28), "no space left on the device"),  # errno.ENOSPC
+    (_os_error(122), "the disk quota is exceeded"),  # errno.EDQUOT on Linux
+])
+def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, failure, words):
+    monkeypatch.setattr(hf_export, "save_file", failure)
+    out = tmp_path / "new" / "ckpt"
+    result = export("-p", "jetrl_unified", "-m", "tiny-llama", "-o", str(out))
+    _refused(result, f"--out {out}: {words}")
+    assert "internal error" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # no staging directory, no parent made for the export
+
+
+def test_a_full_disk_keeps_the_earlier_export(tiny, tmp_path, monkeypatch):
+    model, plan = tiny
+    out = hf_export.export_checkpoint(model, plan, tmp_path / "ckpt")
+    before = (out / "model.safetensors").read_bytes()
+    monkeypatch.setattr(hf_export, "save_file", _os_error(28))
+    with pytest.raises(hf_export.UsageError, match="no space left"):
+        hf_export.export_checkpoint(model, plan, out, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    assert (out / "model.safetensors").read_bytes() == before
+
+
+def test_calibration_ids_nested_too_deeply_are_one_line_errors(tmp_path):
+    ids = tmp_path / "prompts.json"
+    for text, words in (("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+                        ("[" * 300 + "1" + "]" * 300, "rows nested deeper than token ids"),
+                        (b"\xff\xfe[[1]]", "not a readable JSON file")):
+        ids.write_bytes(text if isinstance(text, bytes) else text.encode())
+        result = export("-p", "jetrl_unified_kv", "-m", "tiny-llama", "-o", str(tmp_path / "ckpt"),
+                        "--calibration-ids", str(ids))
+        _refused(result, f"error: --calibration-ids {ids}: {words}")
+        assert len(result.output.strip().splitlines()) == 1 and len(result.output) < 400, result.output
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.json"]

@@ -1,0 +1,32 @@
+"""A model config.json is user input: one too deeply nested for the JSON parser is a ModelError naming the file,
+never a RecursionError."""
+
+import pytest
+from typer.testing import CliRunner
+
+from precision_engine.cli.app import app
+from precision_engine.errors import ModelError
+from precision_engine.models.loader import resolve_config
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.fixture
+def deep_config(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(DEEP)
+    return folder / "config.json"
+
+
+def test_a_deeply_nested_config_is_a_model_error(deep_config):
+    for spec in (deep_config, deep_config.parent):
+        with pytest.raises(ModelError, match=f"{deep_config}: not an HF config.json \\(JSON nested too deeply\\)"):
+            resolve_config(str(spec))
+
+
+def test_validate_says_so_in_one_line(deep_config):
+    for spec in (deep_config, deep_config.parent):
+        result = CliRunner().invoke(app, ["validate", "jetrl_unified", "-m", str(spec)])
+        assert result.exit_code == 2, result.output
+        assert result.output == f"error: {deep_config}: not an HF config.json (JSON nested too deeply)\n"

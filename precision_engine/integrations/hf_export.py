@@ -376,10 +376,14 @@ def export_checkpoint(
             shutil.rmtree(staging, ignore_errors=True)
         _remove_dirs(created)
         why = _disk_full(err)
-        if why is None:
-            raise
-        raise UsageError(f"--out {out_dir}: {why} while writing the checkpoint; the partial export was "
-                         "removed (hint: free some space, or choose another --out)") from None
+        if why is not None:
+            raise UsageError(f"--out {out_dir}: {why} while writing the checkpoint; the partial export was "
+                             "removed (hint: free some space, or choose another --out)") from None
+        if isinstance(err, OSError):  # a read-only or failing disk, a file the export could not read or write
+            where = f" ({err.filename})" if err.filename else ""
+            raise UsageError(f"--out {out_dir}: the export failed: {err.strerror or err}{where}; the partial "
+                             "export was removed") from None
+        raise
     return out_dir
 
 

@@ -280,6 +280,16 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, failu
     assert list(tmp_path.iterdir()) == []  # no staging directory, no parent made for the export
 
 
+@pytest.mark.parametrize("code", [30, 5, 13], ids=["EROFS", "EIO", "EACCES"])
+def test_any_failed_write_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, code):
+    monkeypatch.setattr(hf_export, "save_file", _os_error(code))
+    out = tmp_path / "new" / "ckpt"
+    result = export("-p", "jetrl_unified", "-m", "tiny-llama", "-o", str(out))
+    _refused(result, f"--out {out}: the export failed: {os.strerror(code)}; the partial export was removed")
+    assert "internal error" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_full_disk_keeps_the_earlier_export(tiny, tmp_path, monkeypatch):
     model, plan = tiny
     out = hf_export.export_checkpoint(model, plan, tmp_path / "ckpt")

@@ -41,6 +41,8 @@ def resolve_config(spec: str) -> dict:
             path = path / "config.json"
             if not path.is_file():
                 raise ModelError(f"{spec}: a directory without a config.json; pass an HF model directory")
+        if path.exists() and not path.is_file():  # a device or FIFO: reading it could block or never end
+            raise ModelError(f"{spec}: not a regular file; pass an HF model directory or its config.json")
         if not path.is_file():
             raise ModelError(_unknown_spec_message(spec))
     except OSError as err:  # ENAMETOOLONG (a name over 255 bytes), EACCES, ELOOP

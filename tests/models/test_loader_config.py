@@ -1,5 +1,5 @@
 """A model config.json is user input: one too deeply nested for the JSON parser is a ModelError naming the file,
-never a RecursionError."""
+never a RecursionError; a device or FIFO is named as one."""
 
 import pytest
 from typer.testing import CliRunner
@@ -30,3 +30,13 @@ def test_validate_says_so_in_one_line(deep_config):
         result = CliRunner().invoke(app, ["validate", "jetrl_unified", "-m", str(spec)])
         assert result.exit_code == 2, result.output
         assert result.output == f"error: {deep_config}: not an HF config.json (JSON nested too deeply)\n"
+
+
+def test_a_device_or_fifo_is_said_to_be_one_not_missing(tmp_path):
+    """`--model /dev/null` read "no such file or directory": it exists, it is not a regular file."""
+    import os
+
+    os.mkfifo(tmp_path / "config.json")
+    for spec in ("/dev/null", str(tmp_path / "config.json")):
+        with pytest.raises(ModelError, match=f"{spec}: not a regular file"):
+            resolve_config(spec)

@@ -55,7 +55,18 @@ def resolve_config(spec: str) -> dict:
         raise ModelError(f"{path}: not an HF config.json (JSON nested too deeply)") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise ModelError(f"{path}: not an HF config.json (no 'model_type' key)")
+    for part in (config, config.get("text_config")):
+        for key in _SIZES:
+            value = part.get(key) if isinstance(part, dict) else None
+            if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+                raise ModelError(f"{path}: {key} is {value}; an architecture's sizes are >= 1")
     return config
+
+
+# Architecture sizes a config.json may hold: transformers builds zero-element or layerless models from a 0 or a
+# negative one without a word, and a plan over them would say nothing true.
+_SIZES = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+          "head_dim", "vocab_size")
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """A model config.json is user input: one too deeply nested for the JSON parser is a ModelError naming the file,
-never a RecursionError; a device or FIFO is named as one."""
+never a RecursionError; a device or FIFO is named as one; a size below 1 is refused."""
 
 import pytest
 from typer.testing import CliRunner
@@ -40,3 +40,14 @@ def test_a_device_or_fifo_is_said_to_be_one_not_missing(tmp_path):
     for spec in ("/dev/null", str(tmp_path / "config.json")):
         with pytest.raises(ModelError, match=f"{spec}: not a regular file"):
             resolve_config(spec)
+
+
+@pytest.mark.parametrize("key, value", [("hidden_size", 0), ("num_hidden_layers", -3), ("vocab_size", 0)])
+def test_a_size_below_one_is_refused_where_transformers_builds_an_empty_model(tmp_path, key, value):
+    """hidden_size 0 gave a torch warning and `ok`; -3 layers a plan of no layers and `ok`."""
+    import json
+
+    config = resolve_config("tiny-llama")
+    (tmp_path / "config.json").write_text(json.dumps({**config, key: value}))
+    with pytest.raises(ModelError, match=f"config.json: {key} is {value}; an architecture's sizes are >= 1"):
+        resolve_config(str(tmp_path))

@@ -16,8 +16,8 @@ def register(app: typer.Typer) -> None:
 
 def sglang_args(
     policy: PolicyOpt,
-    model: Annotated[str, typer.Option("--model", "-m", metavar="DIR", help="A directory written by `precision export`.",
-                                       show_default=False)],
+    model: Annotated[str, typer.Option("--model", "-m", metavar="DIR", show_default=False,
+                                       help="A directory written by `precision export`.")],
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size of the server.")] = 1,
     set_: SetOpt = None,
 ) -> None:

@@ -35,6 +35,7 @@ hands it over as `x_quantized` and the forward skips its own quantization.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -66,10 +67,31 @@ from precision_engine.numerics.quantize import (
 from precision_engine.numerics.specs import NonFinite, NumericsSpec
 
 
-def weight_cache_key(weight: torch.Tensor) -> tuple:
-    """Changes with an in-place op through autograd (version counter) or a new storage (FSDP-style
-    replacement). Writes it cannot see (fused optimizers, `weight.data`) need `invalidate_weight_cache()`."""
-    return (weight._version, weight.data_ptr(), weight.device, weight.dtype)
+class WeightVersion:
+    """What a cached Q(W) was made from: equal only for the same weight object at the same version counter,
+    address, device and dtype. So it changes with an in-place op through autograd (version counter), and with a
+    new Parameter or tensor (FSDP-style replacement) even where the allocator hands it the address the old one
+    freed, a new one starting at version 0 as the old did: the weak reference tells the objects apart. Writes it
+    cannot see (fused optimizers, `weight.data = ...`) need `invalidate_weight_cache()`."""
+
+    __slots__ = ("_weight", "_state")
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self._weight = weakref.ref(weight)
+        self._state = (weight._version, weight.data_ptr(), weight.device, weight.dtype)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WeightVersion) or self._state != other._state:
+            return False
+        weight = self._weight()
+        return weight is not None and weight is other._weight()
+
+    __hash__ = None  # compared, never a dict key
+
+
+def weight_cache_key(weight: torch.Tensor) -> WeightVersion:
+    """The current `WeightVersion` of `weight`: a cache made from it is current while this compares equal."""
+    return WeightVersion(weight)
 
 
 class Fp8Linear(nn.Linear):
@@ -92,7 +114,7 @@ class Fp8Linear(nn.Linear):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.spec = spec
         self.numerics = numerics or NumericsSpec()
-        self._w_cache: tuple[tuple, Quantized] | None = None
+        self._w_cache: tuple[WeightVersion, Quantized] | None = None
         self._wt_cache: tuple[torch.Tensor, Quantized] | None = None
         self._group_cache = None  # fused_linear's stacked Q(W) of a group this module leads (a plain attribute)
 
@@ -121,6 +143,11 @@ class Fp8Linear(nn.Linear):
         self._w_cache = None
         self._wt_cache = None
         self._group_cache = None
+
+    def __getstate__(self) -> dict:
+        """Pickled without Q(W), made again from the weight on the next forward: torch cannot pickle FP8 tensors,
+        nor Python a weak reference (`WeightVersion`)."""
+        return {**super().__getstate__(), "_w_cache": None, "_wt_cache": None, "_group_cache": None}
 
     def quantized_weight(self) -> Quantized:
         """Q(W) in 128x128 blocks, cached until invalidated or the weight visibly changes (`weight_cache_key`)."""

@@ -138,6 +138,37 @@ def test_weight_cache_follows_weight_version():
     assert fp8.quantized_weight() is w2
 
 
+def test_a_new_weight_at_the_old_ones_address_and_version_is_quantized_anew():
+    """A new Parameter can start at the address the allocator took back from the old one and at its version
+    count (both start at 0): (version, address) alone kept the stale Q(W) then. Made deterministic here: the new
+    tensor is built over the old one's storage and its version counter brought level."""
+    torch.manual_seed(0)
+    fp8 = Fp8Linear(256, 256, JETRL, dtype=torch.bfloat16)
+    x = torch.randn(4, 256, dtype=torch.bfloat16)
+    old = fp8.weight
+    new = torch.empty(0, dtype=old.dtype).set_(old.untyped_storage(), 0, old.shape, old.stride())
+    with torch.no_grad():
+        while old._version < new._version + 1:  # the copy_ below moves new's counter by one
+            old.add_(0)
+        fp8(x)  # Q(W) of old's values, at old's version
+        new.copy_(torch.randn_like(new))
+    fp8.weight = nn.Parameter(new)
+    assert (fp8.weight._version, fp8.weight.data_ptr()) == (old._version, old.data_ptr())
+    assert torch.equal(fp8.quantized_weight().data.view(torch.uint8),
+                       to_block_fp8(fp8.weight.detach())[0].view(torch.uint8))
+
+
+def test_a_used_layer_pickles_and_copies_without_its_cached_fp8_bytes():
+    import copy
+    import pickle
+
+    _, fp8 = _pair(JETRL)
+    x = torch.randn(4, 256, dtype=torch.bfloat16)
+    y = fp8(x)  # fills the Q(W) cache with FP8 tensors, which torch cannot pickle
+    for clone in (pickle.loads(pickle.dumps(fp8)), copy.deepcopy(fp8)):
+        assert torch.equal(clone(x), y)
+
+
 def test_training_step_quantizes_w_and_w_transposed_in_one_pass(monkeypatch):
     """A training forward on a new weight version gets Q(W) and dgrad's Q(W)^T from one quantizer call (no
     transpose pass), with the bytes a transpose of Q(W) gives; the next step on the same version reuses both."""

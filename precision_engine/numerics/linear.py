@@ -367,6 +367,7 @@ class _Fp8LinearFn(torch.autograd.Function):
         ctx.config = config
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
         ctx.has_bias = biases[0] is not None
+        ctx.bias_dtypes = [b.dtype for b in biases] if ctx.has_bias else []
         x_hp = x.reshape(-1, x.shape[-1]).to(COMPUTE_TORCH_DTYPE[spec.compute]) if spec.wgrad_operands is None \
             else None
         ctx.save_for_backward(xq.data, xq.scale, x_hp, wt_data, wt_scale, *weights)
@@ -428,7 +429,7 @@ class _Fp8LinearFn(torch.autograd.Function):
 
         if any(needs_b):
             db = dy2.sum(0, dtype=torch.float32)
-            dbs = [d.to(w.dtype) if need else None for d, w, need in zip(_split(db, rows), weights, needs_b)]
+            dbs = [d.to(dtype) if need else None for d, dtype, need in zip(_split(db, rows), ctx.bias_dtypes, needs_b)]
         return (dx, *dws, *dbs)
 
 

@@ -15,7 +15,7 @@ from torch import nn
 from precision_engine.errors import NonFiniteError, UnsupportedError
 from precision_engine.numerics.exchange import to_block_fp8
 from precision_engine.numerics.formats import PRESET_FORMATS as P
-from precision_engine.numerics.formats import LinearSpec
+from precision_engine.numerics.formats import DType, LinearSpec
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.policy.model import NonFinite, NumericsSpec
 
@@ -156,6 +156,17 @@ def test_a_new_weight_at_the_old_ones_address_and_version_is_quantized_anew():
     assert (fp8.weight._version, fp8.weight.data_ptr()) == (old._version, old.data_ptr())
     assert torch.equal(fp8.quantized_weight().data.view(torch.uint8),
                        to_block_fp8(fp8.weight.detach())[0].view(torch.uint8))
+
+
+def test_the_bias_gradient_is_summed_in_fp32_and_kept_in_the_biass_dtype():
+    """An fp32 bias beside a bf16 weight (compute fp32): db was cast to the weight's bf16 and back, 0.013 off."""
+    torch.manual_seed(0)
+    fp8 = Fp8Linear(256, 200, replace(JETRL, compute=DType.FP32), dtype=torch.bfloat16)
+    fp8.bias = nn.Parameter(torch.randn(200) * 1e-3)
+    dy = torch.randn(5, 200) * 1.001
+    fp8(torch.randn(5, 256, requires_grad=True)).backward(dy)
+    assert fp8.bias.grad.dtype == torch.float32
+    assert torch.equal(fp8.bias.grad, dy.sum(0, dtype=torch.float32))
 
 
 def test_a_used_layer_pickles_and_copies_without_its_cached_fp8_bytes():

@@ -42,7 +42,7 @@ from precision_engine.errors import OperandError, UnsupportedError
 from precision_engine.numerics import custom_ops, elf
 from precision_engine.numerics.capabilities import (CUBLAS_MIN_CUDA, CUBLAS_MIN_TORCH, SCALE_BLOCK, SMALL_M_MAX,
                                                     WEIGHT_BLOCK, DeviceInfo, Gemm, resolve_kernel)
-from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized
+from precision_engine.numerics.contract import TRITON_INTERPRET, Quantized, fp8_dtype
 from precision_engine.numerics.cuda_context import make_context_current
 from precision_engine.numerics.formats import Granularity, Kernel
 # cuBLAS (13.0, H200) refuses blockwise scaling unless M is a multiple of 4 (M=1, 2, 7, 15, 17, 33 refused;
@@ -65,6 +65,8 @@ def fp8_gemm(
     this device, GEMM and M. Raises OperandError for operands it cannot take, UnsupportedError for a kernel the
     device cannot run."""
     b_scale_rows = _check_operands(a, b)
+    if out_dtype not in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
+        raise OperandError(f"fp8_gemm: out_dtype {out_dtype}; expected bfloat16, float16, float32 or float64")
     if a.data.shape[1] == 0:  # an empty sum, which no launch below takes (cuBLAS, DeepGEMM and Triton tile K)
         return torch.zeros((a.data.shape[0], b.data.shape[0]), dtype=out_dtype, device=a.data.device)
     if custom_ops.routes(a.data):
@@ -191,7 +193,17 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def _check_operands(a: Quantized, b: Quantized) -> int:
-    """Validate shapes and scale granularities; return how many rows of b share a scale row (128 or 1)."""
+    """Validate dtypes, devices, shapes and scale granularities; return how many rows of b share a scale row (128
+    or 1). Bytes of another dtype would be read as FP8 all the same: wrong numbers, not an error."""
+    for name, operand in (("a", a), ("b", b)):
+        if not operand.fmt.is_quantized or operand.data.dtype != fp8_dtype(operand.fmt):
+            raise OperandError(f"fp8_gemm: operand {name} holds {operand.data.dtype} data, its format is "
+                               f"{operand.fmt.describe()}; expected the bytes a quantizer of that format made")
+        if operand.scale.dtype != torch.float32:
+            raise OperandError(f"fp8_gemm: operand {name}'s scales are {operand.scale.dtype}, expected float32")
+    devices = {t.device for t in (a.data, a.scale, b.data, b.scale)}
+    if len(devices) > 1:
+        raise OperandError(f"fp8_gemm: operands and scales on more than one device: {sorted(map(str, devices))}")
     if a.data.dim() != 2 or b.data.dim() != 2:
         raise OperandError(f"fp8_gemm takes 2-D operands, got {tuple(a.data.shape)} and {tuple(b.data.shape)}")
     m, k = a.data.shape

@@ -244,6 +244,22 @@ def test_refuses_unsupported_layouts():
         fp8_gemm(xq, wq, kernel=Kernel.CUBLAS)
 
 
+def test_refuses_bytes_scales_and_outputs_it_would_misread():
+    """Data of another dtype was read as FP8 all the same (int8 bytes gave other numbers, E5M2 bytes under an
+    E4M3 format NaN), bf16 scales and an int32 out_dtype passed: each is an OperandError now."""
+    xq, wq = _operands(4, 128, 256)
+    for data in (xq.data.view(torch.int8), xq.data.view(torch.float8_e5m2), xq.data.to(torch.bfloat16)):
+        with pytest.raises(OperandError, match=f"operand a holds {data.dtype} data, its format is e4m3 1x128"):
+            fp8_gemm(Quantized(data, xq.scale, xq.fmt), wq)
+    with pytest.raises(OperandError, match="operand b's scales are torch.bfloat16, expected float32"):
+        fp8_gemm(xq, Quantized(wq.data, wq.scale.bfloat16(), wq.fmt))
+    with pytest.raises(OperandError, match="on more than one device"):
+        fp8_gemm(xq, Quantized(wq.data.to("meta"), wq.scale.to("meta"), wq.fmt))
+    for out_dtype in (torch.int32, torch.float8_e4m3fn):
+        with pytest.raises(OperandError, match="out_dtype"):
+            fp8_gemm(xq, wq, out_dtype=out_dtype)
+
+
 @pytest.mark.parametrize("m,n,k", [(13, 256, 384), (67, 128, 200)])
 def test_emulated_gemm_is_the_reference_within_fp32_rounding(m, n, k):
     """The CPU backward's kernel: fp32 dequantization and one matmul, against the exact float64 reference."""

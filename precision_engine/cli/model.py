@@ -210,13 +210,15 @@ def check(
 def _check_save(save: Path) -> None:
     """Refuse, before the check runs, a --save that the report could not be written to: a directory, a path under
     a file or a missing directory, a folder this user cannot write into."""
+    from precision_engine.rl.runs.files import nearest_existing
+
     try:
         if save.is_dir():
             raise UsageError(f"--save {save}: is a directory; expected the path of a JSON file to write")
         if save.exists() and not save.is_file():
             raise UsageError(f"--save {save}: not a regular file; expected the path of a JSON file to write")
         folder = save.parent
-        existing = next((p for p in (folder, *folder.parents) if p.exists() or p.is_symlink()), folder)
+        existing = nearest_existing(folder)
         if not existing.is_dir():
             raise UsageError(f"--save {save}: {existing} is not a directory")
         if existing != folder:

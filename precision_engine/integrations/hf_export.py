@@ -247,6 +247,8 @@ def check_export_target(out_dir: str | Path, *, overwrite: bool = False, source:
     `overwrite`, only when it is a directory an earlier export wrote (it holds MANIFEST_FILE), and never when it
     is, or holds, the working directory or the `source` model. Creates nothing: missing parent directories are
     made by `export_checkpoint` when it writes (and removed again if it fails)."""
+    from precision_engine.rl.runs.files import nearest_existing  # here: the rl.runs package is not import-cheap
+
     if not str(out_dir).strip():  # Path("") is the working directory, which an export never replaces
         raise UsageError("--out is empty; expected the checkpoint directory to write")
     try:
@@ -256,7 +258,7 @@ def check_export_target(out_dir: str | Path, *, overwrite: bool = False, source:
             raise UsageError(f"--out {out}: exists and is not a directory; an export never replaces it")
         if exists:
             _check_replaceable(out, overwrite, source)
-        folder = _nearest_existing(out.parent)
+        folder = nearest_existing(out.parent)
         if not folder.is_dir():
             raise UsageError(f"--out {out}: {folder} is not a directory")
     except OSError as err:  # ENAMETOOLONG, EACCES, ELOOP
@@ -264,11 +266,6 @@ def check_export_target(out_dir: str | Path, *, overwrite: bool = False, source:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"--out {out}: cannot write into {folder}")
     return out
-
-
-def _nearest_existing(path: Path) -> Path:
-    """`path` or its closest ancestor that exists (a file there makes the rest of the path impossible)."""
-    return next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), path)
 
 
 def _make_parents(folder: Path, created: list[Path]) -> None:

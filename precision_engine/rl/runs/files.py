@@ -42,6 +42,12 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     return path
 
 
+def nearest_existing(path: Path) -> Path:
+    """`path` or its closest ancestor that exists (a link counts, dangling or not): where a write to `path` would
+    start, so a check before the work can say whether it may (a file there makes the rest of the path impossible)."""
+    return next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), path)
+
+
 def grant_default_permissions(directory: Path) -> None:
     """mkdtemp makes a staging directory private (0700); give it and its files the modes a plain mkdir and
     open would, so another user (a rollout server) can read what was written."""

@@ -32,7 +32,7 @@ import yaml
 
 from precision_engine.errors import RunError
 from precision_engine.policy import Policy
-from precision_engine.rl.runs.files import fsync_dir, to_json, write_atomic
+from precision_engine.rl.runs.files import fsync_dir, nearest_existing, to_json, write_atomic
 from precision_engine.rl.runs.metrics import MetricsLog
 
 RUN_FORMAT = "precision-engine-run/1"
@@ -98,7 +98,7 @@ class RunDir:
         if path.is_dir() and any(path.iterdir()):
             hint = "pass --resume to continue it" if (path / RUN_FILE).is_file() else "choose an empty --out"
             raise RunError(f"{path} is not empty (hint: {hint})")
-        existing = next(p for p in (path, *path.parents) if p.exists())
+        existing = nearest_existing(path)
         if not existing.is_dir():
             raise RunError(f"{existing} exists and is not a directory (hint: choose another --out)")
         return path

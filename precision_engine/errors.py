@@ -47,3 +47,9 @@ class CheckpointError(RunError):
 
 class DataError(PrecisionError):
     """A data file (a recipe's problems, a tokenizer file) is missing, unreadable or not in the expected shape."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first non-blank line of `err`'s message (its type's name if none): a library's multi-line message in one
+    line of ours."""
+    return next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)

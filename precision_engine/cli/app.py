@@ -16,7 +16,7 @@ from precision_engine import __version__
 
 from precision_engine.cli import bench, model, plan, run, sglang, validate
 from precision_engine.errors import (ModelError, NonFiniteError, OperandError, PolicyError, PrecisionError,
-                                     UnsupportedError, UsageError)
+                                     UnsupportedError, UsageError, first_line)
 
 
 # The exit statuses, for every verb: 1 is always a verdict, never an accident.
@@ -59,8 +59,8 @@ def error_lines(err: BaseException) -> list[str]:
         return [f"error: this verb needs the torch extra, which is not installed (no module {err.name!r}) "
                 "(hint: pip install 'precision-engine[torch]')"]
     if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
-        return [f"error: out of memory ({_first_line(err)}) (hint: a smaller --batch/--seq-len, or --device cpu)"]
-    return [f"error: internal error, {type(err).__name__}: {_first_line(err)} "
+        return [f"error: out of memory ({first_line(err)}) (hint: a smaller --batch/--seq-len, or --device cpu)"]
+    return [f"error: internal error, {type(err).__name__}: {first_line(err)} "
             "(set PRECISION_TRACEBACK=1 for the traceback, and please report it)"]
 
 
@@ -98,10 +98,6 @@ def _point_stdout_at_devnull() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):  # stdout is no file (a test's runner captures it): nothing will flush into a pipe
         pass
-
-
-def _first_line(err: BaseException) -> str:
-    return next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
 
 
 class _ErrorsAsExitCodes(TyperGroup):

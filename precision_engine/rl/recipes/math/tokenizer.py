@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from precision_engine.errors import DataError, ModelError
+from precision_engine.errors import DataError, ModelError, first_line
 from precision_engine.rl.recipes.math.problems import Problem, format_prompt
 
 CHAR_TOKENIZER_FILE = "char_tokenizer.json"
@@ -95,8 +95,7 @@ class HFTokenizer:
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
         except (OSError, ValueError) as err:
-            first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
-            raise ModelError(f"{directory}: cannot load a tokenizer from it ({first})") from None
+            raise ModelError(f"{directory}: cannot load a tokenizer from it ({first_line(err)})") from None
         if self._tokenizer.eos_token_id is None:
             raise ModelError(f"{directory}: the tokenizer has no eos token, so generation could not stop")
         self.prompt_template = prompt_template

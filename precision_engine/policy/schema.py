@@ -12,8 +12,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from precision_engine.policy.diagnostics import Diagnostic, did_you_mean, format_path, shown
-from precision_engine.policy.yaml_source import Loc, SourceMap
+from precision_engine.policy.diagnostics import Diagnostic, did_you_mean, shown
+from precision_engine.policy.yaml_source import SourceMap
 
 _JSON_TYPES = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
                type(None): "null"}
@@ -65,12 +65,6 @@ def _a(word: str) -> str:
     return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
 
 
-def _missing(source_map: SourceMap, path: tuple, key: str) -> Diagnostic:
-    """Located where the key went missing: a `--set key=null` that removed it, else the mapping that lacks it."""
-    loc = source_map.locate(path + (key,)) or Loc("<policy>")
-    return Diagnostic("error", f"missing required key '{key}'", loc.file, loc.line, loc.column, format_path(path))
-
-
 def _translate(error, source_map: SourceMap) -> list[Diagnostic]:
     path = tuple(error.absolute_path)
     kind, expected, value = error.validator, error.validator_value, error.instance
@@ -80,7 +74,9 @@ def _translate(error, source_map: SourceMap) -> list[Diagnostic]:
                                       f"{', '.join(known)}", hint=did_you_mean(key, known), key=True)
                 for key in value if key not in known]
     if kind == "required" and isinstance(value, dict):
-        return [_missing(source_map, path, key) for key in expected if key not in value]
+        # located where the key went missing: a `--set key=null` that removed it, else the mapping that lacks it
+        return [source_map.diagnostic(path, f"missing required key '{key}'", at=path + (key,)) for key in expected
+                if key not in value]
     if kind == "enum":
         choices = [str(c) for c in expected]
         return [source_map.diagnostic(path, f"unknown value {shown(value)}; expected one of: {', '.join(choices)}",

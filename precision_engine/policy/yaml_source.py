@@ -86,8 +86,9 @@ class SourceMap:
         self.keys[prefix] = loc
 
     def diagnostic(self, path: KeyPath, message: str, *, hint: str = "", severity: str = "error",
-                   key: bool = False) -> Diagnostic:
-        loc = self.locate(path, key=key) or Loc("<policy>")
+                   key: bool = False, at: KeyPath | None = None) -> Diagnostic:
+        """A diagnostic on `path`, located at `at` (default: `path`) or its nearest located ancestor."""
+        loc = self.locate(path if at is None else at, key=key) or Loc("<policy>")
         return Diagnostic(severity, message, loc.file, loc.line, loc.column, format_path(path), hint)
 
 

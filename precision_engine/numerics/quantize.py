@@ -430,8 +430,9 @@ _requantize_blocks_transposed_op.register_fake(custom_ops.fake_requantize_blocks
 
 
 def _check_input(x: torch.Tensor) -> None:
-    if not x.is_floating_point() or x.dtype in FP8_TORCH_DTYPE.values():
-        raise OperandError(f"quantize needs a bf16/fp16/fp32 tensor, got {x.dtype}")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise OperandError(f"quantize needs a bf16/fp16/fp32 tensor, got {x.dtype} (the contract's fp32 step is "
+                           "exact only for those; cast float64 to float32 first if its rounding is wanted)")
 
 
 def _use_triton(x: torch.Tensor, backend: str) -> bool:

@@ -301,3 +301,16 @@ def test_quantize_blocks_stacked_refuses_parts_it_cannot_stack():
                            ([], "one width"), ([torch.randn(128)], "2-D")):
         with pytest.raises(OperandError, match=match):
             Q.quantize_blocks_stacked(weights, fmt, transposed=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.float8_e4m3fn])
+def test_quantize_refuses_inputs_outside_the_contract(dtype):
+    """Step 1 (x.float()) is exact for bf16/fp16/fp32 only: float64 would round silently (1e300 -> Inf -> NaN)."""
+    from precision_engine.errors import OperandError
+    from precision_engine.numerics.formats import PRESET_FORMATS
+
+    x = torch.randn(4, 128).to(dtype)
+    for call in (lambda: Q.quantize(x, PRESET_FORMATS["fp8_group_act"]),
+                 lambda: Q.quantize_blocks(x, PRESET_FORMATS["fp8_block_weight"])):
+        with pytest.raises(OperandError, match="bf16/fp16/fp32 tensor, got"):
+            call()

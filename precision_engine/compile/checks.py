@@ -89,6 +89,8 @@ def _misfits(fmt: QuantFormat | None, role: str, n: int, k: int) -> str | None:
     """Why `fmt` does not tile the [N, K] weight of a GEMM (or its [tokens, K] / [tokens, N] operands)."""
     if fmt is None or not fmt.is_quantized:
         return None
+    if n < 1 or k < 1:  # one message for every role, so the module is reported once
+        return f"the [N, K] = [{n}, {k}] weight is empty (an FP8 GEMM needs N, K >= 1)"
     if fmt.granularity is Granularity.BLOCK:
         rows, cols = fmt.block
         if n % rows or k % cols:

@@ -3,6 +3,8 @@ kernel table says cannot run in their phase."""
 
 from dataclasses import replace
 
+import pytest
+
 from compile_policies import JET_SPEC, make_policy, rule
 
 from precision_engine.compile import model_diagnostics
@@ -73,3 +75,17 @@ def test_group_size_checked_for_input_and_grad_output(tiny_moe):
     diags = model_diagnostics(one_set(rule("r[0]", "*.self_attn.q_proj", linear=spec)), tiny_moe)
     assert sorted(d.key_path for d in diags) == ["rules.r[0].linear.grad_output", "rules.r[0].linear.input"]
     assert all("1x128 groups along K, got e4m3 1x256" in d.message for d in diags)
+
+
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
+def test_an_empty_linear_is_one_error_not_a_crash_at_rewrite():
+    """nn.Linear(0, n) is legal torch; an FP8 GEMM over it is not, so the rule that reaches it is refused."""
+    from torch import nn
+
+    from precision_engine.models.inventory import inventory_from_model
+
+    model = nn.ModuleDict({"empty_proj": nn.Linear(0, 128), "up_proj": nn.Linear(128, 256)})
+    inventory = inventory_from_model(model, model_id="empty", config={})
+    [diag] = model_diagnostics(one_set(rule("r[0]", "*_proj", linear=JET_SPEC)), inventory)
+    assert (diag.severity, diag.key_path) == ("error", "rules.r[0].linear")
+    assert diag.message == "the [N, K] = [128, 0] weight is empty (an FP8 GEMM needs N, K >= 1) of empty_proj"

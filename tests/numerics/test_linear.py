@@ -363,3 +363,10 @@ def test_nonfinite_dy_in_the_wgrad_quantizer_raises(x_grad):
     dy[2, 5] = math.nan
     with pytest.raises(NonFiniteError, match="grad_output"):
         fp8(x).backward(dy)
+
+
+@pytest.mark.parametrize("shape", [(0, 128), (128, 0)])
+def test_an_empty_linear_is_refused_at_construction(shape):
+    """nn.Linear(0, n) returns zeros; an FP8 GEMM over an empty operand has no groups to scale, so say so."""
+    with pytest.raises(UnsupportedError, match=r"in_features, out_features >= 1, got \(\d+, \d+\)"):
+        Fp8Linear(*shape, JETRL)

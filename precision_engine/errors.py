@@ -7,6 +7,10 @@ from __future__ import annotations
 class PrecisionError(Exception):
     """Base of every error caused by user input (a policy, a model path, a flag)."""
 
+    # What the verb had produced when it failed (check's report when --save could not write it): `--json`
+    # prints it and the error as one object, so a reader of stdout parses one document, verdict included.
+    result: dict | None = None
+
 
 class UsageError(PrecisionError):
     """Bad flags or arguments."""

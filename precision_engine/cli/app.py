@@ -70,8 +70,9 @@ TORCH_EXTRA = frozenset({"torch", "triton", "transformers", "safetensors"})
 
 def error_object(err: BaseException, verb: str | None) -> dict:
     """What `--json` prints on failure: the same lines, the exit status and, for a policy, each diagnostic."""
-    document = {"error": {"type": type(err).__name__, "message": " ".join(error_lines(err)),
-                          "exit_code": exit_code(err, verb)}}
+    result = err.result if isinstance(err, PrecisionError) and err.result else {}
+    document = {**result, "error": {"type": type(err).__name__, "message": " ".join(error_lines(err)),
+                                    "exit_code": exit_code(err, verb)}}
     if isinstance(err, PolicyError):
         document["error"]["diagnostics"] = [d.to_dict() for d in err.diagnostics]
     return document

@@ -196,14 +196,19 @@ def check(
     if device == "cuda":
         cost["peak_cuda_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
     sampled_holds = sampled is None or not sampled.get("identity_promised") or sampled["bitwise"]
-    document = json.dumps({**report.to_dict(), "sampled": sampled, **cost}, indent=2)
-    if json_out:
-        typer.echo(document)
-    else:
+    result = {**report.to_dict(), "sampled": sampled, **cost}
+    document = json.dumps(result, indent=2)
+    if not json_out:
         _render_check(report, sampled, top, random_weights)
         typer.echo(", ".join(f"{key}: {value}" for key, value in cost.items() if key != "random_weights"))
-    if save is not None:  # after the verdict is printed: a failed write must not lose it
-        _save_report(save, document + "\n")
+    if save is not None:  # after the verdict is made: a failed write must not lose it
+        try:
+            _save_report(save, document + "\n")
+        except UsageError as err:
+            err.result = result  # --json prints the report with the error, one object on stdout
+            raise
+    if json_out:
+        typer.echo(document)
     raise typer.Exit(0 if report.promise_holds and sampled_holds else 1)
 
 

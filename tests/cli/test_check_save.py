@@ -47,11 +47,13 @@ def test_an_unwritable_save_path_is_refused_up_front(tmp_path, no_model, path, w
     assert (tmp_path / "afile").read_text() == "keep"
 
 
-def test_a_failed_save_prints_the_verdict_first_and_leaves_no_file(tmp_path, monkeypatch):
+@pytest.fixture
+def full_disk(monkeypatch):
+    """write_atomic's last step finds the disk full."""
     import precision_engine.rl.runs.files as files
 
     class FullDisk:
-        """`os` for write_atomic alone, whose last step finds the disk full."""
+        """`os` for write_atomic alone."""
 
         def __getattr__(self, name):
             return getattr(os, name)
@@ -61,11 +63,23 @@ def test_a_failed_save_prints_the_verdict_first_and_leaves_no_file(tmp_path, mon
             raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(files, "os", FullDisk())
+
+
+def test_a_failed_save_prints_the_verdict_first_and_leaves_no_file(tmp_path, full_disk):
     result = check(*FAST, "--save", str(tmp_path / "report.json"))
     _refused(result, "No space left on device")
     assert "numerics promise holds" in result.output  # the verdict came out before the write failed
     assert result.output.index("numerics promise holds") < result.output.index("error: --save")
     assert list(tmp_path.iterdir()) == []  # neither the report nor its temporary file
+
+
+def test_a_failed_save_under_json_prints_one_object_holding_report_and_error(tmp_path, full_disk):
+    result = check(*FAST, "--json", "--save", str(tmp_path / "report.json"))
+    assert result.exit_code == 2, result.output
+    document = json.loads(result.stdout)  # one document: a second would fail to parse
+    assert document["prefill"]["bitwise"] and document["error"]["exit_code"] == 2
+    assert "No space left on device" in document["error"]["message"]
+    assert "error: --save" in result.stderr
 
 
 def test_save_replaces_the_report_whole(tmp_path):

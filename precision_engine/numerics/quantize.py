@@ -122,7 +122,7 @@ def quantize_blocks(w: torch.Tensor, fmt: QuantFormat, *, backend: str = "auto",
                                   ("out_t", out_t, (tuple(w.shape)[::-1], scale_shape[::-1]))):
         if buffers is not None:
             _check_buffers(name, buffers, *shapes, fmt)
-    _check_input(w)
+    w = _input(w)
     if _use_triton(w, backend):
         from precision_engine.numerics import triton_quant
 
@@ -198,8 +198,7 @@ def quantize_rows_and_tokens_transposed(
             f"need a 1xG (axis=k) and a Gx1 (axis=tokens) format, got {rows_fmt.describe()} and "
             f"{tokens_fmt.describe()}"
         )
-    x = _as_2d(x)
-    _check_input(x)
+    x = _input(_as_2d(x))
     if backend == "auto" and custom_ops.routes(x):
         return custom_ops.quantize_grad_output(x, rows_fmt, tokens_fmt)
     if _use_triton(x, backend):
@@ -365,7 +364,7 @@ _REFERENCE = {
 
 
 def _dispatch(kind: str, x: torch.Tensor, fmt: QuantFormat, backend: str) -> Quantized:
-    _check_input(x)
+    x = _input(x)
     if backend == "auto" and custom_ops.routes(x):
         return custom_ops.quantize(kind, x, fmt)
     return eager_quantize(kind, x, fmt, backend)
@@ -429,10 +428,12 @@ _requantize_tokens_transposed_op.register_fake(custom_ops.fake_requantize_tokens
 _requantize_blocks_transposed_op.register_fake(custom_ops.fake_requantize_blocks_transposed)
 
 
-def _check_input(x: torch.Tensor) -> None:
+def _input(x: torch.Tensor) -> torch.Tensor:
+    """x, checked, and detached: FP8 bytes have no gradient, and a graph through them would keep x alive."""
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise OperandError(f"quantize needs a bf16/fp16/fp32 tensor, got {x.dtype} (the contract's fp32 step is "
                            "exact only for those; cast float64 to float32 first if its rounding is wanted)")
+    return x.detach()
 
 
 def _use_triton(x: torch.Tensor, backend: str) -> bool:

@@ -314,3 +314,16 @@ def test_quantize_refuses_inputs_outside_the_contract(dtype):
                  lambda: Q.quantize_blocks(x, PRESET_FORMATS["fp8_block_weight"])):
         with pytest.raises(OperandError, match="bf16/fp16/fp32 tensor, got"):
             call()
+
+
+def test_quantized_bytes_hold_no_autograd_graph():
+    """A Parameter quantized through the public API: no grad_fn, so no graph keeps the weight's saved tensors."""
+    from precision_engine.numerics.formats import PRESET_FORMATS
+
+    w = torch.nn.Parameter(torch.randn(256, 256))
+    outputs = [Q.quantize(w, PRESET_FORMATS[name]) for name in ("fp8_group_act", "fp8_block_weight", "fp8_tensor",
+                                                                  "fp8_channel", "fp8_group_tokens")]
+    outputs.append(Q.quantize_rows_and_tokens_transposed(w, PRESET_FORMATS["fp8_group_act"],
+                                                         PRESET_FORMATS["fp8_group_tokens"])[0])
+    for q in outputs:
+        assert not q.data.requires_grad and not q.scale.requires_grad

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from precision_engine.errors import OperandError
 from precision_engine.numerics.contract import as_dtype, cast_to_fp8, scale_from_amax
 from precision_engine.numerics.formats import DType, Granularity, QuantFormat
 from precision_engine.numerics.quantize import check_finite
@@ -73,6 +74,8 @@ def quantize_kv(states: torch.Tensor, scale: torch.Tensor, *, nonfinite: NonFini
 
     `nonfinite` is the policy's `numerics.nonfinite` (error raises NonFiniteError, warn warns; the default
     propagates, without a host sync)."""
+    if states.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise OperandError(f"quantize_kv needs bf16/fp16/fp32 states, got {states.dtype}")
     check_finite(states, nonfinite, "KV cache write")
     x32 = states.float()
     x32 = torch.where(torch.isinf(x32), torch.full_like(x32, math.nan), x32)  # saturating +-Inf would hide it
@@ -80,10 +83,20 @@ def quantize_kv(states: torch.Tensor, scale: torch.Tensor, *, nonfinite: NonFini
 
 
 def dequantize_kv(states_fp8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if states_fp8.dtype != KV_FP8_DTYPE:
+        raise OperandError(f"dequantize_kv reads {KV_FP8_DTYPE} states (quantize_kv's), got {states_fp8.dtype}")
     return as_dtype(states_fp8.float() * _broadcastable(scale, states_fp8), dtype)
 
 
 def _broadcastable(scale: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """scale ([] or [H]) shaped to multiply [B, H, T, D] states; a misfit is named here, not by a broadcast."""
+    if states.dim() != 4:
+        raise OperandError(f"KV states must be [batch, kv_heads, tokens, head_dim], got shape {tuple(states.shape)}")
+    if not (scale.dim() == 0 or (scale.dim() == 1 and scale.numel() == states.shape[1])):
+        raise OperandError(f"a KV scale is [] (per tensor) or [{states.shape[1]}] (per KV head) for states of shape "
+                           f"{tuple(states.shape)}, got shape {tuple(scale.shape)}")
+    if not scale.is_floating_point():
+        raise OperandError(f"a KV scale is a float dequant multiplier, got {scale.dtype}")
     scale = scale.to(device=states.device, dtype=torch.float32)
     return scale.view(1, -1, 1, 1) if scale.dim() == 1 else scale
 

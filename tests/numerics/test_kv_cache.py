@@ -8,7 +8,7 @@ from precision_engine.numerics.kv_cache import dequantize_kv, head_amax, quantiz
 
 
 def test_quantize_kv_contract():
-    states = torch.randn(2, 3, 5, 64, dtype=torch.float64) * 3
+    states = (torch.randn(2, 3, 5, 64, dtype=torch.float64) * 3).float()
     scale = torch.tensor(0.01)
     q = quantize_kv(states.to(torch.bfloat16), scale)
     assert q.dtype == torch.float8_e4m3fn
@@ -17,7 +17,7 @@ def test_quantize_kv_contract():
     assert q.float().abs().max() == 448  # out-of-range values saturate, never NaN
     per_head = torch.tensor([0.01, 0.02, 0.04])
     q = quantize_kv(states, per_head)
-    back = dequantize_kv(q, per_head, torch.float64)
+    back, states = dequantize_kv(q, per_head, torch.float64), states.double()
     inside = states.abs() <= 448 * per_head.view(1, -1, 1, 1)
     rel = ((back - states).abs() / states.abs().clamp(min=1e-3))[inside & (states.abs() > 64 * 2**-6 * 0.04)]
     assert rel.max() <= 2**-4  # e4m3: 3 mantissa bits, half-ulp relative error in the normal range
@@ -54,3 +54,24 @@ def test_infinities_are_never_saturated():
         quantize_kv(states, torch.tensor(0.01), nonfinite="error")
     with pytest.warns(RuntimeWarning, match="2 of 64 elements"):
         quantize_kv(states, torch.tensor(0.01), nonfinite="warn")
+
+
+def test_misuse_is_named_not_left_to_a_broadcast():
+    """A scale of the wrong length, 3-D states, FP8 fed back in: each gets an OperandError that says what fits."""
+    import pytest
+
+    from precision_engine.errors import OperandError
+
+    states = torch.randn(2, 4, 8, 16, dtype=torch.bfloat16)
+    for call, words in (
+        (lambda: quantize_kv(states, torch.ones(3)), r"\[\] \(per tensor\) or \[4\] \(per KV head\)"),
+        (lambda: quantize_kv(states, torch.ones(4, 1)), r"got shape \(4, 1\)"),
+        (lambda: quantize_kv(states[0], torch.ones(4)), r"\[batch, kv_heads, tokens, head_dim\]"),
+        (lambda: quantize_kv(states, torch.ones((), dtype=torch.int32)), "float dequant multiplier"),
+        (lambda: quantize_kv(states.to(torch.float8_e4m3fn), torch.ones(())), "bf16/fp16/fp32 states"),
+        (lambda: dequantize_kv(states, torch.ones(()), torch.bfloat16), "float8_e4m3fn states"),
+    ):
+        with pytest.raises(OperandError, match=words):
+            call()
+    q = quantize_kv(states, torch.full((4,), 0.01))  # both scale shapes still work
+    assert dequantize_kv(q, torch.full((), 0.01), torch.float32).shape == states.shape

@@ -43,6 +43,11 @@ def server_args(policy: Policy, model_dir: str | Path, tp: int = 1) -> list[str]
                                  "--set kv_cache.calibrate=never for SGLang's unit scales)")
             _check_scale_ranks(scales, tp)
             args += ["--quantization-param-path", str(scales)]
+        elif calibrated := _kv_scale_tensors(model_dir):
+            raise UsageError(f"{model_dir}: the checkpoint carries calibrated KV scales ({calibrated[0]} and "
+                             f"{len(calibrated) - 1} more), which SGLang's attention applies, but the policy's FP8 KV "
+                             "cache uses unit scales (kv_cache.calibrate: never) (hint: serve it under the policy it "
+                             "was exported with, or export again under this one)")
     if numerics.deterministic:
         args += ["--enable-deterministic-inference"]
     return args
@@ -102,6 +107,20 @@ def _check_export(config: dict, numerics: RolloutNumerics, gemms: list[str], mod
     if skipped:
         raise UsageError(f"{model_dir}: config.json skips {sorted(skipped)[0]} (and {len(skipped) - 1} more), "
                          f"which the policy runs in FP8 {hint}")
+
+
+def _kv_scale_tensors(model_dir: Path) -> list[str]:
+    """The checkpoint's `self_attn.k_scale` / `v_scale` tensor names, read from the safetensors headers alone."""
+    from safetensors import SafetensorError, safe_open
+
+    names = []
+    for path in sorted(model_dir.glob("*.safetensors")):
+        try:
+            with safe_open(path, "pt") as weights:
+                names += [name for name in weights.keys() if name.endswith((".k_scale", ".v_scale"))]
+        except (OSError, SafetensorError) as err:
+            raise UsageError(f"{path}: not a readable safetensors file ({err})") from None
+    return names
 
 
 def _check_scale_ranks(path: Path, tp: int) -> None:

@@ -44,6 +44,15 @@ def test_uncalibrated_export_under_a_calibrating_policy_is_refused(tmp_path):
     assert "--quantization-param-path" not in args and "fp8_e4m3" in args
 
 
+def test_calibrated_export_under_unit_scales_is_refused(tmp_path):
+    """SGLang applies the checkpoint's k_scale/v_scale tensors: under calibrate=never it would not run unit scales."""
+    out = _export(tmp_path, "fp8rl_rollout_tis", kv_scales=KVScales.ones(2))
+    (out / "kv_cache_scales.json").unlink()  # the tensors alone decide: they are what the attention applies
+    with pytest.raises(UsageError, match=r"carries calibrated KV scales \(model.layers.0.self_attn.k_scale and 3 "
+                                         r"more\).*kv_cache.calibrate: never"):
+        server_args(load_policy("fp8rl_rollout_tis", overrides=["kv_cache.calibrate=never"]), out)
+
+
 @pytest.mark.parametrize("exported, served, message", [
     ("jetrl_unified", "bf16_baseline", "quantizes model.layers.0.mlp.down_proj .and 13 more. but the policy's "
                                        "rollout phase runs no FP8"),

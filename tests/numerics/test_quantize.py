@@ -327,3 +327,18 @@ def test_quantized_bytes_hold_no_autograd_graph():
                                                          PRESET_FORMATS["fp8_group_tokens"])[0])
     for q in outputs:
         assert not q.data.requires_grad and not q.scale.requires_grad
+
+
+def test_pow2_dequantization_overflows_only_where_the_contract_says():
+    """Step 5's documented edge: 248 * 2**120 is the first |x| whose pow2 dequantization leaves fp32."""
+    from dataclasses import replace
+
+    from precision_engine.numerics.formats import PRESET_FORMATS, ScaleKind
+
+    fmt = replace(PRESET_FORMATS["fp8_group_act"], scale=ScaleKind.POW2)
+    edge = 248 * 2.0**120
+    x = torch.tensor([edge, torch.finfo(torch.float32).max, -edge]).float()
+    x = torch.cat([x, torch.nextafter(x[:1], torch.zeros(1)), torch.randn(124)]).reshape(1, 128)
+    back = Q.dequantize(Q.quantize(x, fmt))
+    assert back[0, :3].tolist() == [math.inf, math.inf, -math.inf]
+    assert math.isfinite(back[0, 3]) and torch.isfinite(back[0, 4:]).all()

@@ -112,8 +112,8 @@ class Fp8Linear(nn.Linear):
         if problems:  # the same table `precision validate --model` reports from, so validate caught it first
             raise UnsupportedError(f"Fp8Linear cannot run this spec: {problems[0].message} (hint: {problems[0].hint})")
         if in_features < 1 or out_features < 1:  # `validate --model` reports these modules first
-            raise UnsupportedError(f"Fp8Linear needs in_features, out_features >= 1, got ({in_features}, {out_features})"
-                                   " (hint: exclude empty Linears from the policy's FP8 rules)")
+            raise UnsupportedError("Fp8Linear needs in_features, out_features >= 1, got "
+                                   f"({in_features}, {out_features}) (hint: exclude empty Linears from FP8 rules)")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.spec = spec
         self.numerics = numerics or NumericsSpec()

@@ -89,12 +89,13 @@ def dequantize_kv(states_fp8: torch.Tensor, scale: torch.Tensor, dtype: torch.dt
 
 
 def _broadcastable(scale: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-    """scale ([] or [H]) shaped to multiply [B, H, T, D] states; a misfit is named here, not by a broadcast."""
-    if states.dim() != 4:
-        raise OperandError(f"KV states must be [batch, kv_heads, tokens, head_dim], got shape {tuple(states.shape)}")
-    if not (scale.dim() == 0 or (scale.dim() == 1 and scale.numel() == states.shape[1])):
-        raise OperandError(f"a KV scale is [] (per tensor) or [{states.shape[1]}] (per KV head) for states of shape "
-                           f"{tuple(states.shape)}, got shape {tuple(scale.shape)}")
+    """scale, [] (any states) or [H] (states [B, H, T, D]), shaped to multiply them; a misfit is named here, not
+    left to a broadcast."""
+    per_head = scale.dim() == 1 and states.dim() == 4 and scale.numel() == states.shape[1]
+    if scale.dim() != 0 and not per_head:
+        heads = f"[{states.shape[1]}] (per KV head)" if states.dim() == 4 else "[H] (per KV head, for [B, H, T, D])"
+        raise OperandError(f"a KV scale is [] (per tensor) or {heads} for states of shape {tuple(states.shape)}, "
+                           f"got shape {tuple(scale.shape)}")
     if not scale.is_floating_point():
         raise OperandError(f"a KV scale is a float dequant multiplier, got {scale.dtype}")
     scale = scale.to(device=states.device, dtype=torch.float32)

@@ -66,7 +66,7 @@ def test_misuse_is_named_not_left_to_a_broadcast():
     for call, words in (
         (lambda: quantize_kv(states, torch.ones(3)), r"\[\] \(per tensor\) or \[4\] \(per KV head\)"),
         (lambda: quantize_kv(states, torch.ones(4, 1)), r"got shape \(4, 1\)"),
-        (lambda: quantize_kv(states[0], torch.ones(4)), r"\[batch, kv_heads, tokens, head_dim\]"),
+        (lambda: quantize_kv(states[0], torch.ones(4)), r"\[H\] \(per KV head, for \[B, H, T, D\]\)"),
         (lambda: quantize_kv(states, torch.ones((), dtype=torch.int32)), "float dequant multiplier"),
         (lambda: quantize_kv(states.to(torch.float8_e4m3fn), torch.ones(())), "bf16/fp16/fp32 states"),
         (lambda: dequantize_kv(states, torch.ones(()), torch.bfloat16), "float8_e4m3fn states"),

@@ -35,6 +35,7 @@ hands it over as `x_quantized` and the forward skips its own quantization.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Sequence
 
@@ -378,7 +379,10 @@ class _Fp8LinearFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        with torch.no_grad():
+        # The policy fixes every dtype here: an autocast around the backward would run its fp32 GEMMs in bf16.
+        no_autocast = torch.autocast(dy.device.type, enabled=False) if torch.is_autocast_enabled(dy.device.type) \
+            else contextlib.nullcontext()
+        with torch.no_grad(), no_autocast:
             grads = _Fp8LinearFn._grads(ctx, dy)
         if torch.is_grad_enabled():  # create_graph=True: refuse, do not drop, any use of their derivative
             grads = _NoDoubleBackward.apply(*(g if g is None else g.detach().requires_grad_() for g in grads))

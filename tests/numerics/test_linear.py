@@ -370,3 +370,25 @@ def test_an_empty_linear_is_refused_at_construction(shape):
     """nn.Linear(0, n) returns zeros; an FP8 GEMM over an empty operand has no groups to scale, so say so."""
     with pytest.raises(UnsupportedError, match=r"in_features, out_features >= 1, got \(\d+, \d+\)"):
         Fp8Linear(*shape, JETRL)
+
+
+@pytest.mark.parametrize("forward_autocast, backward_autocast", [(True, False), (False, True), (True, True)])
+def test_autocast_changes_no_bit_of_an_fp32_linear(forward_autocast, backward_autocast):
+    """The spec fixes every dtype: a bf16 autocast around the forward or the backward (where the CPU's emulated
+    wgrad/dgrad GEMMs are fp32 matmuls, which autocast would run in bf16) leaves y, dx and dW as without it."""
+    torch.manual_seed(11)
+    module = Fp8Linear(256, 128, JETRL, dtype=torch.float32)
+    x = torch.randn(64, 256, requires_grad=True)
+    dy = torch.randn(64, 128)
+
+    def step(fwd: bool, bwd: bool):
+        module.zero_grad()
+        x.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=fwd):
+            y = module(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bwd):
+            y.backward(dy)
+        return y.detach(), x.grad.clone(), module.weight.grad.clone()
+
+    for plain, under in zip(step(False, False), step(forward_autocast, backward_autocast)):
+        assert under.dtype == torch.float32 and torch.equal(plain, under)

@@ -14,9 +14,9 @@ the compute dtype against the master weight (straight-through, as torchao does):
 The master weight stays in its own dtype (BF16 or FP32) and is quantized once per weight version: rollout
 never re-quantizes, and the bytes are those `to_block_fp8` exports. The cache's owner says when the weight
 changed: `invalidate_weight_cache()` (or `rewrite.invalidate_weight_caches(model)` for a whole model) after
-every optimizer step. In-place writes through the Parameter and new storages are also noticed
-(`weight_cache_key`), but torch.optim's fused kernels (AdamW(fused=True)) write without bumping the version
-counter, and a process-wide optimizer hook would couple unrelated models, so the trainer's call is the rule.
+every optimizer step. In-place writes through the Parameter, new storages and every torch.optim step over the
+weight (fused kernels included, which write without bumping the version counter) are also noticed
+(`weight_cache_key`); writes through `.data` are not, so the trainer's call stays the rule.
 Under torch.compile the weight is quantized inside the graph on every call instead (no Python-side cache to
 break the graph), which needs no invalidation. So is a training forward captured into a CUDA graph
 (`torch.cuda.graph`, `make_graphed_callables`): a cached Q(W) would be frozen into the graph and read stale
@@ -36,11 +36,12 @@ hands it over as `x_quantized` and the forward skips its own quantization.
 from __future__ import annotations
 
 import contextlib
-import weakref
+import itertools
 from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from precision_engine.errors import OperandError, UnsupportedError
 from precision_engine.numerics.capabilities import Gemm, linear_problems
@@ -68,24 +69,44 @@ from precision_engine.numerics.quantize import (
 from precision_engine.numerics.specs import NonFinite, NumericsSpec
 
 
+# Attributes a weight carries for its cache key (in the tensor's __dict__, so deepcopy and swap_tensors move them)
+_TOKEN = "_precision_engine_token"  # which tensor object it is: a number, which weights_only torch.load takes
+_tokens = itertools.count()
+_STEPS = "_precision_engine_steps"  # torch.optim steps over it (`_count_optimizer_step`)
+_optimizer_hook = None
+
+
+def _count_optimizer_step(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    """After any torch.optim step, count it on each parameter it holds whose Q(W) may be cached: fused kernels
+    (AdamW(fused=True)) write without bumping the version counter. Other models' weights are not touched."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if _TOKEN in param.__dict__:
+                param.__dict__[_STEPS] = param.__dict__.get(_STEPS, 0) + 1
+
+
 class WeightVersion:
     """What a cached Q(W) was made from: equal only for the same weight object at the same version counter,
-    address, device and dtype. So it changes with an in-place op through autograd (version counter), and with a
-    new Parameter or tensor (FSDP-style replacement) even where the allocator hands it the address the old one
-    freed, a new one starting at version 0 as the old did: the weak reference tells the objects apart. Writes it
-    cannot see (fused optimizers, `weight.data = ...`) need `invalidate_weight_cache()`."""
+    optimizer step count, address, device and dtype. So it changes with an in-place op through autograd (version
+    counter), with any torch.optim step over the weight, fused kernels included (a post-step hook counts them),
+    and with a new Parameter or tensor (FSDP-style replacement) even where the allocator hands it the address the
+    old one freed, a new one starting at version 0 as the old did: a number the weight carries tells them
+    apart (an attribute, where a weak reference made `torch.utils.swap_tensors` refuse the weight). Writes it
+    cannot see (`weight.data.mul_(...)`, `weight.data = ...`) need `invalidate_weight_cache()`."""
 
-    __slots__ = ("_weight", "_state")
+    __slots__ = ("_state",)
 
     def __init__(self, weight: torch.Tensor) -> None:
-        self._weight = weakref.ref(weight)
-        self._state = (weight._version, weight.data_ptr(), weight.device, weight.dtype)
+        global _optimizer_hook
+        if _optimizer_hook is None:
+            _optimizer_hook = register_optimizer_step_post_hook(_count_optimizer_step)
+        if _TOKEN not in weight.__dict__:
+            weight.__dict__[_TOKEN] = next(_tokens)
+        self._state = (weight.__dict__[_TOKEN], weight.__dict__.get(_STEPS, 0), weight._version, weight.data_ptr(),
+                       weight.device, weight.dtype)
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, WeightVersion) or self._state != other._state:
-            return False
-        weight = self._weight()
-        return weight is not None and weight is other._weight()
+        return isinstance(other, WeightVersion) and self._state == other._state
 
     __hash__ = None  # compared, never a dict key
 
@@ -149,8 +170,8 @@ class Fp8Linear(nn.Linear):
         self._group_cache = None
 
     def __getstate__(self) -> dict:
-        """Pickled without Q(W), made again from the weight on the next forward: torch cannot pickle FP8 tensors,
-        nor Python a weak reference (`WeightVersion`)."""
+        """Pickled without Q(W), made again from the weight on the next forward: torch cannot pickle FP8
+        tensors."""
         return {**super().__getstate__(), "_w_cache": None, "_wt_cache": None, "_group_cache": None}
 
     def quantized_weight(self) -> Quantized:
@@ -216,8 +237,7 @@ class Fp8Linear(nn.Linear):
         if self._w_cache is None or self._w_cache[0] != key:
             wq, wt = fresh_quantized_weights([self], dgrad)
             self._w_cache = (key, wq)
-            if wt is not None:
-                self._wt_cache = (wq.data, wt)
+            self._wt_cache = None if wt is None else (wq.data, wt)  # never the last version's Q(W)^T, kept alive
         wq = self._w_cache[1]
         return wq, self._quantized_weight_t(wq) if dgrad else None
 

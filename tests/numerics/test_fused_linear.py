@@ -184,7 +184,12 @@ def test_stacked_weight_is_cached_per_version_and_shared_with_the_parts():
     restacked = parts[0]._group_cache[1]
     for p in parts:
         p.weight.grad = torch.randn_like(p.weight)
-    torch.optim.AdamW([p.weight for p in parts], lr=0.1, fused=True).step()  # invisible: the owner invalidates
+    torch.optim.AdamW([p.weight for p in parts], lr=0.1, fused=True).step()  # seen: the step counts itself
+    fp8_linear_group(parts, x)
+    assert parts[0]._group_cache[1] is not restacked
+    restacked = parts[0]._group_cache[1]
+    with torch.no_grad():
+        parts[2].weight.data.mul_(2)  # through .data: invisible, so the owner invalidates
     fp8_linear_group(parts, x)
     assert parts[0]._group_cache[1] is restacked
     model = nn.ModuleList(parts)

@@ -201,21 +201,32 @@ def test_training_step_quantizes_w_and_w_transposed_in_one_pass(monkeypatch):
     assert fp8.quantized_weight() is wq and fp8._wt_cache[1] is wt
 
 
-def test_owner_invalidates_after_a_fused_optimizer_step():
-    """AdamW(fused=True) writes the weight without bumping its version counter: the cache cannot see it, so the
-    trainer invalidates explicitly; nothing process-wide couples this layer to another model's optimizer."""
+@pytest.mark.parametrize("optimizer", [lambda p: torch.optim.AdamW(p, lr=0.1, fused=True),
+                                       lambda p: torch.optim.SGD(p, lr=0.1, fused=True)])
+def test_a_fused_optimizer_step_is_seen_and_another_models_cache_stays(optimizer):
+    """Fused kernels write the weight without bumping its version counter: the step counts itself on the
+    weights it holds (a torch.optim post-step hook), so the next forward re-quantizes, bitwise as a fresh layer
+    would, and a layer whose weights the optimizer does not hold keeps its Q(W)."""
     lin, fp8 = _pair(JETRL)
     _, other = _pair(JETRL, seed=1)
     other_w = other.quantized_weight()
+    x = torch.randn(8, 256, dtype=torch.bfloat16)
     stale = fp8.quantized_weight()
-    fp8(torch.randn(8, 256, dtype=torch.bfloat16)).float().sum().backward()
-    torch.optim.AdamW(lin.parameters(), lr=0.1, fused=True).step()
-    assert fp8.quantized_weight() is stale  # invisible to the cache key: the owner's call is the rule
-    fp8.invalidate_weight_cache()
+    fp8(x).float().sum().backward()
+    optimizer(lin.parameters()).step()
     fresh = fp8.quantized_weight()
+    assert fresh is not stale
     assert torch.equal(fresh.data.view(torch.uint8), to_block_fp8(lin.weight.detach())[0].view(torch.uint8))
-    assert not torch.equal(fresh.scale, stale.scale)
-    assert other.quantized_weight() is other_w  # another model's step never retires this one's cache
+    twin = nn.Linear(256, 384, dtype=torch.bfloat16)
+    twin.load_state_dict(lin.state_dict())
+    assert torch.equal(fp8(x), Fp8Linear.from_linear(twin, JETRL)(x))
+    assert other.quantized_weight() is other_w
+    with torch.no_grad():
+        lin.weight.data.mul_(2)  # through .data: unseen, so the owner's call stays the rule
+    assert fp8.quantized_weight() is fresh
+    fp8.invalidate_weight_cache()
+    assert torch.equal(fp8.quantized_weight().data.view(torch.uint8),
+                       to_block_fp8(lin.weight.detach())[0].view(torch.uint8))
 
 
 def test_is_an_nn_linear():
@@ -392,3 +403,40 @@ def test_autocast_changes_no_bit_of_an_fp32_linear(forward_autocast, backward_au
 
     for plain, under in zip(step(False, False), step(forward_autocast, backward_autocast)):
         assert under.dtype == torch.float32 and torch.equal(plain, under)
+
+
+def test_a_used_layer_converts_and_loads_through_swap_tensors():
+    """torch.utils.swap_tensors (nn.Module._apply for wrapper-subclass params such as DTensor, or with
+    swap_module_params_on_conversion) refuses a tensor with a weak reference: the cache key held one."""
+    _, fp8 = _pair(JETRL)
+    x = torch.randn(4, 256, dtype=torch.bfloat16)
+    fp8(x)
+    state = {k: v.clone() for k, v in fp8.state_dict().items()}
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        assert fp8.float()(x.float()).dtype == torch.float32
+        fp8.bfloat16().load_state_dict(state)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(False)
+    expected = to_block_fp8(state["weight"])[0]
+    assert torch.equal(fp8.quantized_weight().data.view(torch.uint8), expected.view(torch.uint8))
+
+
+def test_a_used_weight_saves_and_loads_weights_only(tmp_path):
+    """The key's marks on the weight are numbers: torch.load's default weights_only unpickler takes them."""
+    _, fp8 = _pair(JETRL)
+    fp8(torch.randn(4, 256, dtype=torch.bfloat16))
+    torch.save({"weight": fp8.weight}, tmp_path / "w.pt")
+    assert torch.equal(torch.load(tmp_path / "w.pt")["weight"], fp8.weight)
+
+
+def test_a_rollout_forward_after_a_step_lets_the_last_versions_transpose_go():
+    """Q(W)^T belongs to the Q(W) it was made with: a no-grad forward on a new version drops the old one."""
+    lin, fp8 = _pair(JETRL)
+    x = torch.randn(8, 256, dtype=torch.bfloat16)
+    fp8(x).float().sum().backward()
+    torch.optim.SGD(lin.parameters(), lr=0.1).step()
+    assert fp8._wt_cache is not None
+    with torch.no_grad():
+        fp8(x)
+    assert fp8._wt_cache is None

@@ -3,7 +3,7 @@
 # weight and a torch.optim step count, no weak reference), its backward (autocast off) and the quantizers (input
 # detached): the linear's, graphs', torch.compile's and the rollout engine's GPU tests run on any card, then the
 # quantizers'. On an H200 first: `ring_context.py` and `bench quant` on AUTO's re-quantizer rows beside both
-# programs, behind a copy and behind the FP8 dgrad. END_S: 330 s on an H200, 210 s elsewhere.
+# programs, behind a copy and behind the FP8 dgrad. END_S: 360 s on an H200, 210 s elsewhere.
 set -u
 cd "$(dirname "$0")/../../.."
 source scripts/device_card.sh
@@ -12,7 +12,7 @@ source benchmarks/2026-12-06/s49_calls/steps.sh
 END_S=210
 case "$card" in
   *H200*)
-    END_S=330
+    END_S=360
     timeout 60 python3 benchmarks/2026-12-07/s53_calls/ring_context.py 30 > "$OUT/ring_context.txt" 2>&1
     echo "ring_context rc=$?"; cut -c1-160 "$OUT/ring_context.txt" | grep -v Warning
     timeout 90 python3 -c "from precision_engine.cli.app import main; main()" bench quant --sweep \

@@ -34,7 +34,8 @@ HeldoutOpt = Annotated[
     typer.Option("--heldout", metavar="FILE", show_default=False,
                  help="Held-out problems (default: the recipe's held-out split, or the head of --data)."),
 ]
-EvalEveryOpt = Annotated[int, typer.Option("--eval-every", help="Steps between held-out evaluations.")]
+EvalEveryOpt = Annotated[int, typer.Option(
+    "--eval-every", help="Steps between held-out evaluations and checkpoints (the newest 3 kept).")]
 HeldoutSizeOpt = Annotated[int, typer.Option("--heldout-size", help="Held-out problems per evaluation (greedy).")]
 MixOpt = Annotated[
     Optional[str],

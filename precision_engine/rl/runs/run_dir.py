@@ -110,7 +110,8 @@ class RunDir:
         marker = path / RUN_FILE
         if not marker.is_file():
             what = "does not exist" if not path.exists() else f"has no {RUN_FILE}"
-            raise RunError(f"{path} is not a run directory: it {what} (hint: start a new run without --resume)")
+            raise RunError(f"{path} is not a run directory: it {what} (hint: pass a directory `precision run` "
+                           "wrote; without --resume, run starts a new one)")
         try:
             info = json.loads(marker.read_text())
         except (OSError, ValueError) as err:

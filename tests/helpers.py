@@ -73,14 +73,6 @@ def run_offline_compile(source: str, *, timeout: int = 600) -> None:
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
 
 
-def route_through_custom_ops(monkeypatch) -> None:
-    """Send CPU tensors through the FP8 custom ops under torch.compile as a GPU's are (`numerics.custom_ops`):
-    the ops then run the CPU kernels, so the CPU checks what a GPU compile traces."""
-    from precision_engine.numerics import custom_ops
-
-    monkeypatch.setattr(custom_ops, "routes", lambda t: torch.compiler.is_compiling())
-
-
 class GraphRecorder:
     """A torch.compile backend that keeps each graph's code (submodules included) and runs it as traced."""
 

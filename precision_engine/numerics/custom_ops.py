@@ -2,12 +2,12 @@
 
 Dynamo cannot trace DeepGEMM's or pinned cuBLAS's pybind launches, the Gluon kernels, or the Triton launch
 wrappers (their cached launch arguments): on an H200 one Fp8Linear fwd+bwd broke into 7-8 graphs, and
-`fullgraph=True` refused (nineteenth session, BENCHMARKS.md). While torch.compile traces a CUDA tensor, the
-quantizers (`quantize`), `gemm.fp8_gemm` and `gemm.transpose_operand` call ops `precision_engine::*` instead
-(`routes`, and the call wrappers here). Each is one opaque node whose fake (here) gives its outputs' shapes,
-dtypes and strides; its body is the eager call itself, defined beside it in `quantize` / `gemm` (which import
-this module, not the reverse), so a compiled step launches the eager kernels and gives the eager bits. On the
-CPU the pure-torch kernels are traced as they are, and inductor may fuse them.
+`fullgraph=True` refused (nineteenth session, BENCHMARKS.md). While torch.compile traces, the quantizers
+(`quantize`), `gemm.fp8_gemm` and `gemm.transpose_operand` call ops `precision_engine::*` instead (`routes`, and
+the call wrappers here). Each is one opaque node whose fake (here) gives its outputs' shapes, dtypes and
+strides; its body is the eager call itself, defined beside it in `quantize` / `gemm` (which import this module,
+not the reverse), so a compiled step launches the eager kernels and gives the eager bits. The CPU's pure-torch
+kernels cross as ops too: traced, inductor fused the GEMM's bf16 output rounding into the bias add after it.
 
 A format crosses the op boundary as a string (`format_key`): op schemas take tensors and scalars only.
 """
@@ -23,9 +23,9 @@ from precision_engine.numerics.contract import (Quantized, block_buffers, blocks
 from precision_engine.numerics.formats import Axis, DType, Granularity, QuantFormat, ScaleKind
 
 
-def routes(t: torch.Tensor) -> bool:
-    """Whether a launch on `t` goes through its custom op: a CUDA tensor while torch.compile traces."""
-    return t.is_cuda and torch.compiler.is_compiling()
+def routes() -> bool:
+    """Whether a launch goes through its custom op: while torch.compile traces, on any device."""
+    return torch.compiler.is_compiling()
 
 
 def format_key(fmt: QuantFormat) -> str:

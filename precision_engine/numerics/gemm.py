@@ -69,7 +69,7 @@ def fp8_gemm(
         raise OperandError(f"fp8_gemm: out_dtype {out_dtype}; expected bfloat16, float16, float32 or float64")
     if a.data.shape[1] == 0:  # an empty sum, which no launch below takes (cuBLAS, DeepGEMM and Triton tile K)
         return torch.zeros((a.data.shape[0], b.data.shape[0]), dtype=out_dtype, device=a.data.device)
-    if custom_ops.routes(a.data):
+    if custom_ops.routes():
         return custom_ops.fp8_gemm(a, b, out_dtype=out_dtype, kernel=kernel.value, gemm=gemm.value,
                                    batch_invariant=batch_invariant)
     requested = kernel
@@ -137,7 +137,7 @@ def transpose_operand(q: Quantized) -> Quantized:
     """Q^T of a 128x128-block operand as a K-major [K, N] operand (dgrad's weight): the same bytes transposed,
     which is exactly Q(W^T) since square blocks transpose into square blocks. Triton on CUDA (torch's copy
     kernel moves single bytes at a fraction of the bandwidth), torch elsewhere."""
-    if custom_ops.routes(q.data):
+    if custom_ops.routes():
         return custom_ops.transpose_operand(q)
     if q.data.is_cuda:
         from precision_engine.numerics.triton_gemm import transpose_bytes

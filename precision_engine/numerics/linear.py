@@ -44,6 +44,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from precision_engine.errors import OperandError, UnsupportedError
+from precision_engine.numerics import custom_ops
 from precision_engine.numerics.capabilities import Gemm, linear_problems
 from precision_engine.numerics.contract import (
     COMPUTE_TORCH_DTYPE,
@@ -455,9 +456,23 @@ class _Fp8LinearFn(torch.autograd.Function):
             dws = [d.to(w.dtype) if need else None for d, w, need in zip(_split(dw, rows), weights, needs_w)]
 
         if any(needs_b):
-            db = dy2.sum(0, dtype=torch.float32)
+            db = _bias_grad(dy2)
             dbs = [d.to(dtype) if need else None for d, dtype, need in zip(_split(db, rows), ctx.bias_dtypes, needs_b)]
         return (dx, *dws, *dbs)
+
+
+def _bias_grad(dy2: torch.Tensor) -> torch.Tensor:
+    """db: dy's rows summed in fp32. Under torch.compile an op, so inductor keeps eager's summation order (traced,
+    its reduction gave other bits)."""
+    return torch.ops.precision_engine.bias_grad(dy2) if custom_ops.routes() else dy2.sum(0, dtype=torch.float32)
+
+
+@torch.library.custom_op("precision_engine::bias_grad", mutates_args=())
+def _bias_grad_op(dy: torch.Tensor) -> torch.Tensor:
+    return dy.sum(0, dtype=torch.float32)
+
+
+_bias_grad_op.register_fake(lambda dy: dy.new_empty(dy.shape[1:], dtype=torch.float32))
 
 
 def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:

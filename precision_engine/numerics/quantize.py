@@ -150,7 +150,7 @@ def quantize_blocks_stacked(weights: Sequence[torch.Tensor], fmt: QuantFormat, *
     if any(r % fmt.block[0] for r in rows[:-1]):
         raise OperandError(f"quantize_blocks_stacked: every part but the last needs whole {fmt.block[0]}-row "
                            f"blocks, got rows {rows}")
-    if backend == "auto" and custom_ops.routes(weights[0]):
+    if backend == "auto" and custom_ops.routes():
         return custom_ops.quantize_blocks_stacked(weights, fmt, transposed)
     n, k, device = sum(rows), weights[0].shape[1], weights[0].device
     wq = block_buffers(n, k, fmt, device)
@@ -201,7 +201,7 @@ def quantize_rows_and_tokens_transposed(
             f"{tokens_fmt.describe()}"
         )
     x = _input(_as_2d(x))
-    if backend == "auto" and custom_ops.routes(x):
+    if backend == "auto" and custom_ops.routes():
         return custom_ops.quantize_grad_output(x, rows_fmt, tokens_fmt)
     if _use_triton(x, backend):
         from precision_engine.numerics import gluon_grad_output, triton_quant
@@ -229,7 +229,7 @@ def requantize_tokens_transposed(
     _check_fp8(fmt, Granularity.GROUP)
     if fmt.axis is not Axis.TOKENS:
         raise OperandError(f"requantize_tokens_transposed needs axis=tokens, got {fmt.axis.value}")
-    if backend == "auto" and custom_ops.routes(q.data):
+    if backend == "auto" and custom_ops.routes():
         return custom_ops.requantize_tokens_transposed(q, fmt)
     if _use_triton(q.data, backend):
         from precision_engine.numerics import gluon_requant, triton_quant
@@ -253,7 +253,7 @@ def requantize_blocks_transposed(q: Quantized, fmt: QuantFormat, *, backend: str
     if q.fmt.granularity is not Granularity.GROUP or q.fmt.axis is not Axis.K:
         raise OperandError(f"requantize_blocks_transposed needs a 1xG operand, got {q.fmt.describe()}")
     _check_fp8(fmt, Granularity.BLOCK)
-    if backend == "auto" and custom_ops.routes(q.data):
+    if backend == "auto" and custom_ops.routes():
         return custom_ops.requantize_blocks_transposed(q, fmt)
     if _use_triton(q.data, backend):
         from precision_engine.numerics import gluon_requant, triton_quant
@@ -367,7 +367,7 @@ _REFERENCE = {
 
 def _dispatch(kind: str, x: torch.Tensor, fmt: QuantFormat, backend: str) -> Quantized:
     x = _input(x)
-    if backend == "auto" and custom_ops.routes(x):
+    if backend == "auto" and custom_ops.routes():
         return custom_ops.quantize(kind, x, fmt)
     return eager_quantize(kind, x, fmt, backend)
 

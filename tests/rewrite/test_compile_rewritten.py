@@ -12,7 +12,7 @@ from precision_engine.models import build_model, load_inventory
 from precision_engine.policy import load_policy
 from precision_engine.rewrite import apply
 
-from helpers import GraphRecorder, route_through_custom_ops
+from helpers import GraphRecorder
 
 TOKENS = torch.randint(0, 512, (2, 48), generator=torch.Generator().manual_seed(1))
 
@@ -37,8 +37,7 @@ def _loss_and_grads(model):
 
 
 @pytest.mark.parametrize("spec", ["tiny-llama", "tiny-qwen3"])
-def test_compiled_layers_train_with_eager_bits(monkeypatch, spec):
-    route_through_custom_ops(monkeypatch)
+def test_compiled_layers_train_with_eager_bits(spec):
     torch._dynamo.reset()
     eager = _loss_and_grads(_rewritten(spec, "train"))
     model, recorder = _rewritten(spec, "train"), GraphRecorder()
@@ -49,8 +48,7 @@ def test_compiled_layers_train_with_eager_bits(monkeypatch, spec):
     assert len(eager) == len(compiled) and all(torch.equal(a, b) for a, b in zip(eager, compiled))
 
 
-def test_compiled_layers_give_the_rollout_logits_bitwise(monkeypatch):
-    route_through_custom_ops(monkeypatch)
+def test_compiled_layers_give_the_rollout_logits_bitwise():
     torch._dynamo.reset()
     with torch.no_grad():
         eager = _rewritten("tiny-llama", "rollout")(TOKENS).logits

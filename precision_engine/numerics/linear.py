@@ -131,6 +131,9 @@ class Fp8Linear(nn.Linear):
         device=None,
         dtype=None,
     ) -> None:
+        if not isinstance(spec, LinearSpec):  # Fp8Linear(in, out, True), as nn.Linear is rebuilt
+            raise TypeError(f"Fp8Linear(in_features, out_features, spec, *, bias=...): spec must be a LinearSpec, "
+                            f"got {type(spec).__name__}")
         problems = linear_problems(spec, backward=True)
         if problems:  # the same table `precision validate --model` reports from, so validate caught it first
             raise UnsupportedError(f"Fp8Linear cannot run this spec: {problems[0].message} (hint: {problems[0].hint})")
@@ -265,9 +268,11 @@ class Fp8Linear(nn.Linear):
         cache = self._w_cache
         return cache is not None and cache[1] is wq and cache[0] == weight_cache_key(self.weight)
 
-    def forward(self, x: torch.Tensor, *, x_quantized: Quantized | None = None) -> torch.Tensor:
-        """y = x @ W^T + b in FP8. `x_quantized`: Q(x) in the spec's input format, computed by the caller
-        (bitwise what this forward would compute), so the forward does not quantize x again."""
+    def forward(self, input: torch.Tensor, *, x_quantized: Quantized | None = None) -> torch.Tensor:
+        """y = x @ W^T + b in FP8 for x = `input` (nn.Linear's name for it). `x_quantized`: Q(x) in the spec's
+        input format, computed by the caller (bitwise what this forward would compute), so the forward does not
+        quantize x again."""
+        x = input
         recording = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
         if torch.compiler.is_compiling():
             wq, wt = quantize_blocks_stacked([self.weight.detach()], self.spec.weight,
@@ -321,6 +326,8 @@ def fp8_linear(
     call."""
     if len({b is None for b in biases}) > 1:
         raise OperandError("fp8_linear: every part has a bias or none does (a zero bias would flip -0 to +0)")
+    if x.dim() == 0:
+        raise OperandError("fp8_linear: the input is a 0-d tensor; a linear layer needs its features on a last dim")
     if x_quantized is None:
         xq_data = xq_scale = None
     else:
@@ -343,9 +350,11 @@ def _output(x, xq_data, xq_scale, w_data, w_scale, config, biases) -> tuple[torc
                    Quantized(w_data, w_scale, spec.weight), config)
     if biases[0] is not None:
         y = y + _cat([b.to(COMPUTE_TORCH_DTYPE[spec.compute]) for b in biases])
-    # The GEMM computes in the policy's compute dtype; the output takes the input's dtype, as nn.Linear's
-    # does, so an FP32 model without autocast keeps working (the upcast is exact).
-    return as_dtype(y.reshape(*x.shape[:-1], y.shape[-1]), x.dtype), xq
+    # The GEMM computes in the policy's compute dtype; the output takes the dtype nn.Linear's would: autocast's
+    # where it is on, else the input's, so an FP32 model without autocast keeps working (the upcast is exact).
+    device = x.device.type
+    out_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+    return as_dtype(y.reshape(*x.shape[:-1], y.shape[-1]), out_dtype), xq
 
 
 def _fprop(x2: torch.Tensor, xq: Quantized | None, wq: Quantized, config: tuple[LinearSpec, NumericsSpec]

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from precision_engine.errors import NonFiniteError, UnsupportedError
+from precision_engine.errors import NonFiniteError, OperandError, UnsupportedError
 from precision_engine.numerics.exchange import to_block_fp8
 from precision_engine.numerics.formats import PRESET_FORMATS as P
 from precision_engine.numerics.formats import DType, LinearSpec
@@ -385,8 +385,9 @@ def test_an_empty_linear_is_refused_at_construction(shape):
 
 @pytest.mark.parametrize("forward_autocast, backward_autocast", [(True, False), (False, True), (True, True)])
 def test_autocast_changes_no_bit_of_an_fp32_linear(forward_autocast, backward_autocast):
-    """The spec fixes every dtype: a bf16 autocast around the forward or the backward (where the CPU's emulated
-    wgrad/dgrad GEMMs are fp32 matmuls, which autocast would run in bf16) leaves y, dx and dW as without it."""
+    """The spec fixes every GEMM's dtypes: a bf16 autocast around the backward (where the CPU's emulated wgrad
+    and dgrad GEMMs are fp32 matmuls, which autocast would run in bf16) leaves dx and dW as without it; around the
+    forward, y comes out in bf16 as nn.Linear's would, the same values (the compute dtype is bf16 already)."""
     torch.manual_seed(11)
     module = Fp8Linear(256, 128, JETRL, dtype=torch.float32)
     x = torch.randn(64, 256, requires_grad=True)
@@ -401,7 +402,10 @@ def test_autocast_changes_no_bit_of_an_fp32_linear(forward_autocast, backward_au
             y.backward(dy)
         return y.detach(), x.grad.clone(), module.weight.grad.clone()
 
-    for plain, under in zip(step(False, False), step(forward_autocast, backward_autocast)):
+    (y, *grads), (y_under, *grads_under) = step(False, False), step(forward_autocast, backward_autocast)
+    assert y_under.dtype == (torch.bfloat16 if forward_autocast else torch.float32)
+    assert torch.equal(y.to(y_under.dtype), y_under)
+    for plain, under in zip(grads, grads_under):
         assert under.dtype == torch.float32 and torch.equal(plain, under)
 
 
@@ -440,3 +444,14 @@ def test_a_rollout_forward_after_a_step_lets_the_last_versions_transpose_go():
     with torch.no_grad():
         fp8(x)
     assert fp8._wt_cache is None
+
+
+def test_called_and_built_as_nn_linear_is():
+    """`layer(input=x)` works as nn.Linear's; a 0-d input and nn.Linear's positional bias get clear errors."""
+    _, fp8 = _pair(JETRL)
+    x = torch.randn(4, 256, dtype=torch.bfloat16)
+    assert torch.equal(fp8(input=x), fp8(x))
+    with pytest.raises(OperandError, match="0-d tensor"):
+        fp8(torch.tensor(1.0, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="spec must be a LinearSpec, got bool"):
+        Fp8Linear(256, 384, True)

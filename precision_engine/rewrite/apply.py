@@ -75,22 +75,41 @@ class RewriteReport:
         )
 
 
+# nn.Module's hook registries: a swapped-in module takes over the very dicts, so hooks fire and handles still
+# remove them (a RemovableHandle refers to its dict).
+_HOOKS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+          "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_is_full_backward_hook",
+          "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+
+
 def swap_modules(model: nn.Module, swap: Callable[[nn.Module, str], nn.Module], *, module_filter_fn: ModuleFilter):
-    """Post-order walk; where `module_filter_fn(module, fqn)` holds, `swap(module, fqn)` replaces the module."""
-    replaced = []
+    """Post-order walk; where `module_filter_fn(module, fqn)` holds, `swap(module, fqn)` replaces the module,
+    which keeps its hooks. A module whose `forward` was replaced on the instance (accelerate's device-map hooks
+    do this) is refused: the new module would silently run without it."""
+    targets = []  # (parent, name, child, fqn), children before their parents
 
     def visit(parent: nn.Module, prefix: str) -> None:
         for name, child in list(parent.named_children()):
             fqn = f"{prefix}.{name}" if prefix else name
             visit(child, fqn)
             if module_filter_fn(child, fqn):
-                new = swap(child, fqn)
-                if new is not child:
-                    new.train(child.training)
-                    setattr(parent, name, new)
-                    replaced.append(fqn)
+                targets.append((parent, name, child, fqn))
 
     visit(model, "")
+    for _, _, child, fqn in targets:  # before anything is swapped: never half a rewrite
+        if "forward" in vars(child):
+            raise UnsupportedError(f"{fqn}: its forward is replaced on the instance (accelerate's device-map "
+                                   "dispatch does this), which the rewrite would drop (hint: rewrite the model "
+                                   "before dispatching it)")
+    replaced = []
+    for parent, name, child, fqn in targets:
+        new = swap(child, fqn)
+        if new is not child:
+            new.train(child.training)
+            for hooks in _HOOKS:
+                setattr(new, hooks, getattr(child, hooks))
+            setattr(parent, name, new)
+            replaced.append(fqn)
     return tuple(replaced)
 
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from precision_engine.compile import compile_plan
-from precision_engine.errors import ModelError, UsageError
+from precision_engine.errors import ModelError, UnsupportedError, UsageError
 from precision_engine.models import build_model, load_inventory
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.policy import load_policy
@@ -183,3 +183,28 @@ def test_reapply_with_other_numerics_updates_modules(plans):
     assert report.changed
     assert all(m.numerics == strict for m in model.modules() if isinstance(m, Fp8Linear))
     assert apply(plan, model, "train", numerics=strict).changed == ()
+
+
+def test_hooks_survive_the_rewrite_and_its_undoing(plans):
+    """A forward hook, a pre-hook and a state_dict hook on a swapped module keep firing on its replacement (and
+    their handles still remove them); an instance-level forward (accelerate's dispatch) is refused up front."""
+    model = build_model("tiny-llama", device="cpu", dtype="bf16")
+    q_proj = model.get_submodule("model.layers.0.self_attn.q_proj")
+    calls = []
+    q_proj.register_forward_pre_hook(lambda m, args: calls.append(("pre", type(m).__name__)))
+    handle = q_proj.register_forward_hook(lambda m, args, out: calls.append(("post", type(m).__name__)))
+    apply(plans[("jetrl_unified", "tiny-llama")], model, "train")
+    model(tokens(seq=8))
+    assert calls == [("pre", "Fp8Linear"), ("post", "Fp8Linear")]
+    restore(model)
+    handle.remove()
+    calls.clear()
+    model(tokens(seq=8))
+    assert calls == [("pre", "Linear")]
+
+    dispatched = build_model("tiny-llama", device="cpu", dtype="bf16")
+    o_proj = dispatched.get_submodule("model.layers.1.self_attn.o_proj")
+    o_proj.forward = lambda x: nn.Linear.forward(o_proj, x)  # as accelerate's add_hook_to_module does
+    with pytest.raises(UnsupportedError, match=r"model.layers.1.self_attn.o_proj: its forward is replaced"):
+        apply(plans[("jetrl_unified", "tiny-llama")], dispatched, "train")
+    assert not any(isinstance(m, Fp8Linear) for m in dispatched.modules())  # nothing swapped

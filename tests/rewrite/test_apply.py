@@ -208,3 +208,24 @@ def test_hooks_survive_the_rewrite_and_its_undoing(plans):
     with pytest.raises(UnsupportedError, match=r"model.layers.1.self_attn.o_proj: its forward is replaced"):
         apply(plans[("jetrl_unified", "tiny-llama")], dispatched, "train")
     assert not any(isinstance(m, Fp8Linear) for m in dispatched.modules())  # nothing swapped
+
+
+def test_a_plan_for_another_model_is_refused_before_anything_is_swapped(plans):
+    """A tiny-llama plan on a model with one more layer would have left that layer's linears BF16, unreported,
+    and an export would not have listed them as unquantized."""
+    model = build_model("tiny-llama", device="cpu", dtype="bf16")
+    model.model.layers.append(build_model("tiny-llama", device="cpu", dtype="bf16").model.layers[0])
+    with pytest.raises(ModelError, match=r"compiled for another model: it does not know model.layers.2.self_attn"):
+        apply(plans[("jetrl_unified", "tiny-llama")], model, "rollout")
+    assert not any(isinstance(m, Fp8Linear) for m in model.modules())
+
+
+def test_a_spec_the_kernels_refuse_is_named_before_anything_is_swapped():
+    """compile_plan alone does not run validate's model checks: apply names every module whose spec Fp8Linear
+    would refuse, instead of failing on the first after swapping the ones before it."""
+    policy = load_policy("jetrl_unified", overrides=["formats.w64={dtype: float8_e4m3, granularity: block, "
+                                                     "block: [64, 64]}", "rules.unified[1].linear.weight=w64"])
+    model = build_model("tiny-llama", device="cpu", dtype="bf16")
+    with pytest.raises(UnsupportedError, match=r"model.layers.0.self_attn.q_proj, .*: the FP8 GEMMs take weights"):
+        apply(compile_plan(policy, load_inventory("tiny-llama")), model, "rollout")
+    assert not any(isinstance(m, Fp8Linear) for m in model.modules())

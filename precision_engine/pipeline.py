@@ -3,7 +3,9 @@
     policy -> inventory -> plan -> load model -> apply(phase) -> KV calibration
 
     from precision_engine.pipeline import prepare
+    from precision_engine.rewrite.kv_cache import cache_kwargs
     ready = prepare("jetrl_unified_kv", "tiny-llama", phase="rollout")
+    ids = torch.randint(0, ready.model.config.vocab_size, (2, 16))
     ready.model(input_ids=ids, **cache_kwargs(ready.model, ready.calibrator.new_cache(ready.model.config)))
 
 Each step is also callable alone (`compile_for_model`, `check_device`, `calibration_batch`, `calibrate`). A plan

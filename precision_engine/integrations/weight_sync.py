@@ -83,6 +83,10 @@ def _unique_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def _check(model, tensors: dict, fp8_modules: set[str], plain: dict, params: dict, kv: set[str]) -> None:
     """Every problem before any write."""
+    meta = sorted(name for name, param in params.items() if param.is_meta)
+    if meta:  # a copy into a meta tensor does nothing: the load would report success and hold no weight
+        raise UsageError(f"cannot load weights into a model on the meta device ({meta[0]}, ...) (hint: "
+                         "materialize it first: model.to_empty(device=...) or load it on a real device)")
     experts = sorted(name for name in fp8_modules if ".experts." in name)
     if experts:
         raise UnsupportedError(f"loading pre-quantized MoE experts is not supported yet ({experts[0]}, ...)")

@@ -98,3 +98,11 @@ def test_quantized_weight_of_the_wrong_shape_is_refused(plan):
     weight = torch.zeros(linear.weight.shape, dtype=torch.float8_e4m3fn)
     with pytest.raises(OperandError, match="does not fit"):
         linear.load_quantized(weight, torch.ones(1, 1))
+
+
+def test_a_model_on_the_meta_device_is_refused_not_loaded_into_nothing(plan):
+    """A copy into a meta tensor does nothing: the load returned every name while the model held no weight."""
+    rollout = build_model("tiny-qwen3", device="meta")
+    apply(plan, rollout, "rollout")
+    with pytest.raises(UsageError, match="model on the meta device .*to_empty"):
+        load_rollout_weights(rollout, iter_rollout_weights(_trained(plan), plan))

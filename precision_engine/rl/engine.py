@@ -116,6 +116,12 @@ class Engine:
             raise UsageError("generate needs at least one prompt, each of at least one token")
         if any(len(s) == 0 for s in stop_sequences):
             raise UsageError("stop sequences must not be empty")
+        vocab = self.model.model.embed_tokens.num_embeddings
+        ids = [("prompt", t) for p in prompts for t in p] + [("pad_token_id", self.pad_token_id)] \
+            + [("eos_token_ids", t) for t in eos_token_ids] + [("stop_sequences", t) for s in stop_sequences for t in s]
+        bad = next(((what, t) for what, t in ids if not 0 <= t < vocab), None)
+        if bad is not None:  # else an IndexError in the embedding, on a GPU a device-side assert
+            raise UsageError(f"{bad[0]}: token id {bad[1]} is outside the vocabulary [0, {vocab})")
         device = self.model.model.embed_tokens.weight.device
         static = _static_shapes(device)
         pad = self.pad_token_id

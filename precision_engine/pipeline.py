@@ -60,7 +60,10 @@ class Prepared:
 def compile_for_model(policy: str | Policy, model_spec: str, *, overrides: Sequence[str] = ()) -> Plan:
     """Load `policy` (a path, a shipped name or a Policy), compile it for `model_spec`, and refuse with a
     PolicyError carrying every located error if the model cannot run it (what `validate --model` reports)."""
-    loaded = policy if isinstance(policy, Policy) else load_policy(policy, overrides=tuple(overrides))
+    if isinstance(policy, Policy) and overrides:  # a loaded policy is final: its overrides would be dropped
+        raise UsageError("overrides apply while a policy loads: pass its name or path, or load_policy(..., "
+                         "overrides=...) first")
+    loaded = policy if isinstance(policy, Policy) else load_policy(policy, overrides=overrides)
     inventory = load_inventory(model_spec)
     errors = [d for d in model_diagnostics(loaded, inventory) if d.is_error]
     if errors:
@@ -139,6 +142,8 @@ def prepare(
     `policy` may be a Plan `compile_for_model` made for `model_spec` already (when the caller needs it to choose
     the loader); it is used as it is, `overrides` do not apply to it."""
     check_device(device)
+    if isinstance(policy, Plan) and overrides:
+        raise UsageError("overrides apply while a policy loads, not to a compiled Plan: pass the policy instead")
     plan = policy if isinstance(policy, Plan) else compile_for_model(policy, model_spec, overrides=overrides)
     if phase not in plan.phases:
         raise UsageError(f"unknown phase {phase!r}; the plan has {', '.join(plan.phases)}")

@@ -54,3 +54,18 @@ def test_calibration_batch_pads_given_ids_and_checks_them():
         calibration_batch(KVCacheSpec(), 10, token_ids=[[10]], source="prompts.json")
     with pytest.raises(UsageError, match="device 'tpu'"):
         prepare(load_policy("bf16_baseline"), "tiny-llama", phase="rollout", device="tpu")
+
+
+def test_overrides_are_never_dropped_or_split_into_characters():
+    """A loaded Policy or a compiled Plan is final: overrides beside it were dropped without a word; a string
+    was iterated into one-character overrides; None is no overrides."""
+    from precision_engine.pipeline import compile_for_model
+
+    assert load_policy("jetrl_unified", overrides=None).name == "jetrl_unified"
+    with pytest.raises(UsageError, match="a list of KEY.PATH=VALUE strings, got the string 'kernel=triton'"):
+        load_policy("jetrl_unified", overrides="kernel=triton")
+    with pytest.raises(UsageError, match="overrides apply while a policy loads"):
+        compile_for_model(load_policy("jetrl_unified"), "tiny-llama", overrides=["kernel=xyz"])
+    with pytest.raises(UsageError, match="not to a compiled Plan"):
+        prepare(compile_for_model("jetrl_unified", "tiny-llama"), "tiny-llama", phase="rollout",
+                overrides=["kernel=triton"])

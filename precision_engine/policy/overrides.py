@@ -46,8 +46,10 @@ def parse_override(text: str) -> tuple[tuple, str]:
 
 def apply_overrides(data: dict, source_map: SourceMap, overrides: Iterable[str]) -> tuple[dict, list[Diagnostic]]:
     """`data` with every override applied in order; the source map is updated in place."""
+    if isinstance(overrides, str):  # iterated, a string gave one override a character
+        raise UsageError(f"overrides are a list of KEY.PATH=VALUE strings, got the string {overrides!r}")
     diagnostics: list[Diagnostic] = []
-    for text in overrides:
+    for text in overrides or ():
         path, value_text = parse_override(text)
         label = f"--set {text}"
         value, _, problems = parse_yaml(value_text, label) if value_text.strip() else (None, None, [])

@@ -117,8 +117,8 @@ class Engine:
         if any(len(s) == 0 for s in stop_sequences):
             raise UsageError("stop sequences must not be empty")
         vocab = self.model.model.embed_tokens.num_embeddings
-        ids = [("prompt", t) for p in prompts for t in p] + [("pad_token_id", self.pad_token_id)] \
-            + [("eos_token_ids", t) for t in eos_token_ids] + [("stop_sequences", t) for s in stop_sequences for t in s]
+        # What reaches the embedding (EOS and stop ids are only compared: one outside never matches)
+        ids = [("prompt", t) for p in prompts for t in p] + [("pad_token_id", self.pad_token_id)]
         bad = next(((what, t) for what, t in ids if not 0 <= t < vocab), None)
         if bad is not None:  # else an IndexError in the embedding, on a GPU a device-side assert
             raise UsageError(f"{bad[0]}: token id {bad[1]} is outside the vocabulary [0, {vocab})")

@@ -103,9 +103,7 @@ def test_engine_refuses_bad_requests(model):
         engine.generate(PROMPTS, max_new_tokens=4, stop_sequences=[[]])
     vocab = model.model.embed_tokens.num_embeddings
     for kwargs, words in (({"prompts": [[1, vocab]]}, f"prompt: token id {vocab} is outside"),
-                          ({"prompts": [[-1, 2]]}, "prompt: token id -1"),
-                          ({"eos_token_ids": [vocab + 5]}, "eos_token_ids"),
-                          ({"stop_sequences": [[3, -2]]}, "stop_sequences")):
+                          ({"prompts": [[-1, 2]]}, "prompt: token id -1")):
         with pytest.raises(UsageError, match=words):  # not the embedding's IndexError (a GPU's device assert)
             engine.generate(**{"prompts": PROMPTS, **kwargs}, max_new_tokens=4)
     with pytest.raises(UsageError, match="pad_token_id: token id -1"):

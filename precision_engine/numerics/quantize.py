@@ -23,9 +23,10 @@ along tokens or an RxC block, depending on the format):
    reciprocal), saturation to +-fmax, then one round-to-nearest-even cast to FP8, FP8 subnormals included.
    The sign of zero is kept (``-1e-30`` quantizes to ``-0``).
 5. ``scale`` is the *dequant multiplier*: ``dequantize(q) = q.float() * scale`` in fp32 (SGLang calls it
-   ``weight_scale_inv``). One edge of fp32's range: with POW2 scales, ``|x| >= 248 * 2**120`` (~3.2965e38, within
-   3.2% of fp32's largest) dequantizes to +-Inf, since the scale rounds up to 2**120 and ``x / scale`` rounds up to
-   256 on the grid; the bytes are the contract's, only the fp32 product overflows.
+   ``weight_scale_inv``). One edge of fp32's range: with POW2 scales, ``|x| >= 248 * 2**120`` (~3.2965e38) in
+   E4M3 and ``|x| >= 1.875 * 2**127`` (~3.1901e38) in E5M2 dequantize to +-Inf, since the scale rounds up to
+   2**120 (2**113) and ``x / scale`` rounds up to 256 (32768) on the grid; the bytes are the contract's, only the
+   fp32 product overflows.
 
 Who else produces these bytes (measured on the CPU, IEEE arithmetic, bf16 input): compressed-tensors'
 FP8_BLOCK (fp32 scales) and SGLang's column-major Triton group kernel equal these quantizers in 100% of bytes

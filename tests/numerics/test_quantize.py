@@ -329,14 +329,14 @@ def test_quantized_bytes_hold_no_autograd_graph():
         assert not q.data.requires_grad and not q.scale.requires_grad
 
 
-def test_pow2_dequantization_overflows_only_where_the_contract_says():
-    """Step 5's documented edge: 248 * 2**120 is the first |x| whose pow2 dequantization leaves fp32."""
+@pytest.mark.parametrize("dtype, edge", [("float8_e4m3", 248 * 2.0**120), ("float8_e5m2", 1.875 * 2.0**127)])
+def test_pow2_dequantization_overflows_only_where_the_contract_says(dtype, edge):
+    """Step 5's documented edges: the first |x| whose pow2 dequantization leaves fp32, per FP8 type."""
     from dataclasses import replace
 
-    from precision_engine.numerics.formats import PRESET_FORMATS, ScaleKind
+    from precision_engine.numerics.formats import PRESET_FORMATS, DType, ScaleKind
 
-    fmt = replace(PRESET_FORMATS["fp8_group_act"], scale=ScaleKind.POW2)
-    edge = 248 * 2.0**120
+    fmt = replace(PRESET_FORMATS["fp8_group_act"], scale=ScaleKind.POW2, dtype=DType(dtype))
     x = torch.tensor([edge, torch.finfo(torch.float32).max, -edge]).float()
     x = torch.cat([x, torch.nextafter(x[:1], torch.zeros(1)), torch.randn(124)]).reshape(1, 128)
     back = Q.dequantize(Q.quantize(x, fmt))

@@ -22,6 +22,8 @@ TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 FP8_TORCH_DTYPE = {DType.FLOAT8_E4M3: torch.float8_e4m3fn, DType.FLOAT8_E5M2: torch.float8_e5m2}
 # The unquantized dtypes a policy may compute in (`compute:`), as torch dtypes.
 COMPUTE_TORCH_DTYPE = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP32: torch.float32}
+# What a quantizer takes: the dtypes whose step-1 `x.float()` is exact (float64 would round silently).
+QUANTIZABLE_DTYPES = frozenset(COMPUTE_TORCH_DTYPE.values())
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from precision_engine.errors import OperandError
-from precision_engine.numerics.contract import as_dtype, cast_to_fp8, scale_from_amax
+from precision_engine.numerics.contract import QUANTIZABLE_DTYPES, as_dtype, cast_to_fp8, scale_from_amax
 from precision_engine.numerics.formats import DType, Granularity, QuantFormat
 from precision_engine.numerics.quantize import check_finite
 from precision_engine.numerics.specs import KVScale, NonFinite
@@ -74,7 +74,7 @@ def quantize_kv(states: torch.Tensor, scale: torch.Tensor, *, nonfinite: NonFini
 
     `nonfinite` is the policy's `numerics.nonfinite` (error raises NonFiniteError, warn warns; the default
     propagates, without a host sync)."""
-    if states.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+    if states.dtype not in QUANTIZABLE_DTYPES:
         raise OperandError(f"quantize_kv needs bf16/fp16/fp32 states, got {states.dtype}")
     check_finite(states, nonfinite, "KV cache write")
     x32 = states.float()

@@ -69,6 +69,7 @@ from precision_engine.numerics import custom_ops
 from precision_engine.numerics.contract import (  # noqa: F401 (re-exported: the contract's public names)
     COMPUTE_TORCH_DTYPE,
     FP8_TORCH_DTYPE,
+    QUANTIZABLE_DTYPES,
     Quantized,
     block_buffers,
     capturing_cuda_graph,
@@ -433,7 +434,7 @@ _requantize_blocks_transposed_op.register_fake(custom_ops.fake_requantize_blocks
 
 def _input(x: torch.Tensor) -> torch.Tensor:
     """x, checked, and detached: FP8 bytes have no gradient, and a graph through them would keep x alive."""
-    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+    if x.dtype not in QUANTIZABLE_DTYPES:
         raise OperandError(f"quantize needs a bf16/fp16/fp32 tensor, got {x.dtype} (the contract's fp32 step is "
                            "exact only for those; cast float64 to float32 first if its rounding is wanted)")
     return x.detach()

@@ -72,7 +72,7 @@ def bench_rl_step(model_spec: str = "llama-3.1-8b", *, layers: int | None = 8, p
         model = random_decoder(config, device=device, dtype=dtype, batch_invariant=policy.numerics.batch_invariant)
         model.compute_dtype = torch.bfloat16
         rewards = random.Random(0)
-        trainer = GRPOTrainer(model, plan, policy, _TokenIds(), lambda text, answer: float(rewards.random() < 0.5),
+        trainer = GRPOTrainer(model, plan, _TokenIds(), lambda text, answer: float(rewards.random() < 0.5),
                               grpo)
         seconds, metrics = [], {}
         for step in range(steps + 1):

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from precision_engine.errors import UsageError
+from precision_engine.models.decoder import Decoder
 from precision_engine.numerics.kv_cache import KVScales
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.numerics.specs import NonFinite
@@ -87,6 +88,9 @@ class Engine:
 
     def __init__(self, model, *, kv_scales: KVScales | None = None, pad_token_id: int = 0,
                  cuda_graphs: bool = True) -> None:
+        if not isinstance(model, Decoder):  # its KV cache, decode step and graphs are written against our decoder
+            raise UsageError(f"Engine runs a models.decoder.Decoder, got {type(model).__name__} (hint: "
+                             "pipeline.prepare(..., loader=models.decoder.load_decoder))")
         self.model = model
         self.kv_scales = kv_scales
         self.pad_token_id = pad_token_id

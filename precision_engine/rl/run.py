@@ -119,7 +119,7 @@ def run(
         seed=config.seed, loader=loader, calibration_ids=calibration[: policy.kv_cache.calibration_sequences],
     )
     model = ready.model
-    trainer = GRPOTrainer(model, plan, policy, tokenizer, reward, config.grpo, calibrator=ready.calibrator)
+    trainer = GRPOTrainer(model, plan, tokenizer, reward, config.grpo, calibrator=ready.calibrator)
     order = DataOrder(len(train), config.seed)
 
     settings = {**_settings(config), "model_dir": str(Path(model_dir).absolute()), "policy": policy.name}

@@ -66,11 +66,13 @@ class GRPOConfig:
 
 class GRPOTrainer:
     """Owns the model (one module tree; `apply` switches it between the plan's phases), the optimizer, the
-    frozen reference model when KL is on, and the FP8 KV scales."""
+    frozen reference model when KL is on, and the FP8 KV scales. The policy is the plan's: one source, so the
+    correction and KV rules cannot disagree with the numerics the plan compiled."""
 
-    def __init__(self, model, plan, policy, tokenizer, reward_fn, config: GRPOConfig, *,
+    def __init__(self, model, plan, tokenizer, reward_fn, config: GRPOConfig, *,
                  calibrator: KVCacheCalibrator | None = None):
-        self.model, self.plan, self.policy, self.tokenizer = model, plan, policy, tokenizer
+        self.model, self.plan, self.tokenizer = model, plan, tokenizer
+        policy = self.policy = plan.policy
         self.reward_fn, self.config = reward_fn, config
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, betas=(0.9, 0.999), weight_decay=config.weight_decay

@@ -110,6 +110,14 @@ def test_engine_refuses_bad_requests(model):
         Engine(model, pad_token_id=-1).generate(PROMPTS, max_new_tokens=4)
 
 
+def test_engine_refuses_a_model_that_is_not_our_decoder():
+    """A transformers model (`prepare`'s default loader) is named, with the loader to use, not an AttributeError."""
+    from precision_engine.models.loader import load_model
+
+    with pytest.raises(UsageError, match="got LlamaForCausalLM .*load_decoder"):
+        Engine(load_model("tiny-llama"))
+
+
 def test_pipeline_prepares_the_decoder_for_the_engine():
     """`pipeline.prepare(..., loader=load_decoder)`: our decoder, rewritten and with calibrated FP8 KV scales."""
     from precision_engine.models.decoder import load_decoder

@@ -82,7 +82,7 @@ def test_a_step_with_something_to_reinforce_moves_the_weights_and_the_fp8_caches
     policy = load_policy("jetrl_unified")
     ready = prepare(policy, model_dir, phase="rollout", dtype="bf16", loader=load_decoder)
     by_length = lambda text, answer: float(len(text) % 2)  # noqa: E731 (a reward with variance in every group)
-    trainer = GRPOTrainer(ready.model, ready.plan, policy, load_tokenizer(model_dir), by_length, TINY.grpo)
+    trainer = GRPOTrainer(ready.model, ready.plan, load_tokenizer(model_dir), by_length, TINY.grpo)
     fp8 = next(m for m in ready.model.modules() if isinstance(m, Fp8Linear))
     stale = fp8.quantized_weight().data.clone()
     before = {k: v.clone() for k, v in ready.model.state_dict().items()}

@@ -345,6 +345,10 @@ def export_checkpoint(
     if kv_scales is not None and not plan.policy.kv_cache.is_fp8:
         raise UsageError(f"{plan.policy.name} has no FP8 KV cache: there are no KV-cache scales to export")
     check_tensor_parallel(model, plan, phase, tp_size)
+    meta = next((name for name, tensor in model.state_dict().items() if tensor.is_meta), None)
+    if meta is not None:  # its values do not exist: the write would fail halfway with torch's NotImplementedError
+        raise UsageError(f"cannot export a model on the meta device ({meta}, ...) (hint: load its weights first, "
+                         "or export from a real device)")
     _clean_stale(out_dir)
     created: list[Path] = []  # parent directories this export made, removed again if it fails
     staging = None

@@ -142,6 +142,14 @@ def test_export_is_atomic(trainer, plan, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
+def test_meta_device_model_refused_before_any_write(plan, tmp_path):
+    """Weights without values (a model built on the meta device) are named, not a NotImplementedError midway."""
+    model = build_model("tiny-qwen3", device="meta", dtype="bf16")
+    with pytest.raises(UsageError, match="meta device .*hint: load its weights"):
+        export_checkpoint(model, plan, tmp_path / "ckpt")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_kv_scales_written_next_to_weights(trainer, tmp_path):
     kv_plan = compile_plan(load_policy("jetrl_unified_kv"), load_inventory("tiny-qwen3"))
     scales = KVScales(torch.tensor([0.01, 0.02]), torch.tensor([0.01, 0.02]))

@@ -4,7 +4,8 @@ rollout-phase model, so the rollout forward multiplies with the trainer's exact 
 Names follow the export: `<module>.weight` (float8_e4m3fn) + `<module>.weight_scale_inv` (fp32) for FP8
 linears, plain tensors under their state_dict names for everything else, and optional per-layer
 `<attention>.k_scale` / `.v_scale` (the KV-cache scales rollout engines read; checked, not held by the model).
-FP8 linears take the bytes through `Fp8Linear.load_quantized` (never re-quantized).
+FP8 linears take the bytes through `Fp8Linear.load_quantized` (never re-quantized). A plain weight for an FP8
+linear (a BF16 export) is its master weight: the module quantizes it by its own spec, as the trainer's does.
 
 Weights are loaded exactly or refused, every problem named before anything is written (a half-loaded model
 would run with two weight versions): each of the model's tensors exactly once (none missing, none unknown, a
@@ -139,9 +140,6 @@ def _count_bad(scale: torch.Tensor) -> str:
 
 def _plain_problems(model: nn.Module, name: str, tensor: torch.Tensor, params: dict) -> list[str]:
     if name not in params:
-        module = _submodule(model, name.removesuffix(".weight"))
-        if isinstance(module, Fp8Linear) and name.endswith(".weight"):
-            return [f"{name}: the model runs it in FP8 but it arrives as {tensor.dtype} without weight_scale_inv"]
         aliases = dict(model.state_dict(keep_vars=True))
         if name in aliases:
             return [f"{name}: tied to another parameter, which the weights carry already"]

@@ -93,6 +93,19 @@ def test_fp8_weights_for_a_bf16_model_are_refused(plan):
         load_rollout_weights(plain, iter_rollout_weights(_trained(plan), plan))
 
 
+def test_a_bf16_export_loads_as_master_weights_and_quantizes_to_the_trainers_bytes(plan):
+    """The BF16 baseline's export into a model rewritten for jetrl_unified: each FP8 linear takes the weight
+    as its master weight and quantizes it itself, to the bytes the trainer's FP8 linear multiplies."""
+    trainer = _trained(plan)
+    rollout = _rollout_model(plan)
+    bf16 = compile_plan(load_policy("bf16_baseline"), load_inventory("tiny-qwen3"))
+    load_rollout_weights(rollout, iter_rollout_weights(trainer, bf16))
+    for name, module in trainer.named_modules():
+        if isinstance(module, Fp8Linear):
+            got, want = rollout.get_submodule(name).quantized_weight(), module.quantized_weight()
+            assert torch.equal(_bytes(got.data), _bytes(want.data)) and torch.equal(got.scale, want.scale), name
+
+
 def test_quantized_weight_of_the_wrong_shape_is_refused(plan):
     linear = _rollout_model(plan).get_submodule("model.layers.0.self_attn.q_proj")
     weight = torch.zeros(linear.weight.shape, dtype=torch.float8_e4m3fn)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from operator import attrgetter
@@ -97,14 +98,31 @@ def run(
     out: str | Path,
     *,
     resume: bool = False,
+    fallback: bool = False,
     on_step: StepCallback = lambda step, row: None,
     log: Callable[[str], None] = lambda _: None,
 ) -> RunDir:
     """Train `policy` per `config` in run directory `out` (continue it with `resume`); returns the run.
 
     `resume` refuses (UsageError) a policy or setting other than those the run was started with, except for
-    RESUMABLE ones, which run.json then records; --out and the resume are checked before the warm-up."""
-    resumed = _check_out(policy, config, out, resume=resume)
+    RESUMABLE ones, which run.json then records, and a run that has reached `config.steps`; --out and the
+    resume are checked before the warm-up. `fallback` (with `resume`): a damaged newest checkpoint is set aside
+    and the run continues from the previous intact one. The run is held (RunDir.lock) while it trains."""
+    if fallback and not resume:
+        raise UsageError("--fallback picks the checkpoint a resume starts from: pass it with --resume")
+    with ExitStack() as held:
+        resumed = _check_out(policy, config, out, resume=resume)
+        if resumed is not None:
+            held.enter_context(resumed.lock())
+            if _finished(resumed.path, config.steps):
+                raise UsageError(f"{resumed.path} finished its {config.steps} steps already (hint: a larger "
+                                 f"{_setting('steps')} trains on; `precision report` rewrites its report)")
+        return _train(policy, config, out, resumed, held, fallback=fallback, on_step=on_step, log=log)
+
+
+def _train(policy: Policy, config: RunConfig, out: str | Path, resumed: RunDir | None, held: ExitStack, *,
+           fallback: bool, on_step: StepCallback, log: Callable[[str], None]) -> RunDir:
+    """`run` after its checks: the run directory is made (and held) only once the model is ready."""
     recipe = MathRecipe(seed=config.seed, train_size=config.train_size, heldout_size=config.heldout_size,
                         mix=config.mix)
     train, heldout = _problems(recipe, config)
@@ -124,8 +142,8 @@ def run(
 
     settings = {**_settings(config), "model_dir": str(Path(model_dir).absolute()), "policy": policy.name}
     if resumed is not None:
-        run_dir = resumed
-        checkpoint = resume_run(run_dir, model=model, optimizer=trainer.optimizer, config=settings)
+        run_dir, checkpoint = resume_run(resumed, model=model, optimizer=trainer.optimizer, config=settings,
+                                         fallback=fallback)
         start = 1 if checkpoint is None else checkpoint.step + 1
         if checkpoint is not None:
             order = DataOrder.from_state(checkpoint.data_state, len(train), config.seed)
@@ -133,6 +151,7 @@ def run(
         log(f"resuming {run_dir.path} at step {start}")
     else:
         run_dir = RunDir.create(out, policy=policy, plan=plan_to_dict(plan, tuple(plan.phases)), config=settings)
+        held.enter_context(run_dir.lock())
         start = 1
 
     evaluate = partial(_evaluate, trainer, heldout, tokenizer, config.grpo.max_new_tokens)
@@ -218,11 +237,10 @@ def _check_out(policy: Policy, config: RunConfig, out: str | Path, *, resume: bo
     if not resume:
         RunDir.check_new(out)
         return None
-    run_dir = RunDir.open(out)
+    run_dir = RunDir.open(out, hint="without --resume, run starts a new one there")
     check_same_run(run_dir, policy=policy, config=_settings(config), recorded=_recorded_settings(run_dir),
                    may_change=(*RESUMABLE, "model_dir"), labels=_FLAGS)
-    checkpoints = list_checkpoints(run_dir)
-    done = int(checkpoints[-1].name.removeprefix("step_")) if checkpoints else 0
+    done = _last_checkpoint_step(run_dir.path)
     if config.steps < done:
         raise UsageError(f"{_setting('steps')} {config.steps}: {run_dir.path} has a checkpoint at step {done} "
                          f"already; pass --steps {done} or more to continue it")
@@ -302,10 +320,13 @@ def _scales_from_state(state: dict | None, device: str) -> KVScales | None:
 
 
 def _finished(target: Path, steps: int) -> bool:
-    if not (target / "run.json").is_file():
-        return False
-    with RunDir.open(target).metrics() as metrics:
-        return metrics.last_step == steps
+    """Whether the run in `target` has its checkpoint of step `steps` (saved after that step's row)."""
+    return (target / "run.json").is_file() and _last_checkpoint_step(target) == steps
+
+
+def _last_checkpoint_step(target: Path) -> int:
+    checkpoints = list_checkpoints(target)
+    return int(checkpoints[-1].name.removeprefix("step_")) if checkpoints else 0
 
 
 __all__ = ["RECIPES", "DataOrder", "RunConfig", "ablate", "run"]

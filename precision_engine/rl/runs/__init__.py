@@ -13,7 +13,7 @@ resume, the report and the ablation table. Independent of the trainer: it stores
     # --resume: restores model, optimizer and RNG streams, drops metric rows after the checkpoint
     run = RunDir.open(out)
     check_same_run(run, policy=policy, config={"seed": 0})      # refuses another policy or settings, before any work
-    checkpoint = resume_run(run, model=model, optimizer=opt, generators={"sampler": gen})
+    run, checkpoint = resume_run(run, model=model, optimizer=opt, generators={"sampler": gen})
     start = 1 if checkpoint is None else checkpoint.step + 1
 """
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from precision_engine.errors import UsageError
 from precision_engine.rl.runs.files import to_json, write_atomic
-from precision_engine.rl.runs.report import LABELS, fmt, pyplot, save_figure, series, summarize
+from precision_engine.rl.runs.report import (LABELS, fmt, markdown_cell, pyplot, remove_stale_plots, report_folder,
+                                             save_figure, series, summarize)
 from precision_engine.rl.runs.run_dir import RunDir
 
 # file, title, one panel per role of report.METRICS; one line per run in each panel
@@ -30,8 +31,7 @@ def ablation_rows(runs: Sequence[RunDir]) -> list[dict[str, Any]]:
     """One summary per run, with `delta_accuracy_*` against the first run."""
     table = []
     for run in runs:
-        with run.metrics() as log:
-            stats = summarize(log.rows())
+        stats = summarize(run.metric_rows())
         table.append({"policy": run.policy_name, "run_dir": str(run.path), **stats})
     reference = table[0]
     for row in table:
@@ -47,15 +47,11 @@ def write_ablation(run_dirs: Sequence[str | os.PathLike | RunDir], out_dir: str 
     if not run_dirs:
         raise UsageError("ablate needs at least one finished run directory")
     runs = [run if isinstance(run, RunDir) else RunDir.open(run) for run in run_dirs]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     table = ablation_rows(runs)
+    out = report_folder(Path(out_dir))
     differing = _differing_config(runs)
     written = [write_atomic(out / "ablation.json", to_json({"runs": table, "config_differs": differing}, indent=2))]
-    rows_by_run = []
-    for run in runs:
-        with run.metrics() as log:
-            rows_by_run.append(log.rows())
+    rows_by_run = [run.metric_rows() for run in runs]
     plt = pyplot()
     for file_name, title, roles in ABLATION_PLOTS:
         panels = [(role, [next(iter(series(rows, role).values()), None) for rows in rows_by_run]) for role in roles]
@@ -73,6 +69,7 @@ def write_ablation(run_dirs: Sequence[str | os.PathLike | RunDir], out_dir: str 
         axes[-1, 0].set_xlabel("step")
         figure.suptitle(title)
         written.append(save_figure(figure, out / file_name))
+    remove_stale_plots(out, [file_name for file_name, _, _ in ABLATION_PLOTS], written)
     written.append(write_atomic(out / "ablation.md", _markdown(table, differing, [p.name for p in written[1:]])))
     return written
 
@@ -96,10 +93,10 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
 def _markdown(table: Sequence[Mapping[str, Any]], differing: Mapping[str, list], plots: Sequence[str]) -> str:
     columns = [(key, title) for key, title in _COLUMNS if any(key in row for row in table)]
     lines = [f"# Ablation: {len(table)} policies (deltas against {table[0]['policy']})", ""]
-    lines.append("| " + " | ".join(title for _, title in columns) + " |")
+    lines.append("| " + " | ".join(markdown_cell(title) for _, title in columns) + " |")
     lines.append("|" + "---|" * len(columns))
     for row in table:
-        cells = [_cell(row.get(key), signed=key.startswith("delta_")) for key, _ in columns]
+        cells = [markdown_cell(_cell(row.get(key), signed=key.startswith("delta_"))) for key, _ in columns]
         lines.append("| " + " | ".join(cells) + " |")
     if differing:
         lines += ["", "Note: these settings differ between the runs: "

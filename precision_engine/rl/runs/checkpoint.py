@@ -69,8 +69,10 @@ def checkpoints_dir(run_dir: str | os.PathLike) -> Path:
 def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     """The run's checkpoint directories, oldest step first."""
     directory = checkpoints_dir(run_dir)
-    if not directory.is_dir():
+    if not directory.exists():
         return []
+    if not directory.is_dir():  # else a resume would start over, dropping every logged row
+        raise CheckpointError(f"{directory} is not a directory (hint: move it aside; it holds the checkpoints)")
     found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.fullmatch(p.name)) and p.is_dir()]
     return [path for _, path in sorted(found)]
 
@@ -205,7 +207,8 @@ def load_latest_checkpoint(
             state = verify_checkpoint(path)
         except CheckpointError as err:
             if not fallback:
-                raise CheckpointError(f"{err} (hint: resume with fallback to use the previous checkpoint)") from None
+                raise CheckpointError(f"{err} (hint: --resume --fallback, or fallback=True, sets it aside and "
+                                      "continues from the previous intact checkpoint)") from None
             warnings.warn(f"{err}; falling back to an older checkpoint", stacklevel=2)
             skipped.append(_set_aside(path))
             continue

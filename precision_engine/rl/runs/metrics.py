@@ -25,6 +25,8 @@ class MetricsLog:
     def __init__(self, path: str | os.PathLike, *, durable: bool = True) -> None:
         """`durable` fsyncs every row (survives a power cut, not only a kill); a row costs about a millisecond."""
         self.path = Path(path)
+        if self.path.exists() and not self.path.is_file():
+            raise RunError(f"{self.path} is not a file (hint: move it aside; the log is one JSON row per line)")
         self.durable = durable
         self._fd: int | None = None
         self._repair_torn_tail()
@@ -91,19 +93,8 @@ class MetricsLog:
         return self._fd
 
     def _iter_rows(self) -> Iterator[dict[str, Any]]:
-        if not self.path.exists():
-            return
-        with self.path.open("rb") as file:
-            for number, raw in enumerate(file, start=1):
-                if not raw.endswith(b"\n"):
-                    return  # a torn tail written after we opened; the next open cuts it
-                try:
-                    row = json.loads(raw)
-                except ValueError as err:
-                    raise RunError(f"{self.path}:{number}: not a JSON row ({err})") from None
-                if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-                    raise RunError(f"{self.path}:{number}: a metrics row must be an object with an integer 'step'")
-                yield row
+        if self.path.exists():
+            yield from _complete_rows(self.path)
 
     def _repair_torn_tail(self) -> None:
         """Cut a final line without its newline: the remains of a write that a kill interrupted."""
@@ -120,6 +111,30 @@ class MetricsLog:
             file.truncate(end)
             file.flush()
             os.fsync(file.fileno())
+
+
+def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The complete rows of the log at `path`, for readers (report, ablate): a torn tail is skipped, not cut,
+    since a reader must not change a run a process may still be writing; a missing log is a RunError."""
+    path = Path(path)
+    if not path.is_file():
+        what = "is not a file" if path.exists() else "is missing"
+        raise RunError(f"{path} {what}: the run has no metrics to read (a run logs its step-0 row first)")
+    return list(_complete_rows(path))
+
+
+def _complete_rows(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open("rb") as file:
+        for number, raw in enumerate(file, start=1):
+            if not raw.endswith(b"\n"):
+                return  # a torn tail: a writer's, or a killed one's that the next MetricsLog cuts
+            try:
+                row = json.loads(raw)
+            except ValueError as err:
+                raise RunError(f"{path}:{number}: not a JSON row ({err})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+                raise RunError(f"{path}:{number}: a metrics row must be an object with an integer 'step'")
+            yield row
 
 
 def _last_newline_end(file, size: int, chunk: int = 1 << 16) -> int:

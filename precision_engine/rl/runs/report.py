@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from precision_engine.errors import UnsupportedError
+from precision_engine.errors import RunError, UnsupportedError
 from precision_engine.rl.runs.files import write_atomic
 from precision_engine.rl.runs.run_dir import RunDir
 
@@ -99,9 +99,8 @@ def write_report(run_dir: str | os.PathLike | RunDir, out_dir: str | os.PathLike
     """Write the PNGs and summary.md into `out_dir` (default RUN_DIR/report); returns the files written."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
     out = Path(out_dir) if out_dir is not None else run.report_dir
-    out.mkdir(parents=True, exist_ok=True)
-    with run.metrics() as log:
-        rows = log.rows()
+    rows = run.metric_rows()
+    report_folder(out)
     plt = pyplot()
     written = []
     for file_name, title, roles in PLOTS:
@@ -120,9 +119,30 @@ def write_report(run_dir: str | os.PathLike | RunDir, out_dir: str | os.PathLike
         axes[-1, 0].set_xlabel("step")
         figure.suptitle(f"{title}: {run.policy_name}")
         written.append(save_figure(figure, out / file_name))
+    remove_stale_plots(out, [file_name for file_name, _, _ in PLOTS], written)
     summary = _summary_markdown(run, summarize(rows), [path.name for path in written])
     written.append(write_atomic(out / "summary.md", summary))
     return written
+
+
+def report_folder(path: Path) -> Path:
+    """`path`, made if missing; a RunError naming it when something else is there."""
+    if path.exists() and not path.is_dir():
+        raise RunError(f"{path} exists and is not a directory (hint: move it aside to write the report there)")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def remove_stale_plots(folder: Path, ours: Sequence[str], written: Sequence[Path]) -> None:
+    """Delete our plots that this report did not draw (a metric the run no longer has), so none describes an
+    earlier state of the run; files of other names are left alone."""
+    for name in set(ours) - {path.name for path in written}:
+        (folder / name).unlink(missing_ok=True)
+
+
+def markdown_cell(text: str) -> str:
+    """`text` as one cell of a markdown table: a bare | would start another."""
+    return text.replace("|", "\\|")
 
 
 def pyplot():
@@ -171,10 +191,11 @@ def _summary_markdown(run: RunDir, stats: Mapping[str, Any], plots: Sequence[str
         ("training time, s (sum of step times)", stats.get("train_time_s")),
     ]
     lines += ["| | |", "|---|---|"]
-    lines += [f"| {name} | {fmt(value)} |" for name, value in table if value is not None]
+    lines += [f"| {markdown_cell(name)} | {markdown_cell(fmt(value))} |" for name, value in table if value is not None]
     resumed = run.info.get("resumed", [])
     if resumed:
-        at = ", ".join(str(entry.get("step")) for entry in resumed)
+        at = ", ".join("none (from the start)" if entry.get("step") is None else str(entry.get("step"))
+                       for entry in resumed)
         lines += ["", f"Resumed {len(resumed)} time(s), from checkpoint step(s) {at}."]
     versions = run.info.get("versions", {})
     if versions:

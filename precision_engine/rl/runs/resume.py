@@ -34,21 +34,27 @@ def resume_run(
     fallback: bool = False,
     command: Sequence[str] | None = None,
     config: Mapping | None = None,
-) -> Checkpoint | None:
+) -> tuple[RunDir, Checkpoint | None]:
     """Restore the newest checkpoint into the given objects and cut metrics.jsonl back to its step.
 
-    Returns the checkpoint (continue at `checkpoint.step + 1`, from `checkpoint.data_state`), or None when the
-    run had not reached its first checkpoint: then every row is dropped and the run starts over. The restart
-    is recorded in run.json (`command` defaults to sys.argv), with `config`, when given, as the run's settings
-    from now on (see RunDir.record_resume).
+    Returns the run as run.json now records it, and the checkpoint (continue at `checkpoint.step + 1`, from
+    `checkpoint.data_state`), or None when the run had not reached its first checkpoint: then every row is
+    dropped and the run starts over. The restart is recorded in run.json (`command` defaults to sys.argv),
+    with `config`, when given, as the run's settings from now on (see RunDir.record_resume). A log that
+    ends before the checkpoint is refused: the resumed run would never log the missing steps.
     """
     checkpoint = load_latest_checkpoint(
         run, model=model, optimizer=optimizer, generators=generators, fallback=fallback
     )
     with run.metrics() as metrics:
+        if checkpoint is not None and (metrics.last_step is None or metrics.last_step < checkpoint.step):
+            ends = "is empty" if metrics.last_step is None else f"ends at step {metrics.last_step}"
+            raise RunError(f"{run.metrics_path} {ends}, but the newest checkpoint is of step {checkpoint.step}: "
+                           "the steps between would have no rows (hint: restore the log from a backup, or "
+                           "start a new run)")
         metrics.truncate_after(checkpoint.step if checkpoint is not None else -1)
-    run.record_resume(command, step=None if checkpoint is None else checkpoint.step, config=config)
-    return checkpoint
+    run = run.record_resume(command, step=None if checkpoint is None else checkpoint.step, config=config)
+    return run, checkpoint
 
 
 def check_same_run(
@@ -90,7 +96,10 @@ def _policy_differences(run: RunDir, policy: Policy | Mapping) -> list[tuple[str
     except (OSError, yaml.YAMLError) as err:
         raise RunError(f"{run.policy_path}: unreadable, so the policy cannot be compared ({err})") from None
     given = yaml.safe_load(policy_yaml(policy))  # through YAML as well, so tuples and proxies compare as written
-    if not isinstance(recorded, dict) or recorded.get("name") != given.get("name"):
+    if not isinstance(recorded, dict):
+        raise RunError(f"{run.policy_path}: not a policy document, so the policy cannot be compared (hint: "
+                       "restore it; `precision run` writes the resolved policy there)")
+    if recorded.get("name") != given.get("name"):
         return [("policy", run.policy_name, given.get("name"))]
     return [(f"policy {given['name']} ({POLICY_FILE}) {key}", old, new)
             for key, old, new in _differences(recorded, given) if key != "description"]

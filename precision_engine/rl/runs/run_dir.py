@@ -15,6 +15,7 @@ opened only if run.json says we wrote it.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import json
 import os
@@ -23,7 +24,8 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ import yaml
 from precision_engine.errors import RunError
 from precision_engine.policy import Policy
 from precision_engine.rl.runs.files import fsync_dir, nearest_existing, to_json, write_atomic
-from precision_engine.rl.runs.metrics import MetricsLog
+from precision_engine.rl.runs.metrics import MetricsLog, read_rows
 
 RUN_FORMAT = "precision-engine-run/1"
 RUN_FILE = "run.json"
@@ -104,20 +106,24 @@ class RunDir:
         return path
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> RunDir:
-        """Open an existing run directory; RunError unless run.json shows we made it."""
+    def open(cls, path: str | os.PathLike, *, hint: str = "pass a directory `precision run` wrote") -> RunDir:
+        """Open an existing run directory; RunError (with `hint` when it is none) unless run.json shows we
+        made it."""
         path = Path(path).expanduser().absolute()
         marker = path / RUN_FILE
         if not marker.is_file():
             what = "does not exist" if not path.exists() else f"has no {RUN_FILE}"
-            raise RunError(f"{path} is not a run directory: it {what} (hint: pass a directory `precision run` "
-                           "wrote; without --resume, run starts a new one)")
+            raise RunError(f"{path} is not a run directory: it {what} (hint: {hint})")
         try:
             info = json.loads(marker.read_text())
         except (OSError, ValueError) as err:
             raise RunError(f"{marker}: unreadable ({err})") from None
         if not isinstance(info, dict) or info.get("format") != RUN_FORMAT:
             raise RunError(f"{marker} was not written by precision-engine (expected format {RUN_FORMAT!r})")
+        for key, kind in (("config", dict), ("resumed", list), ("versions", dict)):
+            if not isinstance(info.get(key, kind()), kind):
+                raise RunError(f"{marker}: {key!r} must be a JSON {'object' if kind is dict else 'array'}, "
+                               f"got {type(info[key]).__name__} (was the file edited?)")
         return cls(path, info)
 
     def record_resume(
@@ -164,9 +170,29 @@ class RunDir:
     def report_dir(self) -> Path:
         return self.path / REPORT_DIR
 
+    @contextmanager
+    def lock(self) -> Iterator[RunDir]:
+        """Hold the run for this process: another process's `lock` of it is refused (RunError) until this one
+        ends, so two resumes never append rows and rewrite run.json side by side. An advisory flock on the
+        directory, which the system releases however the process ends."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunError(f"{self.path} is in use by another process (hint: wait for it to end, or stop "
+                               "it, then --resume)") from None
+            yield self
+        finally:
+            os.close(fd)
+
     def metrics(self) -> MetricsLog:
         """The run's metrics log (a torn last line from a killed run is repaired on open)."""
         return MetricsLog(self.metrics_path)
+
+    def metric_rows(self) -> list[dict[str, Any]]:
+        """The logged rows, read without writing (report and ablate); RunError when there is no log."""
+        return read_rows(self.metrics_path)
 
     def __fspath__(self) -> str:
         return os.fspath(self.path)

@@ -1,6 +1,7 @@
 """`write_ablation`: one table (markdown and JSON) and overlaid plots for runs that differ in policy."""
 
 import json
+import re
 
 from precision_engine.rl.runs import write_ablation
 
@@ -26,6 +27,8 @@ def test_ablation_table_and_plots_from_two_runs(synthetic_rows, make_run, tmp_pa
     assert "| policy | final acc | best acc | delta final |" in markdown
     assert "| fp8rl_rollout_tis | 0.55 | 0.55 | +0.15 |" in markdown
     assert "![ablation_accuracy](ablation_accuracy.png)" in markdown
+    table = [line for line in markdown.splitlines() if line.startswith("|")]  # a bare | would add a cell
+    assert len({len(re.findall(r"(?<!\\)\|", line)) for line in table}) == 1 and "max\\|dlogp\\| mean" in table[0]
 
 
 def test_ablation_says_when_runs_differ_in_more_than_the_policy(synthetic_rows, make_run, tmp_path):

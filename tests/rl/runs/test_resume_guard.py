@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from precision_engine.cli.app import EXIT_ERROR, app
-from precision_engine.errors import RunError, UsageError
+from precision_engine.errors import CheckpointError, RunError, UsageError
 from precision_engine.policy import load_policy
 from precision_engine.rl import run as rl_run
 from precision_engine.rl.run import RunConfig, ablate, run
@@ -91,6 +91,65 @@ def test_resume_may_raise_the_step_count_and_run_json_records_it(copy):
     assert info["config"]["steps"] == 3 and info["resumed"][-1]["changed"] == {"steps": [2, 3]}
 
 
+def test_the_report_of_a_resumed_run_says_so(copy):
+    run(load_policy(POLICY), replace(CONFIG, steps=3), copy, resume=True)
+    assert "Resumed 1 time(s), from checkpoint step(s) 2." in (copy / "report" / "summary.md").read_text()
+
+
+def test_resuming_a_finished_run_is_refused_before_the_warm_up(copy, no_warmup):
+    before = _snapshot(copy)
+    with pytest.raises(UsageError, match="finished its 2 steps already .*larger steps \\(--steps\\)"):
+        run(load_policy(POLICY), CONFIG, copy, resume=True)
+    assert _snapshot(copy) == before
+
+
+def test_a_run_in_use_by_another_process_is_refused(copy, no_warmup):
+    with RunDir.open(copy).lock(), pytest.raises(RunError, match="in use by another process"):
+        run(load_policy(POLICY), replace(CONFIG, steps=3), copy, resume=True)
+
+
+def test_a_log_that_ends_before_the_checkpoint_is_refused_not_resumed(copy):
+    """Rows 2.. would never be logged again: the resumed run would hold a hole (it kept going before)."""
+    metrics = copy / "metrics.jsonl"
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:2]))  # steps 0 and 1
+    before = _snapshot(copy)
+    with pytest.raises(RunError, match="metrics.jsonl ends at step 1, but the newest checkpoint is of step 2"):
+        run(load_policy(POLICY), replace(CONFIG, steps=3), copy, resume=True)
+    metrics.unlink()
+    with pytest.raises(RunError, match="metrics.jsonl is empty, but the newest checkpoint is of step 2"):
+        run(load_policy(POLICY), replace(CONFIG, steps=3), copy, resume=True)
+    assert _snapshot(copy) == {name: data for name, data in before.items() if name != "metrics.jsonl"}
+
+
+def test_checkpoints_that_are_not_a_directory_are_refused_before_anything_is_dropped(copy, no_warmup):
+    shutil.rmtree(copy / "checkpoints")
+    (copy / "checkpoints").write_text("x")
+    before = _snapshot(copy)
+    with pytest.raises(CheckpointError, match="checkpoints is not a directory"):
+        run(load_policy(POLICY), replace(CONFIG, steps=3), copy, resume=True)
+    assert _snapshot(copy) == before
+
+
+def test_a_garbled_policy_file_is_named_not_compared(copy, no_warmup):
+    (copy / "policy.yaml").write_text("- a\n")
+    with pytest.raises(RunError, match="policy.yaml: not a policy document"):
+        run(load_policy(POLICY), replace(CONFIG, steps=3), copy, resume=True)
+
+
+def test_fallback_sets_a_damaged_checkpoint_aside_and_continues_from_the_one_before(copy):
+    model = copy / "checkpoints" / "step_000002" / "model.safetensors"
+    model.write_bytes(model.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="--resume --fallback"):
+        run(load_policy(POLICY), replace(CONFIG, steps=3), copy, resume=True)
+    with pytest.raises(UsageError, match="pass it with --resume"):
+        run(load_policy(POLICY), replace(CONFIG, steps=3), copy, fallback=True)
+    with pytest.warns(UserWarning, match="falling back"):
+        resumed = run(load_policy(POLICY), replace(CONFIG, steps=3), copy, resume=True, fallback=True)
+    assert [row["step"] for row in resumed.metric_rows()] == [0, 1, 2, 3]
+    assert (copy / "checkpoints" / "step_000002.corrupt").is_dir()
+    assert json.loads((copy / "run.json").read_text())["resumed"][-1]["step"] == 1
+
+
 def test_resume_refuses_fewer_steps_than_its_last_checkpoint(copy, no_warmup):
     with pytest.raises(UsageError, match="checkpoint at step 2.*--steps 2 or more"):
         run(load_policy(POLICY), replace(CONFIG, steps=1), copy, resume=True)
@@ -101,7 +160,7 @@ def test_a_run_recorded_before_model_dir_still_resumes_with_the_recipe_model(cop
     info = json.loads((copy / "run.json").read_text())
     info["config"]["model"] = info["config"].pop("model_dir")
     (copy / "run.json").write_text(json.dumps(info))
-    run(load_policy(POLICY), CONFIG, copy, resume=True)
+    run(load_policy(POLICY), replace(CONFIG, steps=3), copy, resume=True)
 
 
 def test_ablate_refuses_a_run_with_other_settings_before_any_run_starts(copy, no_warmup, tmp_path):

@@ -27,7 +27,7 @@ def train(run_path: Path, sleep: float = 0.0) -> tuple[dict, list[dict]]:
     data_y = data_x.sum(1, keepdim=True)
     if (run_path / "run.json").exists():
         run = RunDir.open(run_path)
-        checkpoint = resume_run(run, model=model, optimizer=optimizer, generators={"sampler": sampler},
+        run, checkpoint = resume_run(run, model=model, optimizer=optimizer, generators={"sampler": sampler},
                                 command=["toy_run", "--resume"])
     else:
         run, checkpoint = RunDir.create(run_path, policy={"name": "toy"}, plan={}, command=["toy_run"]), None

@@ -58,10 +58,15 @@ def error_lines(err: BaseException) -> list[str]:
     if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] in TORCH_EXTRA:
         return [f"error: this verb needs the torch extra, which is not installed (no module {err.name!r}) "
                 "(hint: pip install 'precision-engine[torch]')"]
-    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or _cpu_allocation_failed(err):
         return [f"error: out of memory ({first_line(err)}) (hint: a smaller --batch/--seq-len, or --device cpu)"]
     return [f"error: internal error, {type(err).__name__}: {first_line(err)} "
             "(set PRECISION_TRACEBACK=1 for the traceback, and please report it)"]
+
+
+def _cpu_allocation_failed(err: BaseException) -> bool:
+    """torch's CPU allocator reports a failed allocation as a plain RuntimeError."""
+    return isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
 
 
 # The modules of the `torch` extra (pyproject.toml); validate and schema run without them.

@@ -54,6 +54,9 @@ def run(
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last checkpoint, under "
                                          "the policy and flags it was started with (--steps may change).")]
     = False,
+    fallback: Annotated[bool, typer.Option("--fallback", help="With --resume: set a damaged newest checkpoint aside "
+                                           "(step_*.corrupt) and continue from the previous intact one.")]
+    = False,
     backend: Annotated[str, typer.Option("--backend", help="builtin (this machine) or verl (Ray + FSDP + SGLang).")]
     = "builtin",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="verl: print the command and its overrides only.")]
@@ -107,8 +110,14 @@ def run(
     config = _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, mix, model, data, heldout,
                      device)
     target = out or Path("runs") / f"{loaded.name}-seed{seed}"
-    with _Progress(steps, loaded.name) as progress:
-        run_dir = run_policy(loaded, config, target, resume=resume, on_step=progress.step, log=progress.log)
+    try:
+        with _Progress(steps, loaded.name) as progress:
+            run_dir = run_policy(loaded, config, target, resume=resume, fallback=fallback, on_step=progress.step,
+                                 log=progress.log)
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: every step {target} logged is kept (hint: the same command with --resume "
+                   "continues from its last checkpoint)", err=True)
+        raise typer.Exit(130) from None
     typer.echo(f"run directory: {run_dir.path} (report: {run_dir.report_dir / 'summary.md'})")
 
 
@@ -192,12 +201,16 @@ def _mix(text: str | None) -> dict[str, float] | None:
     mix = {}
     for part in text.split(","):
         kind, sep, weight = part.partition("=")
+        kind = kind.strip()
         try:
-            mix[kind.strip()] = float(weight)
+            value = float(weight)
         except ValueError:
             sep = ""
         if not sep:
             raise UsageError(f"--mix {text!r}: expected KIND=WEIGHT pairs separated by commas, e.g. add=0.8,word=0.2")
+        if kind in mix:
+            raise UsageError(f"--mix {text!r}: {kind} is given twice")
+        mix[kind] = value
     return mix
 
 

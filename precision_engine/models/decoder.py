@@ -261,6 +261,7 @@ class Decoder(nn.Module):
         batch_invariant: bool = True,
     ) -> Decoder:
         """An HF model directory: its config.json and every *.safetensors file in it (sharded or not)."""
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         from precision_engine.models.loader import resolve_config
@@ -272,7 +273,10 @@ class Decoder(nn.Module):
             raise ModelError(f"{path}: no *.safetensors weights next to config.json")
         state = {}
         for file in files:
-            state.update(load_file(str(file)))
+            try:
+                state.update(load_file(str(file)))
+            except (SafetensorError, OSError) as err:  # a truncated or damaged file: name it
+                raise ModelError(f"{file}: not a readable safetensors file ({err})") from None
         state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}
         if model.config.tie_word_embeddings:
             state.setdefault("lm_head.weight", state.get("model.embed_tokens.weight"))

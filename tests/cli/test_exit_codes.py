@@ -71,8 +71,13 @@ def test_check_exits_1_only_when_the_promise_breaks(monkeypatch):
     assert result.exit_code == EXIT_VERDICT and "numerics promise is BROKEN" in result.output
 
 
+CPU_OOM = RuntimeError("[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator: can't allocate memory: you tried "
+                       "to allocate 1099511627776 bytes.")  # what torch's CPU allocator raises
+
+
 @pytest.mark.parametrize("crash", [RuntimeError("a bug"), MemoryError("cannot allocate"),
-                                   torch.OutOfMemoryError("CUDA out of memory")], ids=["bug", "oom", "cuda-oom"])
+                                   torch.OutOfMemoryError("CUDA out of memory"), CPU_OOM],
+                         ids=["bug", "oom", "cuda-oom", "cpu-oom"])
 @pytest.mark.parametrize("verb", ["validate", "plan", "diff", "check", "export"])
 def test_a_crash_never_exits_1(verb, crash, monkeypatch, tmp_path):
     import precision_engine.policy as policy
@@ -89,7 +94,7 @@ def test_a_crash_never_exits_1(verb, crash, monkeypatch, tmp_path):
             "export": ["export", "-p", "jetrl_unified", "-m", "tiny-llama", "-o", str(tmp_path / "x")]}[verb]
     result = runner.invoke(app, args)
     assert result.exit_code == EXIT_ERROR, result.output
-    if isinstance(crash, MemoryError | torch.OutOfMemoryError):
+    if isinstance(crash, MemoryError | torch.OutOfMemoryError) or crash is CPU_OOM:
         assert "error: out of memory" in result.output
     else:
         assert "internal error, RuntimeError: a bug" in result.output and "PRECISION_TRACEBACK=1" in result.output

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from precision_engine.compile import compile_plan
-from precision_engine.errors import UnsupportedError, UsageError
+from precision_engine.errors import ModelError, UnsupportedError, UsageError
 from precision_engine.models import load_inventory, resolve_config
 from precision_engine.models.decoder import Decoder, calibrate_kv_scales, load_decoder
 from precision_engine.models.loader import build_model
@@ -130,6 +130,14 @@ def test_safetensors_directory_loads_hf_weights(tmp_path):
     random_a = load_decoder("tiny-llama", seed=1)
     random_b = load_decoder("tiny-llama", seed=1)
     assert all(torch.equal(a, b) for a, b in zip(random_a.state_dict().values(), random_b.state_dict().values()))
+
+
+def test_a_truncated_weights_file_is_named(tmp_path):
+    _hf("qwen2").save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(ModelError, match="model.safetensors: not a readable safetensors file"):
+        load_decoder(str(tmp_path), dtype="fp32")
 
 
 def test_moe_and_unknown_architectures_are_refused():

@@ -50,6 +50,8 @@ def test_jsonl_errors_name_file_and_line(tmp_path, line, message):
 def test_file_level_errors(tmp_path):
     with pytest.raises(DataError, match="nope.jsonl: no such file"):
         load_problems(tmp_path / "nope.jsonl")
+    with pytest.raises(DataError, match=f"{tmp_path}: not a file"):
+        load_problems(tmp_path)
     (tmp_path / "data.csv").write_text("a,b\n")
     with pytest.raises(DataError, match=r"data.csv: expected a .jsonl or .parquet file"):
         load_problems(tmp_path / "data.csv")

@@ -9,7 +9,7 @@ import pytest
 
 from precision_engine.errors import UsageError
 from precision_engine.rl.recipes.math import DEFAULT_MIX, KINDS, MathRecipe, Problem, extract_answer, format_prompt
-from precision_engine.rl.recipes.math.problems import GENERATOR_VERSION
+from precision_engine.rl.recipes.math.problems import GENERATOR_VERSION, resolve_mix
 
 
 def _prompts(problems):
@@ -81,12 +81,16 @@ def test_mix_is_configurable_and_validated():
         MathRecipe(mix={"add": float("inf")})
     with pytest.raises(UsageError, match="at least one kind"):
         MathRecipe(mix={"sub": 0})
+    huge = resolve_mix({"add": 1e308, "sub": 1e308})  # finite weights whose sum overflows: the same proportions
+    assert huge == {"add": 0.5, "sub": 0.5}
 
 
 def test_a_mix_that_runs_out_of_distinct_problems_says_so():
     # 1-2 digit x 1 digit multiplication has 1,000 distinct prompts.
-    with pytest.raises(UsageError, match="cannot draw 2000 heldout problems"):
+    with pytest.raises(UsageError, match="cannot draw 2000 heldout problems.*raise the weight of 'add'"):
         MathRecipe(train_size=0, heldout_size=2_000, mix={"mul": 1})
+    with pytest.raises(UsageError, match=r"cannot draw 20000 heldout .*\(got \d+\); shrink the split"):
+        MathRecipe(train_size=0, heldout_size=20_000, validation_size=0, max_digits=2, mix={"add": 1})
 
 
 def test_config_names_what_determines_the_problems():

@@ -232,3 +232,20 @@ def test_check_same_run_compares_nested_settings_and_skips_those_that_may_change
                        config={**same, "grpo": {"lr": 0.1, "loss": {"clip": 0.3}}, "extra": 1}, may_change=("steps",))
     with pytest.raises(UsageError, match=r"version: recorded 1, given 2"):
         check_same_run(made, policy={"name": "p", "version": 2}, config=same, may_change=("steps",))
+
+
+def test_the_cli_passes_fallback_and_refuses_a_mix_kind_given_twice(no_warmup, tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", "-p", POLICY, "--out", str(tmp_path / "r"), "--fallback"])
+    assert result.exit_code == EXIT_ERROR and "pass it with --resume" in result.output
+    result = runner.invoke(app, ["run", "-p", POLICY, "--out", str(tmp_path / "r"), "--mix", "add=1,add=2"])
+    assert result.exit_code == EXIT_ERROR and "add is given twice" in result.output
+
+
+def test_an_interrupted_run_says_how_to_continue(monkeypatch, tmp_path):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rl_run, "run", interrupted)
+    result = CliRunner().invoke(app, ["run", "-p", POLICY, "--out", str(tmp_path / "r")])
+    assert result.exit_code == 130 and "the same command with --resume" in result.output

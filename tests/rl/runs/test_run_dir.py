@@ -8,6 +8,7 @@ import yaml
 from precision_engine.errors import RunError
 from precision_engine.policy import load_policy
 from precision_engine.rl.runs import RunDir
+from precision_engine.rl.runs.run_dir import RUN_FORMAT
 
 
 def test_create_records_policy_plan_command_and_versions(tmp_path):
@@ -48,6 +49,10 @@ def test_open_requires_a_run_directory_we_wrote(tmp_path):
     (tmp_path / "plain" / "run.json").write_text('{"format": "something-else"}')
     with pytest.raises(RunError, match="not written by precision-engine"):
         RunDir.open(tmp_path / "plain")
+    for key, value, kind in (("config", 5, "object"), ("resumed", 5, "array"), ("versions", [], "object")):
+        (tmp_path / "plain" / "run.json").write_text(json.dumps({"format": RUN_FORMAT, key: value}))
+        with pytest.raises(RunError, match=f"run.json: '{key}' must be a JSON {kind}"):
+            RunDir.open(tmp_path / "plain")
 
 
 def test_record_resume_appends_to_run_json(tmp_path):

@@ -105,7 +105,7 @@ def load_problems(path: str | Path, *, instruction: str | None = GSM8K_INSTRUCTI
     questions (verl rows already carry theirs); None leaves questions as they are."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such file")
+        raise DataError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
     readers = {".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
     if path.suffix not in readers:
         raise DataError(f"{path}: expected a .jsonl or .parquet file of problems")

@@ -124,6 +124,8 @@ def resolve_mix(mix: Mapping[str, float] | None) -> dict[str, float]:
         if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 <= weight < math.inf:
             raise UsageError(f"math recipe mix: weight of {kind!r} must be a finite number >= 0, got {weight!r}")
     total = float(sum(mix.values()))
+    if total == math.inf:  # finite weights whose sum overflows: the same proportions, scaled down
+        return resolve_mix({kind: weight / len(mix) for kind, weight in mix.items()})
     if total <= 0:
         raise UsageError("math recipe mix: at least one kind needs a weight > 0")
     return {kind: mix[kind] / total for kind in KINDS if mix.get(kind, 0) > 0}
@@ -170,9 +172,9 @@ class MathRecipe:
         draws_left = _MAX_DRAWS_PER_PROBLEM * max(size, 1)
         while len(problems) < size:
             if draws_left == 0:
+                more = "" if set(kinds) == {"add"} else "raise the weight of 'add' (the most distinct problems) or "
                 raise UsageError(f"math recipe: cannot draw {size} {split} problems from mix {self.mix} "
-                                f"disjoint from the other splits (got {len(problems)}); raise the weight of "
-                                f"'add' or shrink the split")
+                                 f"disjoint from the other splits (got {len(problems)}); {more}shrink the split")
             draws_left -= 1
             problem = _GENERATORS[rng.choices(kinds, weights)[0]](rng, self.max_digits)
             if problem.prompt in excluded or (distinct and problem.prompt in seen):

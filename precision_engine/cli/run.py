@@ -239,16 +239,18 @@ class _Progress:
         self._label, self._done, self._accuracy = label, 0, None
 
     def __enter__(self) -> _Progress:
-        self._bar.start()
-        return self
+        return self  # the bar shows from the first message: a refusal before any work leaves no empty bar above it
 
     def __exit__(self, *exc) -> None:
-        self._bar.stop()
+        if self._bar.live.is_started:
+            self._bar.stop()
 
     def log(self, message: str) -> None:
+        self._bar.start()
         self._bar.console.log(message)
 
     def step(self, step: int, row: dict, name: str | None = None) -> None:
+        self._bar.start()
         if "heldout/accuracy" in row:
             self._accuracy = row["heldout/accuracy"]
         if step == 0:

@@ -238,6 +238,7 @@ def test_the_cli_passes_fallback_and_refuses_a_mix_kind_given_twice(no_warmup, t
     runner = CliRunner()
     result = runner.invoke(app, ["run", "-p", POLICY, "--out", str(tmp_path / "r"), "--fallback"])
     assert result.exit_code == EXIT_ERROR and "pass it with --resume" in result.output
+    assert result.output.startswith("error:")  # no progress bar drawn above a refusal that comes before any work
     result = runner.invoke(app, ["run", "-p", POLICY, "--out", str(tmp_path / "r"), "--mix", "add=1,add=2"])
     assert result.exit_code == EXIT_ERROR and "add is given twice" in result.output
 

@@ -37,6 +37,9 @@ DEFAULT_MAX_DIGITS = 2
 # Rejection sampling gives up after this many draws per wanted problem, instead of looping forever when a mix
 # asks for more distinct problems of a kind than exist (1-2 digit x 1 digit multiplication has 1,000).
 _MAX_DRAWS_PER_PROBLEM = 50
+# Rejected draws in a row after which a split's kinds count as used up (a fresh problem then has a chance below
+# about 1e-5 a draw): a size beyond what the kinds hold fails in seconds, not after 50 draws a wanted problem.
+_MAX_REJECTS_IN_A_ROW = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,16 +172,18 @@ class MathRecipe:
         kinds, weights = list(self.mix), list(self.mix.values())
         excluded = frozenset(seen)
         problems: list[Problem] = []
-        draws_left = _MAX_DRAWS_PER_PROBLEM * max(size, 1)
+        draws_left, rejected = _MAX_DRAWS_PER_PROBLEM * max(size, 1), 0
         while len(problems) < size:
-            if draws_left == 0:
+            if draws_left == 0 or rejected == _MAX_REJECTS_IN_A_ROW:
                 more = "" if set(kinds) == {"add"} else "raise the weight of 'add' (the most distinct problems) or "
                 raise UsageError(f"math recipe: cannot draw {size} {split} problems from mix {self.mix} "
                                  f"disjoint from the other splits (got {len(problems)}); {more}shrink the split")
             draws_left -= 1
             problem = _GENERATORS[rng.choices(kinds, weights)[0]](rng, self.max_digits)
             if problem.prompt in excluded or (distinct and problem.prompt in seen):
+                rejected += 1
                 continue
+            rejected = 0
             seen.add(problem.prompt)
             problems.append(problem)
         return problems

@@ -83,9 +83,10 @@ def check_same_run(
             differences.append((f"{key} ({label})" if label else key, old, new))
     if differences:
         listed = "; ".join(f"{name}: recorded {_show(old)}, given {_show(new)}" for name, old, new in differences)
+        last = [run.info, *run.info.get("resumed", [])][-1]  # a resume may have raised --steps since the start
         raise UsageError(
             f"{run.path} was started with another policy or other settings: {listed} (hint: continue it with the "
-            f"policy and flags it was started with, `{run.info.get('command_line', '?')}`, or choose a new --out)"
+            f"policy and flags it last ran with, `{last.get('command_line', '?')}`, or choose a new --out)"
         )
 
 

@@ -221,6 +221,14 @@ def test_the_cli_refuses_a_seed_beyond_63_bits(verb, no_warmup):
     assert result.exit_code == EXIT_ERROR and "Invalid value for '--seed'" in result.output
 
 
+def test_the_hint_shows_the_command_the_run_last_ran_with(tmp_path):
+    made = RunDir.create(tmp_path / "run", policy={"name": "p", "version": 1}, plan={}, config={"seed": 0},
+                         command=["precision", "run", "--steps", "2"])
+    made = made.record_resume(["precision", "run", "--steps", "5", "--resume"], step=2)
+    with pytest.raises(UsageError, match="last ran with, `precision run --steps 5 --resume`"):
+        check_same_run(made, policy={"name": "p", "version": 1}, config={"seed": 1})
+
+
 def test_check_same_run_compares_nested_settings_and_skips_those_that_may_change(tmp_path):
     recorded = {"seed": 0, "steps": 2, "grpo": {"lr": 0.1, "loss": {"clip": 0.2}}, "policy": "p"}
     made = RunDir.create(tmp_path / "run", policy={"name": "p", "version": 1}, plan={}, config=recorded)

@@ -5,6 +5,8 @@ torch loads inside the command bodies, never at import (`precision validate` sha
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -99,6 +101,13 @@ def run(
 
     loaded = load_policy(policy, overrides=tuple(set_ or ()))
     if backend == "verl":
+        given = _builtin_flags_given(resume=resume, fallback=fallback, seed=seed, steps=steps, eval_every=eval_every,
+                                     heldout_size=heldout_size, prompts=prompts, samples=samples, mix=mix,
+                                     model=model, data=data, heldout=heldout, device=device)
+        if given:
+            raise UsageError(f"{', '.join(given)}: the built-in backend's flags; verl takes its own keys (hint: "
+                             "actor_rollout_ref.rollout.n=4 for --samples, trainer.total_training_steps=... for "
+                             "--steps, actor_rollout_ref.model.path=DIR for --model)")
         _run_verl(loaded, recipe, list(verl_overrides or ()), dry_run=dry_run, out=out)
         return
     if backend != "builtin":
@@ -214,14 +223,25 @@ def _mix(text: str | None) -> dict[str, float] | None:
     return mix
 
 
+def _builtin_flags_given(**values) -> list[str]:
+    """The built-in backend's flags among `values` that differ from their defaults, as the user spelled them."""
+    defaults = inspect.signature(run).parameters
+    return [f"--{name.replace('_', '-')}" for name, value in values.items() if value != defaults[name].default]
+
+
 def _run_verl(policy, recipe: str, overrides: list[str], *, dry_run: bool, out: Path | None) -> None:
     from precision_engine.integrations.verl.launch import build_command
     from precision_engine.integrations.verl.launch import run as run_verl
 
+    if not dry_run and importlib.util.find_spec("verl") is None:  # before the policy and data files are written
+        raise UsageError("--backend verl needs verl, which is not installed (hint: pip install "
+                         "'precision-engine[verl]', or --dry-run to print the command)")
     launch = build_command(policy, recipe, overrides, dry_run=dry_run, run_dir=out)
     typer.echo(launch.render())
     if not dry_run:
-        raise typer.Exit(run_verl(launch))
+        status = run_verl(launch)
+        if status != 0:  # 1 is a verdict in this CLI; verl's failures are errors
+            raise UsageError(f"verl's trainer exited with status {status} (its output is above)")
 
 
 class _Progress:

@@ -24,12 +24,14 @@ import yaml
 
 from precision_engine.errors import UsageError
 from precision_engine.integrations.verl.runtime import POLICY_ENV, ROLLOUT_WEIGHTS_ENV
-from precision_engine.integrations.verl.translate import NATIVE_FP8, translate
+from precision_engine.integrations.verl.translate import NATIVE_FP8, POLICY_KEYS, translate
 from precision_engine.policy.model import Policy
+from precision_engine.rl.runs.files import nearest_existing
 
 RECIPES = ("math",)
 MODEL_PATH = "actor_rollout_ref.model.path"
 SAMPLES = "actor_rollout_ref.rollout.n"
+ENGINE = "actor_rollout_ref.rollout.name"  # SGLang: the policy's rollout keys are SGLang's engine kwargs
 ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
 # Keys that are not in verl's config tree and so need Hydra's `+` (append) prefix.
 _APPENDED = ("actor_rollout_ref.rollout.engine_kwargs.sglang.", f"{ENV_VARS}.")
@@ -58,24 +60,35 @@ def build_command(policy: Policy, recipe: str, overrides: list[str], *, dry_run:
     """The verl command for `policy` on `recipe`; with `dry_run=False` the policy file and data are written."""
     if recipe not in RECIPES:
         raise UsageError(f"unknown recipe {recipe!r} for the verl backend; available: {', '.join(RECIPES)}")
-    user = _parse(overrides)
+    user, appended = _parse(overrides)
     if MODEL_PATH not in user:
         raise UsageError(f"the verl backend needs the model: pass {MODEL_PATH}=<HF model directory>")
-    run_dir = Path(run_dir or Path("runs") / f"verl-{policy.name}").expanduser().resolve()
+    if user.get(ENGINE, "sglang").strip("'\"") != "sglang":
+        raise UsageError(f"{ENGINE}={user[ENGINE]}: the policy's rollout numerics are SGLang's engine kwargs, which "
+                         "another engine ignores (hint: leave the rollout engine at sglang)")
+    run_dir = _check_run_dir(Path(run_dir or Path("runs") / f"verl-{policy.name}").expanduser().resolve(), policy)
     files = {"policy": run_dir / "policy.yaml", "train": run_dir / "data" / "train.parquet",
              "test": run_dir / "data" / "test.parquet"}
-    native = user.pop(NATIVE_FP8, _Verbatim("null")).strip("'\"").lower() == "fp8"
+    native = _native_fp8(user.pop(NATIVE_FP8, _Verbatim("null")))
     merged = _recipe_defaults(files, run_dir) | user
     samples = _int(merged[SAMPLES], SAMPLES)
+    if samples < 1:
+        raise UsageError(f"{SAMPLES} must be >= 1, got {samples}")
     translation = translate(policy, _plan(policy, user[MODEL_PATH].strip("'\"")), native_fp8=native,
                             samples_per_prompt=samples)
-    clash = sorted(set(user) & set(translation.overrides))
+    if native and translation.overrides[NATIVE_FP8] is None:
+        raise UsageError(f"{NATIVE_FP8}=fp8 re-quantizes the rollout's FP8 linears; {policy.name} has none "
+                         "(hint: a policy with FP8 rollout linears, or leave it unset)")
+    clash = sorted(set(user) & (set(translation.overrides) | set(POLICY_KEYS)))
     if clash:
-        raise UsageError(f"{clash[0]} is decided by the policy ({policy.name} sets it to "
-                         f"{_value(translation.overrides[clash[0]])}); change the policy with --set instead")
+        decided = translation.overrides.get(clash[0])
+        what = "leaves it unset" if clash[0] not in translation.overrides else f"sets it to {_value(decided)}"
+        raise UsageError(f"{clash[0]} is decided by the policy ({policy.name} {what}); change the policy with "
+                         "--set instead")
     env = {POLICY_ENV: str(files["policy"]), ROLLOUT_WEIGHTS_ENV: translation.rollout_weights}
     resolved = merged | translation.overrides | {f"{ENV_VARS}.{k}": v for k, v in env.items()}
-    argv = [sys.executable, "-m", "verl.trainer.main_ppo", *(_override(k, v) for k, v in resolved.items())]
+    argv = [sys.executable, "-m", "verl.trainer.main_ppo",
+            *(_override(k, v, appended=k in appended) for k, v in resolved.items())]
     launch = VerlLaunch(argv, resolved, env, translation.notes, files, run_dir)
     if not dry_run:
         write_files(launch, policy)
@@ -87,10 +100,27 @@ def write_files(launch: VerlLaunch, policy: Policy) -> None:
     from precision_engine.rl.recipes.math import MathRecipe, write_verl_parquet
 
     launch.run_dir.mkdir(parents=True, exist_ok=True)
-    launch.files["policy"].write_text(yaml.safe_dump(dict(policy.resolved), sort_keys=False))
+    launch.files["policy"].write_text(_policy_yaml(policy))
     recipe = MathRecipe(seed=0)
     write_verl_parquet(recipe.train, launch.files["train"], "train")
     write_verl_parquet(recipe.heldout, launch.files["test"], "test")
+
+
+def _check_run_dir(run_dir: Path, policy: Policy) -> Path:
+    """`run_dir` if this policy's verl run may write there: verl resumes from its checkpoints (resume_mode auto),
+    so a directory holding another policy's run would continue that run under this policy's name."""
+    existing = nearest_existing(run_dir)
+    if not existing.is_dir():
+        raise UsageError(f"--out {run_dir}: {existing} exists and is not a directory (hint: choose another --out)")
+    written = run_dir / "policy.yaml"
+    if written.is_file() and yaml.safe_load(written.read_text()) != yaml.safe_load(_policy_yaml(policy)):
+        raise UsageError(f"--out {run_dir} holds a verl run of another policy document ({written}); verl would "
+                         "resume its checkpoints (hint: choose another --out)")
+    return run_dir
+
+
+def _policy_yaml(policy: Policy) -> str:
+    return yaml.safe_dump(dict(policy.resolved), sort_keys=False)
 
 
 def run(launch: VerlLaunch) -> int:
@@ -124,15 +154,27 @@ class _Verbatim(str):
     """A user's override value, passed to Hydra exactly as typed (its grammar, not ours)."""
 
 
-def _parse(overrides: list[str]) -> dict[str, _Verbatim]:
-    parsed = {}
+def _parse(overrides: list[str]) -> tuple[dict[str, _Verbatim], set[str]]:
+    """key -> value, and the keys the user appended with Hydra's `+` (kept: a key verl's config lacks needs it)."""
+    parsed, appended = {}, set()
     for item in overrides:
         key, sep, value = item.partition("=")
-        key = key.lstrip("+~")
-        if not sep or not key:
-            raise UsageError(f"verl override {item!r} is not key=value (e.g. trainer.total_epochs=1)")
-        parsed[key] = _Verbatim(value)
-    return parsed
+        bare = key.lstrip("+")
+        if not sep or not bare or bare.startswith("~"):
+            raise UsageError(f"verl override {item!r} is not key=value or +key=value (e.g. trainer.total_epochs=1)")
+        if bare != key:
+            appended.add(bare)
+        parsed[bare] = _Verbatim(value)
+    return parsed, appended
+
+
+def _native_fp8(value: str) -> bool:
+    """The user's `rollout.quantization`: fp8 opts into verl's re-quantization; null (or unset) is ours."""
+    choice = value.strip("'\"").lower()
+    if choice not in ("fp8", "null", "none", ""):
+        raise UsageError(f"{NATIVE_FP8}={value}: the policy decides the rollout's quantization (fp8 opts into "
+                         "verl's own re-quantization of the policy's FP8 linears; null is precision-engine's bytes)")
+    return choice == "fp8"
 
 
 def _int(value: object, key: str) -> int:
@@ -142,8 +184,8 @@ def _int(value: object, key: str) -> int:
         raise UsageError(f"{key} must be an integer, got {value!r}") from None
 
 
-def _override(key: str, value: object) -> str:
-    prefix = "+" if key.startswith(_APPENDED) else ""
+def _override(key: str, value: object, *, appended: bool = False) -> str:
+    prefix = "+" if appended or key.startswith(_APPENDED) else ""
     return f"{prefix}{key}={value if isinstance(value, _Verbatim) else _value(value)}"
 
 

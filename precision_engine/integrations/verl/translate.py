@@ -37,6 +37,9 @@ ROLLOUT = "actor_rollout_ref.rollout"
 SGLANG = f"{ROLLOUT}.engine_kwargs.sglang"
 NATIVE_FP8 = f"{ROLLOUT}.quantization"  # the user's opt-in to verl's own FP8 re-quantization
 MASTER_DTYPE = {DType.FP32: "fp32", DType.BF16: "bf16"}
+# Numerics keys `translate` sets only for some policies: the policy decides them also where it leaves them unset.
+POLICY_KEYS = (f"{SGLANG}.quantization", f"{SGLANG}.json_model_override_args", f"{SGLANG}.kv_cache_dtype",
+               f"{SGLANG}.enable_deterministic_inference")
 
 
 @dataclass(frozen=True)

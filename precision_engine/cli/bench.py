@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from precision_engine.errors import UnsupportedError, UsageError
+from precision_engine.rl.runs.files import nearest_existing
 
 
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Write every number and the environment as JSON.")]
@@ -147,6 +148,10 @@ def register(app: typer.Typer) -> None:
         else:
             require_gpu(out, "precision bench block")
         from precision_engine.bench import block as bench_block
+        from precision_engine.policy import load_policy
+
+        for name in policy or ():  # a misspelt name or a broken file, refused before any timing
+            load_policy(name)
 
         def echo_row(row: dict) -> None:
             result = f"{row['ms']:.3f} ms" if "ms" in row else f"failed: {row['error']}"
@@ -159,6 +164,8 @@ def register(app: typer.Typer) -> None:
             warmup=1 if quick else 3, rounds=rounds, device=device, on_row=echo_row,
         )
         _report(bench_block.format_table(rows), rows, out)
+        if all("error" in row for row in rows):  # e.g. a model no policy can run (MoE): nothing was measured
+            raise UsageError(f"every row failed, the first with: {rows[0]['error']}")
 
     @group.command()
     def ceiling(out: OutOpt = None, quick: QuickOpt = False,
@@ -279,12 +286,19 @@ def _ceiling_tokens(tokens: str | None, decode: bool) -> tuple[int, ...] | None:
 
 
 def check_out(out: Path | None) -> None:
-    """Refuse an --out whose folder cannot be made before benchmarking, not after."""
-    if out is not None:
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise UsageError(f"--out {out}: cannot create its folder ({err.strerror})") from None
+    """Refuse an --out that cannot take the JSON file before benchmarking, not after: a directory, a path under a
+    file, a folder that cannot be made."""
+    if out is None:
+        return
+    if out.is_dir():
+        raise UsageError(f"--out {out}: a directory; --out names the JSON file to write (e.g. {out / 'bench.json'})")
+    existing = nearest_existing(out.parent)
+    if not existing.is_dir():
+        raise UsageError(f"--out {out}: {existing} is a file, so no folder can be made there")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--out {out}: cannot create its folder ({err.strerror})") from None
 
 
 def require_gpu(out: Path | None, verb: str) -> None:

@@ -32,4 +32,14 @@ def test_bench_out_under_a_file_fails_before_benchmarking(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     result = runner.invoke(app, ["bench", "kernels", "--out", str(blocker / "sub" / "k.json")])
-    assert result.exit_code == 2 and "cannot create its folder" in result.output
+    assert result.exit_code == 2 and f"{blocker} is a file, so no folder can be made there" in result.output
+    result = runner.invoke(app, ["bench", "kernels", "--out", str(tmp_path)])  # the results would be lost after
+    assert result.exit_code == 2 and "a directory; --out names the JSON file" in result.output
+
+
+def test_bench_block_refuses_an_unknown_policy_and_a_run_where_every_row_failed(tmp_path):
+    result = runner.invoke(app, ["bench", "block", "--quick", "--device", "cpu", "--policy", "nosuch"])
+    assert result.exit_code == 2 and "nosuch" in result.output and "ms" not in result.output
+    result = runner.invoke(app, ["bench", "block", "--quick", "--device", "cpu", "--model", "tiny-qwen3-moe",
+                                 "--policy", "bf16_baseline", "--mode", "fast"])
+    assert result.exit_code == 2 and "every row failed, the first with: UnsupportedError" in result.output

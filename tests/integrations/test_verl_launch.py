@@ -23,6 +23,7 @@ def _launch(policy, *overrides):
     ("bf16_baseline", "actor_rollout_ref.rollout.quantization=fp8", "bf16_baseline has none"),
     ("jetrl_unified", "actor_rollout_ref.rollout.n=0", r"rollout.n must be >= 1, got 0"),
     ("jetrl_unified", "~trainer.logger", "not key=value or \\+key=value"),
+    ("jetrl_unified", "actor_rollout_ref.model.path=llama-3.1-8b", "built-in architecture .*meta-llama/Llama-3.1-8B"),
 ])
 def test_what_the_policy_decides_cannot_be_overridden(policy, override, message):
     with pytest.raises(UsageError, match=message):

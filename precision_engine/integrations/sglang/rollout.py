@@ -50,7 +50,8 @@ class RolloutNumerics:
         )
         if self.kv_cache_dtype:
             lines.append(f"KV cache {self.kv_cache_dtype}: keys and values are rounded in rollout only")
-        lines.append("so rollout logprobs differ from the trainer's: the policy's correction (if any) absorbs it")
+        lines.append("so rollout logprobs differ from the trainer's on this backend, unified policies' too: only the "
+                     "policy's IS correction, where it has one, accounts for the difference")
         return lines
 
 

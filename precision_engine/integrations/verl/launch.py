@@ -25,6 +25,7 @@ import yaml
 from precision_engine.errors import UsageError
 from precision_engine.integrations.verl.runtime import POLICY_ENV, ROLLOUT_WEIGHTS_ENV
 from precision_engine.integrations.verl.translate import NATIVE_FP8, POLICY_KEYS, translate
+from precision_engine.models.registry import find_builtin
 from precision_engine.policy.model import Policy
 from precision_engine.rl.runs.files import nearest_existing
 
@@ -63,6 +64,12 @@ def build_command(policy: Policy, recipe: str, overrides: list[str], *, dry_run:
     user, appended = _parse(overrides)
     if MODEL_PATH not in user:
         raise UsageError(f"the verl backend needs the model: pass {MODEL_PATH}=<HF model directory>")
+    model = user[MODEL_PATH].strip("'\"")
+    builtin = find_builtin(model)
+    if builtin is not None and model.lower() != (builtin.hf_id or "").lower() and not Path(model).is_dir():
+        hf_id = f", or its HF id {builtin.hf_id}" if builtin.hf_id else ""
+        raise UsageError(f"{MODEL_PATH}={model}: our built-in architecture (a config, no weights), which verl "
+                         f"cannot load (hint: an HF model directory{hf_id})")
     if user.get(ENGINE, "sglang").strip("'\"") != "sglang":
         raise UsageError(f"{ENGINE}={user[ENGINE]}: the policy's rollout numerics are SGLang's engine kwargs, which "
                          "another engine ignores (hint: leave the rollout engine at sglang)")
@@ -74,7 +81,7 @@ def build_command(policy: Policy, recipe: str, overrides: list[str], *, dry_run:
     samples = _int(merged[SAMPLES], SAMPLES)
     if samples < 1:
         raise UsageError(f"{SAMPLES} must be >= 1, got {samples}")
-    translation = translate(policy, _plan(policy, user[MODEL_PATH].strip("'\"")), native_fp8=native,
+    translation = translate(policy, _plan(policy, model), native_fp8=native,
                             samples_per_prompt=samples)
     if native and translation.overrides[NATIVE_FP8] is None:
         raise UsageError(f"{NATIVE_FP8}=fp8 re-quantizes the rollout's FP8 linears; {policy.name} has none "

@@ -59,7 +59,8 @@ def error_lines(err: BaseException) -> list[str]:
         return [f"error: this verb needs the torch extra, which is not installed (no module {err.name!r}) "
                 "(hint: pip install 'precision-engine[torch]')"]
     if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or _cpu_allocation_failed(err):
-        return [f"error: out of memory ({first_line(err)}) (hint: smaller sizes, e.g. --batch or --seq, or a machine with more memory)"]
+        return [f"error: out of memory ({first_line(err)}) (hint: smaller sizes, e.g. --batch or --seq, or a "
+                "machine with more memory)"]
     return [f"error: internal error, {type(err).__name__}: {first_line(err)} "
             "(set PRECISION_TRACEBACK=1 for the traceback, and please report it)"]
 

@@ -62,14 +62,7 @@ def build_command(policy: Policy, recipe: str, overrides: list[str], *, dry_run:
     if recipe not in RECIPES:
         raise UsageError(f"unknown recipe {recipe!r} for the verl backend; available: {', '.join(RECIPES)}")
     user, appended = _parse(overrides)
-    if MODEL_PATH not in user:
-        raise UsageError(f"the verl backend needs the model: pass {MODEL_PATH}=<HF model directory>")
-    model = user[MODEL_PATH].strip("'\"")
-    builtin = find_builtin(model)
-    if builtin is not None and model.lower() != (builtin.hf_id or "").lower() and not Path(model).is_dir():
-        hf_id = f", or its HF id {builtin.hf_id}" if builtin.hf_id else ""
-        raise UsageError(f"{MODEL_PATH}={model}: our built-in architecture (a config, no weights), which verl "
-                         f"cannot load (hint: an HF model directory{hf_id})")
+    model = _model_path(user)
     if user.get(ENGINE, "sglang").strip("'\"") != "sglang":
         raise UsageError(f"{ENGINE}={user[ENGINE]}: the policy's rollout numerics are SGLang's engine kwargs, which "
                          "another engine ignores (hint: leave the rollout engine at sglang)")
@@ -81,8 +74,7 @@ def build_command(policy: Policy, recipe: str, overrides: list[str], *, dry_run:
     samples = _int(merged[SAMPLES], SAMPLES)
     if samples < 1:
         raise UsageError(f"{SAMPLES} must be >= 1, got {samples}")
-    translation = translate(policy, _plan(policy, model), native_fp8=native,
-                            samples_per_prompt=samples)
+    translation = translate(policy, _plan(policy, model), native_fp8=native, samples_per_prompt=samples)
     if native and translation.overrides[NATIVE_FP8] is None:
         raise UsageError(f"{NATIVE_FP8}=fp8 re-quantizes the rollout's FP8 linears; {policy.name} has none "
                          "(hint: a policy with FP8 rollout linears, or leave it unset)")
@@ -111,6 +103,19 @@ def write_files(launch: VerlLaunch, policy: Policy) -> None:
     recipe = MathRecipe(seed=0)
     write_verl_parquet(recipe.train, launch.files["train"], "train")
     write_verl_parquet(recipe.heldout, launch.files["test"], "test")
+
+
+def _model_path(user: dict[str, str]) -> str:
+    """The user's model for verl: given, and not one of our built-in architectures (a config without weights)."""
+    if MODEL_PATH not in user:
+        raise UsageError(f"the verl backend needs the model: pass {MODEL_PATH}=<HF model directory>")
+    model = user[MODEL_PATH].strip("'\"")
+    builtin = find_builtin(model)
+    if builtin is not None and model.lower() != (builtin.hf_id or "").lower() and not Path(model).is_dir():
+        hf_id = f", or its HF id {builtin.hf_id}" if builtin.hf_id else ""
+        raise UsageError(f"{MODEL_PATH}={model}: our built-in architecture (a config, no weights), which verl "
+                         f"cannot load (hint: an HF model directory{hf_id})")
+    return model
 
 
 def _check_run_dir(run_dir: Path, policy: Policy) -> Path:

@@ -11,7 +11,6 @@ from typing import Annotated
 import typer
 
 from precision_engine.errors import UnsupportedError, UsageError
-from precision_engine.rl.runs.files import nearest_existing
 
 
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Write every number and the environment as JSON.")]
@@ -288,6 +287,8 @@ def _ceiling_tokens(tokens: str | None, decode: bool) -> tuple[int, ...] | None:
 def check_out(out: Path | None) -> None:
     """Refuse an --out that cannot take the JSON file before benchmarking, not after: a directory, a path under a
     file, a folder that cannot be made."""
+    from precision_engine.rl.runs.files import nearest_existing  # lazily: `precision validate` shares the app
+
     if out is None:
         return
     if out.is_dir():

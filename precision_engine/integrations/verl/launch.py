@@ -28,6 +28,7 @@ from precision_engine.integrations.verl.translate import NATIVE_FP8, POLICY_KEYS
 from precision_engine.models.registry import find_builtin
 from precision_engine.policy.model import Policy
 from precision_engine.rl.runs.files import nearest_existing
+from precision_engine.rl.runs.run_dir import policy_yaml
 
 RECIPES = ("math",)
 MODEL_PATH = "actor_rollout_ref.model.path"
@@ -99,7 +100,7 @@ def write_files(launch: VerlLaunch, policy: Policy) -> None:
     from precision_engine.rl.recipes.math import MathRecipe, write_verl_parquet
 
     launch.run_dir.mkdir(parents=True, exist_ok=True)
-    launch.files["policy"].write_text(_policy_yaml(policy))
+    launch.files["policy"].write_text(policy_yaml(policy))
     recipe = MathRecipe(seed=0)
     write_verl_parquet(recipe.train, launch.files["train"], "train")
     write_verl_parquet(recipe.heldout, launch.files["test"], "test")
@@ -125,14 +126,10 @@ def _check_run_dir(run_dir: Path, policy: Policy) -> Path:
     if not existing.is_dir():
         raise UsageError(f"--out {run_dir}: {existing} exists and is not a directory (hint: choose another --out)")
     written = run_dir / "policy.yaml"
-    if written.is_file() and yaml.safe_load(written.read_text()) != yaml.safe_load(_policy_yaml(policy)):
+    if written.is_file() and yaml.safe_load(written.read_text()) != yaml.safe_load(policy_yaml(policy)):
         raise UsageError(f"--out {run_dir} holds a verl run of another policy document ({written}); verl would "
                          "resume its checkpoints (hint: choose another --out)")
     return run_dir
-
-
-def _policy_yaml(policy: Policy) -> str:
-    return yaml.safe_dump(dict(policy.resolved), sort_keys=False)
 
 
 def run(launch: VerlLaunch) -> int:

@@ -72,7 +72,7 @@ class GRPOTrainer:
     def __init__(self, model, plan, tokenizer, reward_fn, config: GRPOConfig, *,
                  calibrator: KVCacheCalibrator | None = None):
         self.model, self.plan, self.tokenizer = model, plan, tokenizer
-        policy = self.policy = plan.policy
+        policy = plan.policy
         self.reward_fn, self.config = reward_fn, config
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, betas=(0.9, 0.999), weight_decay=config.weight_decay
@@ -90,6 +90,10 @@ class GRPOTrainer:
         # One engine for the whole run: on CUDA it keeps its captured decode graph (and cache) across steps; new
         # weights and KV scales are copied into the graph's buffers at each generate.
         self.engine = Engine(model, pad_token_id=tokenizer.pad_id)
+
+    @property
+    def policy(self):
+        return self.plan.policy
 
     @property
     def kv_scales(self) -> KVScales | None:

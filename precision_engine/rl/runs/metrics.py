@@ -56,7 +56,7 @@ class MetricsLog:
 
     def rows(self) -> list[dict[str, Any]]:
         """Every complete row, in order."""
-        return list(self._iter_rows())
+        return list(_complete_rows(self.path)) if self.path.exists() else []
 
     def truncate_after(self, step: int) -> int:
         """Drop the rows of steps after `step` (pass -1 to drop all); returns how many were dropped.
@@ -91,10 +91,6 @@ class MetricsLog:
             if not existed:
                 fsync_dir(self.path.parent)
         return self._fd
-
-    def _iter_rows(self) -> Iterator[dict[str, Any]]:
-        if self.path.exists():
-            yield from _complete_rows(self.path)
 
     def _repair_torn_tail(self) -> None:
         """Cut a final line without its newline: the remains of a write that a kill interrupted."""

@@ -80,9 +80,10 @@ def register(app: typer.Typer) -> None:
 
         if model and shapes:
             raise UsageError("--model and --shapes both choose the weights: pass one")
-        chosen = bench_linear.choose_variants(variants.split(",")) if variants else bench_linear.VARIANTS
-        ms = bench_linear.parse_tokens(tokens) if tokens else None
-        weights = bench_linear.parse_shapes(shapes) if shapes else None
+        # `is None`, not falsiness: an empty `--variants ''` is refused by the parser instead of running everything
+        chosen = bench_linear.VARIANTS if variants is None else bench_linear.choose_variants(variants.split(","))
+        ms = None if tokens is None else bench_linear.parse_tokens(tokens)
+        weights = None if shapes is None else bench_linear.parse_shapes(shapes)
         left_out: list[str] = []
         if model:
             weights, left_out = bench_linear.model_shapes(model)
@@ -240,6 +241,8 @@ def register(app: typer.Typer) -> None:
         from precision_engine.bench import quant as bench_quant
 
         parts = tuple(part for part in (only or "").split(",") if part)
+        if only is not None and not parts:
+            raise UsageError(f"--only {only!r} names no kernel: give parts of kernel names, comma-separated")
         names = bench_quant.kernel_names(sweep)
         unmatched = [part for part in parts if not any(part in name for name in names)]
         if unmatched:

@@ -43,3 +43,10 @@ def test_bench_block_refuses_an_unknown_policy_and_a_run_where_every_row_failed(
     result = runner.invoke(app, ["bench", "block", "--quick", "--device", "cpu", "--model", "tiny-qwen3-moe",
                                  "--policy", "bf16_baseline", "--mode", "fast"])
     assert result.exit_code == 2 and "every row failed, the first with: UnsupportedError" in result.output
+
+
+@pytest.mark.parametrize("args", [["linear", "--variants", ""], ["linear", "--tokens", ""], ["linear", "--shapes", ""],
+                                  ["quant", "--only", ","]])
+def test_bench_refuses_an_empty_list_instead_of_running_everything(args):
+    result = runner.invoke(app, ["bench", *args])
+    assert result.exit_code == 2 and "needs a CUDA GPU" not in result.output, result.output

@@ -98,7 +98,7 @@ def bench_block(model_spec: str = "llama-3.1-8b", *, policies: Sequence[str] = P
             return x, torch.randn(batch, seq, hidden, device=device, dtype=torch.bfloat16)
 
         sets = rotation(make, 2 * batch * seq * hidden * 2)
-        base = {"batch": batch, "seq": seq, "tokens": batch * seq}
+        base = {"batch": batch, "seq": seq, "tokens": batch * seq, "device": torch.device(device).type}
         rows = {(policy, mode, pass_): {"policy": policy, "mode": mode, **base, **outcome, "pass": pass_,
                                         **({} if "error" in outcome else {"ms_rounds": []})}
                 for (policy, mode), (_, outcome) in layers.items() for pass_, _ in passes}
@@ -217,6 +217,9 @@ def summary(rows: list[dict]) -> list[str]:
     bf16_baseline in the same (batch-invariant) mode; where fast mode ran too, each line also says how the step
     stands against the fast BF16 block (cuBLAS, SDPA), which a run that gives up batch invariance would use."""
     policy, mode, target = TARGET
+    if any(r.get("device") == "cpu" for r in rows):
+        return ["CPU run: a check of the wiring at toy sizes; its times and ratios measure nothing, and the "
+                f"{target:.2f}x target is judged on a GPU only"]
     steps = [r for r in rows if (r["policy"], r["mode"]) == (policy, mode) and r["pass"].startswith("fwd+bwd")
              and "vs_bf16" in r]
     return [f"{policy} {r['pass']} ({mode}): {r['vs_bf16']:.2f}x the BF16 block"

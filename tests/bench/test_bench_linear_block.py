@@ -69,6 +69,7 @@ def test_block_rows_at_toy_size(tmp_path, monkeypatch):
     assert all(r["host_ms"] > 0 and r["gpu_ms"] > 0 for r in good)  # eager rows (no graphed ones on a CPU)
     table = format_table(rows)
     assert "1.00x" in table and "failed" in table and "host / GPU ms" in table
+    assert all(r["device"] == "cpu" for r in rows) and table.endswith("the 1.35x target is judged on a GPU only")
     assert not list(tmp_path.rglob("config.json"))
 
 
@@ -90,6 +91,8 @@ def test_block_summary_judges_jetrl_unified_in_its_own_mode():
                                 "1.21x the fast-mode BF16 block")
     failed = {k: v for k, v in rows[1].items() if k not in ("ms", "vs_bf16")} | {"error": "OutOfMemoryError"}
     assert summary([failed]) == []  # a step that failed has no ratio to judge
+    cpu = [row | {"device": "cpu"} for row in rows]  # toy sizes on a CPU: no verdict from their times
+    assert len(summary(cpu)) == 1 and "measure nothing" in summary(cpu)[0] and "met" not in summary(cpu)[0]
 
 
 def test_block_policies_take_turns_call_by_call_and_rounds_pair_with_their_baseline(tmp_path, monkeypatch):

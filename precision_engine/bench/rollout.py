@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import shlex
 import statistics
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -256,17 +258,20 @@ def format_table(rows: list[dict]) -> str:
 
 
 def run(model_spec: str, *, batch: int, prompt: int, gen: int, runs: int, hf_runs: int, transformers_rows: bool,
-        out: Path | None, echo: Callable[[str], None] = print) -> list[dict]:
-    """bench_rollout, echoing each row as it finishes and rewriting `out` (JSON) after each; then the table."""
+        out: Path | None, command: str, echo: Callable[[str], None] = print) -> list[dict]:
+    """bench_rollout, echoing each row as it finishes and rewriting `out` (JSON) after each; then the table.
+    `command` is the caller's command line as typed; the JSON also holds every setting, defaults included."""
     from precision_engine.bench.gemm import environment
     from precision_engine.rl.runs.files import write_atomic
 
     done: list[dict] = []
-    command = f"bench rollout --model {model_spec} --batch {batch} --prompt {prompt} --gen {gen}"
+    settings = {"model": model_spec, "batch": batch, "prompt": prompt, "gen": gen, "runs": runs, "hf_runs": hf_runs,
+                "transformers_rows": transformers_rows}
 
     def save(rows: list[dict]) -> None:
         if out is not None:
-            write_atomic(out, json.dumps({"command": command, "env": environment(), "rows": rows}, indent=1))
+            write_atomic(out, json.dumps({"command": command, "settings": settings, "env": environment(),
+                                          "rows": rows}, indent=1))
 
     def on_row(row: dict) -> None:
         done.append(row)
@@ -294,12 +299,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="write every row and the environment as JSON")
     parser.add_argument("--profile", type=int, metavar="STEPS",
                         help="instead: profile STEPS graph-replayed decode steps (bf16 and fp8 w8a8 + fp8 kv, fast)")
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.profile:
         print(profile_decode(args.model, batch=args.batch, prompt=args.prompt, steps=args.profile))
         return
     run(args.model, batch=args.batch, prompt=args.prompt, gen=args.gen, runs=args.runs, hf_runs=args.hf_runs,
-        transformers_rows=not args.no_transformers, out=args.out)
+        transformers_rows=not args.no_transformers, out=args.out,
+        command=shlex.join(["python", "-m", "precision_engine.bench.rollout", *argv]))
 
 
 if __name__ == "__main__":

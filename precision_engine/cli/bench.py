@@ -4,6 +4,7 @@ on this machine's GPU, same run, table + JSON."""
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -345,5 +346,5 @@ def write_json(rows: list[dict], out: Path, **extra: object) -> None:
     from precision_engine.bench import gemm
     from precision_engine.rl.runs.files import write_atomic
 
-    result = {"command": " ".join(["precision", *sys.argv[1:]]), "env": gemm.environment(), **extra, "rows": rows}
+    result = {"command": shlex.join(["precision", *sys.argv[1:]]), "env": gemm.environment(), **extra, "rows": rows}
     write_atomic(out, json.dumps(result, indent=1))

@@ -6,6 +6,8 @@ work is `bench.rollout.run`, which `python -m precision_engine.bench.rollout` al
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -44,7 +46,8 @@ def register(app: typer.Typer) -> None:
         from precision_engine.bench.rollout import run
 
         run(model, batch=batch, prompt=prompt, gen=gen, runs=runs, hf_runs=hf_runs,
-            transformers_rows=not no_transformers, out=out, echo=typer.echo)
+            transformers_rows=not no_transformers, out=out, command=shlex.join(["precision", *sys.argv[1:]]),
+            echo=typer.echo)
 
 
 __all__ = ["register"]

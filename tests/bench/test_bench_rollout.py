@@ -35,3 +35,25 @@ def test_every_variant_runs_at_toy_size():
     assert seen == rows and len(rows) == 8
     assert all("error" not in r and r["tok_s"] > 0 for r in rows), [r.get("error") for r in rows]
     assert rows[0]["vs_bf16_fast"] == 1.0 and all("vs_bf16_fast" in r for r in rows)
+
+
+def test_json_records_the_command_as_typed_and_every_setting(tmp_path, monkeypatch):
+    import json
+
+    from precision_engine.bench import gemm, rollout
+
+    def one_row(*args, on_row, **kwargs):
+        rows = [{"variant": "bf16", "mode": "fast", "tok_s": 1.0}]
+        on_row(rows[0])
+        return rows
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the loop itself is tested above
+    monkeypatch.setattr(rollout, "bench_rollout", one_row)
+    monkeypatch.setattr(gemm, "environment", lambda: {"gpu": "none"})
+    out = tmp_path / "r.json"
+    rollout.main(["--model", "tiny-llama", "--runs", "5", "--no-transformers", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["command"] == ("python -m precision_engine.bench.rollout --model tiny-llama --runs 5 "
+                                f"--no-transformers --out {out}")
+    assert saved["settings"] == {"model": "tiny-llama", "batch": 64, "prompt": 128, "gen": 256, "runs": 5,
+                                 "hf_runs": 1, "transformers_rows": False}

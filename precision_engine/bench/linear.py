@@ -118,9 +118,9 @@ FUSED_PARTS = ("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj
 def model_shapes(spec: str) -> tuple[tuple[tuple[int, int], ...], list[str]]:
     """(the dense GEMM weights N x K that `spec`'s decoder layers run, each once in the model's order; what was
     left out and why) for `--model`: every linear of the layers, then the q/k/v and gate/up stacks our decoder runs
-    as one GEMM where every part's rows are whole 128-row blocks (`fused_linear.shares_one_gemm`). Embeddings,
-    lm_head (BF16 in every shipped policy) and MoE experts (grouped GEMMs, not one linear) are not linears of
-    the layers; a weight whose sides are not multiples of 128 is left out, as `--shapes` refuses it."""
+    as one GEMM where every part's rows are whole 128-row blocks (`fused_linear.shares_one_gemm`). Embeddings and
+    lm_head (BF16 in every shipped policy) are not linears of the layers; MoE experts (grouped GEMMs, not one
+    linear) and a weight whose sides are not multiples of 128 (`--shapes` refuses it) are left out, and said so."""
     from precision_engine.models.inventory import ModuleKind
     from precision_engine.models.loader import load_inventory
 
@@ -136,6 +136,10 @@ def model_shapes(spec: str) -> tuple[tuple[tuple[int, int], ...], list[str]]:
                 found[(sum(n for n, _ in shapes), shapes[0][1])] = None
     kept = tuple(shape for shape in found if _whole_blocks(*shape))
     left_out = [f"{n}x{k} (not whole 128-wide blocks)" for n, k in found if (n, k) not in kept]
+    experts = [m for m in inventory.of_kind(ModuleKind.EXPERTS) if ".layers." in m.name]
+    if experts:
+        left_out.append(f"the MoE experts of {len(experts)} layers ({experts[0].weight_shape[0]} a layer: grouped "
+                        "GEMMs, which this benchmark does not time)")
     if not kept:
         raise UsageError(f"--model {spec}: no linear of its decoder layers is in whole 128-wide blocks"
                          + (f" (left out: {', '.join(left_out)})" if left_out else ""))

@@ -30,11 +30,12 @@ from precision_engine.models.inventory import ModuleKind
 from precision_engine.numerics.capabilities import linear_problems
 from precision_engine.numerics.formats import DType, LinearSpec
 from precision_engine.numerics.linear import Fp8Linear
-from precision_engine.numerics.specs import NumericsSpec
+from precision_engine.numerics.specs import KVCacheSpec, NumericsSpec
 from precision_engine.rewrite.experts import Fp8Experts, is_fused_experts
 
 ROLLOUT = "rollout"  # the only phase FP8 experts may run in (forward only)
 _REWRITTEN = (Fp8Linear, Fp8Experts)
+_KV_CACHE_ATTR = "precision_kv_cache"  # the KVCacheSpec of the policy `apply` last gave the model
 
 ModuleFilter = Callable[[nn.Module, str], bool]
 
@@ -142,7 +143,14 @@ def apply(plan, model: nn.Module, phase: str, *, numerics: NumericsSpec | None =
     report = RewriteReport(phase, _fp8_specs(model), _compute_modules(phase_plan, wanted), changed)
     if not report.matches(phase_plan):  # a bug here, never a user error: say what differs
         raise AssertionError(f"rewrite of phase {phase!r} does not match its plan: {report.summary()}")
+    setattr(model, _KV_CACHE_ATTR, getattr(getattr(plan, "policy", None), "kv_cache", None))
     return report
+
+
+def applied_kv_cache(model: nn.Module) -> KVCacheSpec | None:
+    """The KV cache format of the policy `apply` last gave `model` (None if none was applied, or after `restore`):
+    a rollout engine checks its cache against it, since the model's linears alone do not say it."""
+    return getattr(model, _KV_CACHE_ATTR, None)
 
 
 def invalidate_weight_caches(model: nn.Module) -> int:
@@ -157,6 +165,7 @@ def invalidate_weight_caches(model: nn.Module) -> int:
 
 def restore(model: nn.Module) -> tuple[str, ...]:
     """Undo every rewrite (back to nn.Linear / the experts module, same Parameters); returns their names."""
+    setattr(model, _KV_CACHE_ATTR, None)
     return swap_modules(model, lambda m, _: _original(m), module_filter_fn=lambda m, _: isinstance(m, _REWRITTEN))
 
 

@@ -42,6 +42,7 @@ from precision_engine.models.decoder import Decoder
 from precision_engine.numerics.kv_cache import KVScales
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.numerics.specs import NonFinite
+from precision_engine.rewrite import applied_kv_cache
 from precision_engine.rl.decode import DecodeGraph, DecodeState, StopCheck, decode_step
 from precision_engine.rl.kv_cache import KVCache
 from precision_engine.rl.sampling import SamplingParams
@@ -82,7 +83,8 @@ class Rollout:
 
 
 class Engine:
-    """Generates with `model` (a `models.decoder.Decoder`); `kv_scales` set makes the KV cache FP8.
+    """Generates with `model` (a `models.decoder.Decoder`); `kv_scales` set makes the KV cache FP8, and a model a
+    policy was applied to gets them exactly when the policy's kv_cache is FP8 (checked at each generate).
 
     `cuda_graphs` (GPU only): replay the decode step from a CUDA graph; False runs the same step eagerly."""
 
@@ -97,6 +99,20 @@ class Engine:
         self.cuda_graphs = cuda_graphs
         self._generators: dict[torch.device, torch.Generator] = {}  # one per device: a graph holds its state
         self._graph: DecodeGraph | None = None  # the last captured decode step
+
+    def _check_kv_cache(self) -> None:
+        """The cache the policy applied to the model says (`rewrite.applied_kv_cache`), else the rollout's
+        numerics would silently differ from the policy's: kv_scales make the cache FP8, their absence BF16."""
+        policy_cache = applied_kv_cache(self.model)
+        if policy_cache is None or policy_cache.is_fp8 == (self.kv_scales is not None):
+            return
+        if policy_cache.is_fp8:
+            raise UsageError(f"the model's policy keeps the KV cache in {policy_cache.dtype.value}, but the engine "
+                             "has no kv_scales, so its cache would be BF16 (hint: Engine(model, "
+                             "kv_scales=ready.kv_scales), the scales pipeline.prepare calibrated)")
+        raise UsageError(f"the engine has kv_scales, so its KV cache would be FP8, but the model's policy keeps it "
+                         f"in {policy_cache.dtype.value} (hint: pass kv_scales only for a policy with an FP8 "
+                         "kv_cache)")
 
     @torch.no_grad()
     def generate(
@@ -120,6 +136,7 @@ class Engine:
             raise UsageError("generate needs at least one prompt, each of at least one token")
         if any(len(s) == 0 for s in stop_sequences):
             raise UsageError("stop sequences must not be empty")
+        self._check_kv_cache()
         vocab = self.model.model.embed_tokens.num_embeddings
         # What reaches the embedding (EOS and stop ids are only compared: one outside never matches)
         ids = [("prompt", t) for p in prompts for t in p] + [("pad_token_id", self.pad_token_id)]

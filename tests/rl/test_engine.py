@@ -129,3 +129,22 @@ def test_pipeline_prepares_the_decoder_for_the_engine():
     assert ready.kv_scales is not None and (ready.kv_scales.k != 1).all()
     rollout = Engine(ready.model, kv_scales=ready.kv_scales).generate(PROMPTS, max_new_tokens=4)
     assert (rollout.response_lengths == 4).all()
+
+
+def test_engine_cache_must_be_the_one_the_applied_policy_says():
+    """An FP8-KV policy applied without its scales would decode with a BF16 cache, and scales under a BF16-KV
+    policy with an FP8 one: both are refused before any token; `restore` drops the policy, and the check with it."""
+    from precision_engine.models.decoder import load_decoder
+    from precision_engine.pipeline import prepare
+    from precision_engine.rewrite import applied_kv_cache, restore
+
+    fp8_kv = prepare("jetrl_unified_kv", "tiny-llama", phase="rollout", loader=load_decoder)
+    assert applied_kv_cache(fp8_kv.model).is_fp8
+    with pytest.raises(UsageError, match="keeps the KV cache in float8_e4m3, but the engine has no kv_scales"):
+        Engine(fp8_kv.model).generate(PROMPTS, max_new_tokens=2)
+    bf16_kv = prepare("jetrl_unified", "tiny-llama", phase="rollout", loader=load_decoder)
+    with pytest.raises(UsageError, match="so its KV cache would be FP8, but the model's policy keeps it in bf16"):
+        Engine(bf16_kv.model, kv_scales=fp8_kv.kv_scales).generate(PROMPTS, max_new_tokens=2)
+    restore(fp8_kv.model)
+    assert applied_kv_cache(fp8_kv.model) is None
+    assert (Engine(fp8_kv.model).generate(PROMPTS, max_new_tokens=2).response_lengths == 2).all()

@@ -101,8 +101,8 @@ class Engine:
         self._graph: DecodeGraph | None = None  # the last captured decode step
 
     def _check_kv_cache(self) -> None:
-        """The cache the policy applied to the model says (`rewrite.applied_kv_cache`), else the rollout's
-        numerics would silently differ from the policy's: kv_scales make the cache FP8, their absence BF16."""
+        """The KV cache must be the one the policy applied to the model names (`rewrite.applied_kv_cache`), else
+        the rollout's numerics would silently differ from the policy's: kv_scales make it FP8, their absence BF16."""
         policy_cache = applied_kv_cache(self.model)
         if policy_cache is None or policy_cache.is_fp8 == (self.kv_scales is not None):
             return

@@ -58,9 +58,12 @@ def pattern_error(pattern: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=None)
 def compile_pattern(pattern: str) -> Callable[[str], bool]:
-    """name -> bool for one pattern. Raises re2.error for an invalid `re:` pattern (validation reports it first)."""
+    """name -> bool for one pattern. Raises re2.error for an invalid `re:` pattern (validation reports it first).
+
+    Unbounded: every module is tested against the rules in order, so a bounded cache smaller than a policy's
+    patterns recompiles each of them per module (minutes on a large policy); the 1 MB file limit bounds them."""
     if pattern.startswith(REGEX_PREFIX):
         regex = _regex(pattern[len(REGEX_PREFIX):])
         return lambda name: regex.fullmatch(name) is not None

@@ -203,7 +203,8 @@ class _Checker:
         spec = _dict(_dict(self.data.get("correction")).get("importance_sampling"))
         upper, lower = spec.get("threshold", 2.0), spec.get("lower_threshold")
         mode = spec.get("mode", "truncate")
-        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (upper, lower or 0.5))
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                      for v in (upper, 0.5 if lower is None else lower))  # "" or [] is no number either
         if not numbers or mode not in ("truncate", "mask"):  # the schema reported these
             return
         not_finite = [(key, v) for key, v in (("threshold", upper), ("lower_threshold", lower))

@@ -34,8 +34,8 @@ from precision_engine.pipeline import compile_for_model, prepare
 from precision_engine.policy.model import Policy
 from precision_engine.rl.evaluate import greedy_accuracy
 from precision_engine.rl.recipes.math import MathRecipe, load_problems, load_tokenizer, reward
-from precision_engine.rl.runs import (RunDir, check_same_run, list_checkpoints, resume_run, save_checkpoint,
-                                      write_ablation, write_report)
+from precision_engine.rl.runs import (ABLATION_FILES, RunDir, check_same_run, list_checkpoints, resume_run,
+                                      save_checkpoint, write_ablation, write_report)
 from precision_engine.rl.trainer import GRPOConfig, GRPOTrainer
 from precision_engine.rl.warmup import WARMUP_INFO, WarmupConfig, warmed_up_model
 
@@ -187,6 +187,10 @@ def ablate(
     names = [p.name for p in policies]
     if len(set(names)) != len(names):
         raise UsageError(f"ablate: policies must have distinct names, got {', '.join(names)}")
+    taken = [name for name in names if name in ABLATION_FILES]
+    if taken:  # each policy's run is out/<name>/, beside the comparison's files
+        raise UsageError(f"ablate: policy name {taken[0]!r} is the name of a file ablate writes beside the runs "
+                         f"({', '.join(ABLATION_FILES)}): rename the policy")
     out = Path(out)
     targets = [out / policy.name for policy in policies]
     resumes = [(target / "run.json").is_file() for target in targets]

@@ -317,3 +317,15 @@ def test_an_unreadable_policy_is_named_as_the_user_knows_it_and_not_as_a_base_of
     result = runner.invoke(app, ["validate", str(tmp_path / "bad.yaml")])
     first = result.output.splitlines()[0]
     assert result.exit_code == 1 and first.startswith("bad.yaml: error: ") and "base" not in first, result.output
+
+
+@pytest.mark.parametrize("value", ['""', "[]", "{}"])
+def test_an_empty_lower_threshold_is_a_located_error_not_a_crash(value, tmp_path):
+    """`lower or 0.5` read an empty string, list or mapping as the default number, and the finiteness check
+    then raised TypeError (an internal error) in validate and plan."""
+    path = tmp_path / "mis.yaml"
+    path.write_text(f"extends: fp8rl_rollout_mis\nname: mis\ncorrection:\n  importance_sampling:\n"
+                    f"    lower_threshold: {value}\n")
+    result = check_policy(path)
+    (error,) = [d for d in result.diagnostics if d.severity == "error"]
+    assert (error.line, error.key_path) == (5, "correction.importance_sampling.lower_threshold"), error

@@ -41,3 +41,18 @@ def test_rule_matches_names_and_types():
     by_type = Rule(match=(), types=("Embedding",))
     assert rule_matches(by_type, "model.embed_tokens", "Embedding")
     assert not rule_matches(by_type, "lm_head", "Linear")
+
+
+def test_each_pattern_is_compiled_once_however_many_a_policy_has():
+    """A policy with more patterns than a bounded cache holds recompiled every one for every module (minutes
+    of `plan` at 5,000 patterns); compiling the plan now compiles each distinct pattern once."""
+    from precision_engine.compile import compile_plan
+    from precision_engine.models.loader import load_inventory
+    from precision_engine.policy import load_policy
+
+    patterns = ", ".join(f'"re:.*x{i:05d}(a|b)*c"' for i in range(5000))
+    policy = load_policy("bf16_baseline", overrides=(f"rules.bf16=[{{match: [{patterns}], compute: fp32}}, "
+                                                     "{match: '*'}]",))
+    compile_pattern.cache_clear()
+    plan = compile_plan(policy, load_inventory("tiny-llama"))
+    assert compile_pattern.cache_info().misses == 5001 and len(plan.phases["train"].modules) > 10

@@ -17,7 +17,7 @@ resume, the report and the ablation table. Independent of the trainer: it stores
     start = 1 if checkpoint is None else checkpoint.step + 1
 """
 
-from precision_engine.rl.runs.ablate import write_ablation
+from precision_engine.rl.runs.ablate import ABLATION_FILES, write_ablation
 from precision_engine.rl.runs.checkpoint import (
     Checkpoint,
     list_checkpoints,
@@ -32,6 +32,7 @@ from precision_engine.rl.runs.resume import check_same_run, resume_run
 from precision_engine.rl.runs.run_dir import RunDir, versions
 
 __all__ = [
+    "ABLATION_FILES",
     "METRICS",
     "PLOTS",
     "Checkpoint",

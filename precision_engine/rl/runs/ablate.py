@@ -24,6 +24,8 @@ ABLATION_PLOTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("ablation_mismatch.png", "Rollout / training mismatch", ("kl", "max_abs_dlogp")),
     ("ablation_reward.png", "Reward", ("reward",)),
 )
+# what write_ablation may write into its folder, beside the runs' own folders
+ABLATION_FILES = ("ablation.json", "ablation.md", *(file_name for file_name, _, _ in ABLATION_PLOTS))
 _IGNORED_CONFIG = {"policy", "out", "run_dir", "resume"}
 
 

@@ -258,3 +258,12 @@ def test_an_interrupted_run_says_how_to_continue(monkeypatch, tmp_path):
     monkeypatch.setattr(rl_run, "run", interrupted)
     result = CliRunner().invoke(app, ["run", "-p", POLICY, "--out", str(tmp_path / "r")])
     assert result.exit_code == 130 and "the same command with --resume" in result.output
+
+
+def test_ablate_refuses_a_policy_named_like_a_file_it_writes_before_any_run(no_warmup, tmp_path):
+    """A policy named ablation.json made its run folder there, and the comparison's write failed after every
+    run (an internal IsADirectoryError)."""
+    named = load_policy("bf16_baseline", overrides=("name=ablation.json",))
+    with pytest.raises(UsageError, match="policy name 'ablation.json' is the name of a file ablate writes"):
+        ablate([load_policy(POLICY), named], CONFIG, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -76,6 +76,25 @@ class SourceMap:
         return SourceMap({p: l for p, l in self.values.items() if kept(p)},
                          {p: l for p, l in self.keys.items() if kept(p)})
 
+    def prune(self, document: Any) -> None:
+        """Drop every path `document` does not hold. A merge that replaced a list or scalar whole leaves the
+        replaced value's deeper locations behind; pruned, a lookup there falls back to the replacement's."""
+
+        def holds(path: KeyPath) -> bool:
+            node = document
+            for key in path:
+                if isinstance(node, dict) and key in node:
+                    node = node[key]
+                elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+                    node = node[key]
+                else:
+                    return False
+            return True
+
+        for table in (self.values, self.keys):
+            for path in [p for p in table if not holds(p)]:
+                del table[path]
+
     def replace_subtree(self, prefix: KeyPath, loc: Loc) -> None:
         """Everything at or under `prefix` now comes from `loc` (a `--set` flag)."""
         n = len(prefix)

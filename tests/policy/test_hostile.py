@@ -307,6 +307,17 @@ def test_an_inherited_name_is_never_located_in_the_base(tmp_path):
     assert not any("jetrl_unified.yaml" in str(d) for d in result.diagnostics)
 
 
+def test_an_error_in_a_list_the_policy_replaced_is_located_in_the_policy(tmp_path, monkeypatch):
+    """A merge replaces a list whole, yet the base's locations under it stayed: the child's rule without a weight
+    was blamed on jetrl_unified.yaml's line 29 ("in a base of child.yaml")."""
+    monkeypatch.chdir(tmp_path)
+    Path("child.yaml").write_text("extends: jetrl_unified\nname: child\nrules:\n  unified:\n"
+                                  '    - match: ["re:.*embed_tokens", lm_head, "re:.*norm"]\n      compute: bf16\n'
+                                  '    - match: ["re:.*_proj"]\n      linear: {input: a8}\n')
+    (error,) = check_policy("child.yaml").errors
+    assert (error.file, error.line) == ("child.yaml", 8) and "missing required key 'weight'" in error.message
+
+
 @pytest.mark.parametrize("content", [b"\xff\xfe binary", b"a: " + b"x" * MAX_BYTES], ids=["not-utf8", "too-large"])
 def test_an_unreadable_policy_is_named_as_the_user_knows_it_and_not_as_a_base_of_itself(content, tmp_path,
                                                                                         monkeypatch):

@@ -138,9 +138,9 @@ def _load(path: Path, chain: list[Path], diagnostics: list[Diagnostic], loaded: 
         if base is not None:
             merged = merge_patch(merged, _without_identity(base))
             merged_map = merged_map.overlay(base_map.without(*((key,) for key in IDENTITY_KEYS)))
-    merged, merged_map = merge_patch(merged, data), merged_map.overlay(source_map)
-    merged_map.prune(merged)  # a base's list the policy replaced must not locate the policy's errors
-    return merged, merged_map
+    merged = merge_patch(merged, data)
+    merged_map.prune(merged)  # the bases' locations under a list the policy replaced must not locate its errors
+    return merged, merged_map.overlay(source_map)
 
 
 def _without_identity(base: dict) -> dict:

@@ -3,32 +3,38 @@
 The value is parsed as YAML (a scalar or a flow collection: `2.0`, `bf16`, `[128, 64]`, `{dtype: bf16}`),
 and merged like `extends` (RFC 7386): a mapping merges into an existing mapping, anything else replaces, and
 `null` (or an empty value) removes the key. Missing mappings on the way are created. `[n]` indexes an existing
-list element: `rules.unified[1].compute=fp32`. Diagnostics about an overridden value point at the flag.
+list element: `rules.unified[1].compute=fp32`; a key holding dots is quoted: `rules."my.set"[0].compute=fp32`.
+Diagnostics about a value the flag set point at the flag; the rest of a mapping it merged into keeps its own
+locations, and a flag that fails changes nothing.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any, Iterable
 
 from precision_engine.errors import UsageError
 from precision_engine.policy.diagnostics import Diagnostic, format_path
 from precision_engine.policy.extends import merge_patch
-from precision_engine.policy.yaml_source import Loc, SourceMap, parse_yaml
+from precision_engine.policy.yaml_source import KeyPath, Loc, SourceMap, node_at, parse_yaml
 
-_SEGMENT = re.compile(r"([^.\[\]=\s]+)((?:\[\d+\])*)")
+_KEY = r'(?:"([^"]+)"|([^.\[\]="\s]+))((?:\[\d+\])*)'  # a key, bare or "quoted" (it may hold dots), then [n]s
+_SEGMENT = re.compile(_KEY)
+_PATH = re.compile(rf"{_KEY}(?:\.{_KEY})*")
 
 
 def parse_key_path(text: str) -> tuple:
-    """'rules.unified[1].compute' -> ('rules', 'unified', 1, 'compute'); UsageError when malformed."""
+    """'rules.unified[1].compute' -> ('rules', 'unified', 1, 'compute'), 'rules."my.set"[0]' -> ('rules',
+    'my.set', 0); UsageError when malformed."""
+    if not _PATH.fullmatch(text):
+        raise UsageError(f"--set: bad key path {text!r}; expected dotted keys like "
+                         "correction.importance_sampling.threshold or rules.unified[0].compute (quote a key "
+                         'holding dots: rules."my.set"[0].compute)')
     path: list = []
-    for part in text.split("."):
-        match = _SEGMENT.fullmatch(part)
-        if not match:
-            raise UsageError(f"--set: bad key path {text!r}; expected dotted keys like "
-                             "correction.importance_sampling.threshold or rules.unified[0].compute")
-        path.append(match.group(1))
-        path.extend(int(i) for i in re.findall(r"\[(\d+)\]", match.group(2)))
+    for match in _SEGMENT.finditer(text):  # the full match above keeps these in step with the dots between
+        path.append(match.group(1) or match.group(2))
+        path.extend(int(i) for i in re.findall(r"\[(\d+)\]", match.group(3)))
     return tuple(path)
 
 
@@ -57,14 +63,28 @@ def apply_overrides(data: dict, source_map: SourceMap, overrides: Iterable[str])
             diagnostics.extend(Diagnostic("error", d.message, label, None, None, format_path(path), d.hint)
                                for d in problems)
             continue
-        error = _assign(data, path, value)
+        updated = copy.deepcopy(data)  # a path that fails halfway must leave the document as it was
+        error = _assign(updated, path, value)
         if error:
             diagnostics.append(Diagnostic("error", error, label, None, None, format_path(path)))
             continue
-        source_map.replace_subtree(path, Loc(label))
-        for end in range(1, len(path)):  # mappings the flag created are located at the flag, not the file
-            source_map.values.setdefault(path[:end], Loc(label))
+        _locate(source_map, data, path, value, Loc(label))
+        data = updated
     return data, diagnostics
+
+
+def _locate(source_map: SourceMap, before: Any, path: KeyPath, value: Any, flag: Loc) -> None:
+    """Point what the flag wrote at the flag: every value it set or replaced, with all below it, and mappings it
+    created on the way; where it merged a mapping into one that was there (`before`), the keys it left alone
+    keep their own locations."""
+    for end in range(1, len(path)):
+        source_map.values.setdefault(path[:end], flag)
+    found, old = node_at(before, path)
+    if not (isinstance(value, dict) and found and isinstance(old, dict)):
+        source_map.replace_subtree(path, flag)
+        return
+    for key, item in value.items():
+        _locate(source_map, before, path + (key,), item, flag)
 
 
 def _assign(data: dict, path: tuple, value: Any) -> str | None:

@@ -77,22 +77,11 @@ class SourceMap:
                          {p: l for p, l in self.keys.items() if kept(p)})
 
     def prune(self, document: Any) -> None:
-        """Drop every path `document` does not hold. A merge that replaced a list or scalar whole leaves the
-        replaced value's deeper locations behind; pruned, a lookup there falls back to the replacement's."""
-
-        def holds(path: KeyPath) -> bool:
-            node = document
-            for key in path:
-                if isinstance(node, dict) and key in node:
-                    node = node[key]
-                elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
-                    node = node[key]
-                else:
-                    return False
-            return True
+        """Drop every path `document` does not hold. A base's map merged under a policy that replaced a list or
+        scalar whole keeps the replaced value's deeper locations; pruned, a lookup falls back to the policy's."""
 
         for table in (self.values, self.keys):
-            for path in [p for p in table if not holds(p)]:
+            for path in [p for p in table if not node_at(document, p)[0]]:
                 del table[path]
 
     def replace_subtree(self, prefix: KeyPath, loc: Loc) -> None:
@@ -109,6 +98,19 @@ class SourceMap:
         """A diagnostic on `path`, located at `at` (default: `path`) or its nearest located ancestor."""
         loc = self.locate(path if at is None else at, key=key) or Loc("<policy>")
         return Diagnostic(severity, message, loc.file, loc.line, loc.column, format_path(path), hint)
+
+
+def node_at(document: Any, path: KeyPath) -> tuple[bool, Any]:
+    """(True, the value at `path`) where `document` holds it, else (False, None)."""
+    node = document
+    for key in path:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+            node = node[key]
+        else:
+            return False, None
+    return True, node
 
 
 def read_policy_text(path: Path, file: str) -> tuple[str | None, list[Diagnostic]]:

@@ -97,3 +97,33 @@ def test_malformed_flag_is_a_usage_error():
 def test_bad_yaml_value_is_a_policy_error():
     (diagnostic,) = check_policy("jetrl_unified", ["formats.w8.block=[128"]).diagnostics
     assert diagnostic.file == "--set formats.w8.block=[128" and "invalid YAML" in diagnostic.message
+
+
+def test_a_flag_merging_a_mapping_is_blamed_only_for_the_keys_it_set(tmp_path, monkeypatch):
+    """`--set formats.w8={scale: pow2}` took the blame for the file's own `granularity: blok`; and of two flags,
+    the first was blamed for what the second set below the list element it merged."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fmt.yaml").write_text("extends: jetrl_unified\nname: fmt\nformats:\n"
+                                       "  w8: {block: null, granularity: blok}\n")
+    (error,) = check_policy("fmt.yaml", ["formats.w8={scale: pow2}"]).errors
+    assert (error.file, error.line, error.key_path) == ("fmt.yaml", 4, "formats.w8.granularity"), error
+    errors = check_policy("jetrl_unified", ["rules.unified[1]={compute: fp32}", "formats.a8={axis: tokens}"]).errors
+    assert errors and not any("rules.unified[1]" in e.file for e in errors), errors  # it set only `compute`
+
+
+def test_a_flag_that_fails_halfway_changes_nothing():
+    """`rules.foo.bar[0]` created `rules.foo: {}` before failing at `[0]`, and a second error blamed the file."""
+    (error,) = check_policy("jetrl_unified", ["rules.foo.bar[0].compute=fp32"]).errors
+    assert error.file == "--set rules.foo.bar[0].compute=fp32" and "cannot index rules.foo.bar" in error.message
+
+
+def test_a_quoted_key_reaches_a_name_holding_dots(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dotted.yaml").write_text("version: 1\nname: d\nrules:\n  my.set:\n    - match: '*'\n"
+                                          "phases: {train: my.set, rollout: my.set}\n")
+    result = check_policy("dotted.yaml", ['rules."my.set"[0].compute=fp32'])
+    assert not result.errors and result.policy.resolved["rules"]["my.set"][0]["compute"] == "fp32"
+    assert parse_key_path('rules."my.set"[0].compute') == ("rules", "my.set", 0, "compute")
+    for bad in ('rules."my.set', "rules..x", "rules.x.", 'rules."".x'):
+        with pytest.raises(UsageError, match="quote a key holding dots"):
+            parse_key_path(bad)

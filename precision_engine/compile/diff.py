@@ -2,7 +2,9 @@
 
 The document diff compares `Policy.resolved` (after `extends` and `--set`) key path by key path. Lists of
 mappings (rule lists) are compared item by item, lists of scalars (`match` patterns) as one value. Metadata
-(`name`, `description`, `$schema`, `extends`) is reported but does not make two policies different.
+(`name`, `description`, `$schema`, `extends`) is reported but does not make two policies different, and
+neither do changes that build the same policy (a default spelled out, a preset for an identical named format,
+`'*'` for `['*']`): such a diff says the two are equivalent.
 
 The plan diff answers what an ablation really toggles: for each phase, the modules whose numerics change,
 grouped by (old numerics -> new numerics). A rule that moves or is relabelled without changing numerics is
@@ -37,10 +39,11 @@ class KeyChange:
 @dataclass(frozen=True)
 class PolicyDiff:
     changes: tuple[KeyChange, ...]
+    equivalent: bool = False  # the documents differ, but both build the same settings
 
     @property
     def same(self) -> bool:
-        return all(change.metadata for change in self.changes)
+        return self.equivalent or all(change.metadata for change in self.changes)
 
 
 def _is_rule_list(value: Any) -> bool:
@@ -97,7 +100,14 @@ def _changes(old: Any, new: Any, path: tuple) -> Iterator[KeyChange]:
 
 def diff_policies(a: Policy, b: Policy) -> PolicyDiff:
     """Key-path differences between the resolved documents of `a` and `b`, in document order."""
-    return PolicyDiff(tuple(_changes(dict(a.resolved), dict(b.resolved), ())))
+    return PolicyDiff(tuple(_changes(dict(a.resolved), dict(b.resolved), ())), _settings(a) == _settings(b))
+
+
+def _settings(policy: Policy) -> tuple:
+    """What a policy makes a run do: its rules (formats resolved into them), phases and every option; not its
+    name, description or format table (a format no rule uses changes nothing)."""
+    return (policy.version, policy.rule_sets, policy.phases, policy.kv_cache, policy.correction,
+            policy.master_weights, policy.kernel, policy.numerics)
 
 
 @dataclass(frozen=True)

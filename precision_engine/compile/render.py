@@ -266,6 +266,9 @@ def render_policy_diff(console: Console, diff: PolicyDiff, a: str, b: str) -> No
         else:
             line = f"  ~ {change.path}: {_short(change.old)} -> {_short(change.new)}"
         console.print(line + note, highlight=False, markup=False)
+    if diff.equivalent and not all(change.metadata for change in diff.changes):
+        console.print("  equivalent: both build the same rules and settings (defaults spelled out, presets for "
+                      "identical formats)", highlight=False)
 
 
 def render_plan_diff(console: Console, diff: PlanDiff, model_id: str) -> None:
@@ -291,6 +294,7 @@ def diff_to_dict(policy_diff: PolicyDiff, plan_diff: PlanDiff | None) -> dict:
     data: dict[str, Any] = {
         "same": policy_diff.same and (plan_diff is None or plan_diff.same),
         "policy": [to_data(change) for change in policy_diff.changes],
+        "equivalent": policy_diff.equivalent,
     }
     if plan_diff is not None:
         data["plan"] = {

@@ -6,6 +6,7 @@ import pytest
 from compile_policies import make_policy
 
 from precision_engine.compile import compile_plan, diff_plans, diff_policies
+from precision_engine.numerics.formats import Kernel
 from precision_engine.policy import load_policy
 
 
@@ -27,7 +28,7 @@ def test_document_diff_paths_kinds_and_order():
         "formats": {"w8": {"dtype": "float8_e4m3", "block": [128, 64]}, "a8": {"dtype": "float8_e4m3"}},
         "rules": {"r": [{"match": ["lm_head", "re:.*norm"], "compute": "bf16"}]},
     }
-    diff = diff_policies(with_doc(old), with_doc(new))
+    diff = diff_policies(with_doc(old), replace(with_doc(new), kernel=Kernel.TRITON))  # builds another policy
     assert [(c.path, c.kind, c.old, c.new, c.metadata) for c in diff.changes] == [
         ("name", "changed", "a", "b", True),
         ("formats.w8.block", "changed", [128, 128], [128, 64], False),
@@ -83,3 +84,16 @@ def test_shipped_kv_variant_changes_no_module_but_the_document(shipped, llama8b)
 def test_shipped_baseline_vs_unified_changes_both_phases(shipped, llama8b):
     diff = diff_plans(compile_plan(shipped["bf16_baseline"], llama8b), compile_plan(shipped["jetrl_unified"], llama8b))
     assert diff.changed("train") == 224 and diff.changed("rollout") == 224
+
+
+def test_documents_that_build_the_same_policy_are_equivalent(tmp_path):
+    """Defaults spelled out or left implicit, `'*'` for `['*']`, a preset for an identical named format: the
+    documents differ key by key, and the diff says the policies are the same (it said "different")."""
+    minimal = tmp_path / "minimal.yaml"
+    minimal.write_text("version: 1\nname: bf16_baseline\nrules:\n  bf16:\n    - match: '*'\n"
+                       "phases: {train: bf16, rollout: bf16}\n")
+    diff = diff_policies(load_policy("bf16_baseline"), load_policy(minimal))
+    assert diff.equivalent and diff.same and any(not change.metadata for change in diff.changes)
+    presets = load_policy("jetrl_unified", overrides=("rules.unified[1].linear.weight=fp8_block_weight",))
+    assert diff_policies(load_policy("jetrl_unified"), presets).same
+    assert not diff_policies(load_policy("jetrl_unified"), load_policy("jetrl_unified_kv")).equivalent

@@ -171,7 +171,9 @@ def _resolve(ref: str, base_dir: Path) -> tuple[Path | None, str, str]:
         mode = target.stat().st_mode
         inside = target.resolve().is_relative_to(base_dir.resolve())
     except (FileNotFoundError, NotADirectoryError):
-        return None, f"not found (looked for {display_name(target)})", ""
+        stem = Path(ref).stem
+        shipped = f"a shipped policy is named without .yaml: extends: {stem}" if shipped_path(stem) else ""
+        return None, f"not found (looked for {display_name(target)})", shipped
     except OSError as err:  # ENAMETOOLONG, EACCES, ELOOP, ...
         return None, f"cannot be read ({err.strerror or err})", ""
     if not inside:

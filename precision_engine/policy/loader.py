@@ -55,10 +55,14 @@ def resolve_source(source: str | Path) -> Path:
     path = _find(source)
     if path is not None:
         return path
+    raise _not_found([str(source)])
+
+
+def _not_found(sources: Sequence[str]) -> UsageError:
     shipped = shipped_policies()
-    hint = did_you_mean(Path(str(source)).stem, shipped)
-    raise UsageError(f"policy file not found: {clip(str(source), 300)} (shipped policies: {', '.join(shipped)})"
-                     + (f" ({hint})" if hint else ""))
+    hints = [hint for hint in (did_you_mean(Path(source).stem, shipped) for source in sources) if hint]
+    return UsageError(f"policy file not found: {clip(', '.join(sources), 300)} (shipped policies: "
+                      f"{', '.join(shipped)})" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def _find(source: str | Path) -> Path | None:
@@ -145,6 +149,5 @@ def validate_files(sources: Iterable[str | Path], overrides: Sequence[str] = ())
         parse_override(text)
     missing = [str(source) for source in sources if _find(source) is None]
     if missing:
-        raise UsageError(f"policy file not found: {clip(', '.join(missing), 300)} "
-                         f"(shipped policies: {', '.join(shipped_policies())})")
+        raise _not_found(missing)
     return [check_policy(source, overrides) for source in sources]

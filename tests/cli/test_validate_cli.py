@@ -123,3 +123,8 @@ def test_unknown_model_is_a_usage_error():
     result = invoke("validate", "jetrl_unified", "--model", "tiny-lama")
     assert result.exit_code == 2 and "did you mean 'tiny-llama'?" in result.output
     assert "Traceback" not in result.output
+
+
+def test_validate_of_a_misspelt_shipped_name_suggests_it_as_plan_and_diff_do():
+    result = runner.invoke(app, ["validate", "jetrl_unifed"])
+    assert result.exit_code == 2 and "did you mean 'jetrl_unified'?" in result.output, result.output

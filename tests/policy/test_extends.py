@@ -129,3 +129,10 @@ def test_name_and_description_are_not_inherited(tmp_policy):
     assert policy.kv_cache.is_fp8  # everything else still comes from the base
     named = tmp_policy("named.yaml", "extends: fp8rl_rollout_tis\nname: my_run\ndescription: mine\n")
     assert (load_policy(named).name, load_policy(named).description) == ("my_run", "mine")
+
+
+def test_extends_a_shipped_name_with_yaml_hints_at_the_name(tmp_path):
+    (tmp_path / "child.yaml").write_text("extends: jetrl_unified.yaml\nname: child\n")
+    (error,) = check_policy(tmp_path / "child.yaml").errors
+    assert "not found" in error.message and error.hint == "a shipped policy is named without .yaml: extends: " \
+                                                          "jetrl_unified"

@@ -94,7 +94,7 @@ def check_policy(source: str | Path, overrides: Sequence[str] = ()) -> CheckResu
     complete = not diagnostics
     policy = None
     named_by_file = isinstance(data, dict) and "name" not in data
-    if named_by_file:  # a policy that extends another and names itself nothing is named by its file
+    if named_by_file:  # a policy that names itself nothing (an ablation extending another, mostly) is named by its file
         data["name"] = path.stem
         source_map.values[("name",)] = Loc(display_name(path))
     if data is not None:

@@ -134,7 +134,10 @@ def read_policy_text(path: Path, file: str) -> tuple[str | None, list[Diagnostic
     try:
         return data.decode("utf-8"), []
     except UnicodeDecodeError as err:
-        return None, [Diagnostic("error", f"not UTF-8 text ({err.reason} at byte {err.start})", file)]
+        before = data[:err.start]
+        line, column = before.count(b"\n") + 1, len(before) - (before.rfind(b"\n") + 1) + 1  # column in bytes
+        return None, [Diagnostic("error", f"not UTF-8 text ({err.reason} at byte {err.start})", file, line, column,
+                                 hint="save the policy as UTF-8")]
 
 
 def _unreadable(text: str, file: str) -> Diagnostic | None:

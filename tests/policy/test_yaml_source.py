@@ -61,6 +61,7 @@ def test_oversized_file_is_refused_before_parsing(tmp_path):
 
 def test_non_utf8_file_is_reported(tmp_path):
     path = tmp_path / "latin1.yaml"
-    path.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    path.write_bytes("version: 1\nname: caf\xe9\n".encode("latin-1"))
     text, problems = read_policy_text(path, path.name)
     assert text is None and problems[0].message.startswith("not UTF-8 text")
+    assert (problems[0].line, problems[0].column) == (2, 10)  # located like every other error of a policy

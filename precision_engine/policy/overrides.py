@@ -60,7 +60,10 @@ def apply_overrides(data: dict, source_map: SourceMap, overrides: Iterable[str])
         label = f"--set {text}"
         value, _, problems = parse_yaml(value_text, label) if value_text.strip() else (None, None, [])
         if problems:
-            diagnostics.extend(Diagnostic("error", d.message, label, None, None, format_path(path), d.hint)
+            glob = value_text.lstrip().startswith("*")  # YAML reads a leading * as an alias
+            diagnostics.extend(Diagnostic("error", d.message, label, None, None, format_path(path),
+                                          f"quote a glob: --set '{text.partition('=')[0]}=\"{value_text.strip()}\"'"
+                                          if glob else d.hint)
                                for d in problems)
             continue
         updated = copy.deepcopy(data)  # a path that fails halfway must leave the document as it was

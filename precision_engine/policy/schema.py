@@ -8,6 +8,7 @@ valid values, missing keys name themselves.
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -58,6 +59,20 @@ def _type_name(value: Any) -> str:
     return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
+# 2e0, 1.5e3: numbers to JSON and to people, text to YAML 1.1 (its floats need a point and a signed exponent)
+_YAML11_NOT_A_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _yaml11_float(text: str) -> str:
+    """'2e0' -> '2.0e+0': the spelling YAML 1.1 reads as the same float."""
+    mantissa, exponent = text.lower().split("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    if mantissa.lstrip("+-").startswith("."):
+        mantissa = mantissa.replace(".", "0.", 1)
+    return f"{mantissa}e{exponent if exponent[0] in '+-' else '+' + exponent}"
+
+
 def _a(word: str) -> str:
     """'integer' -> 'an integer', 'null' -> 'null': type names as they read in a sentence."""
     if word == "null":
@@ -87,6 +102,8 @@ def _translate(error, source_map: SourceMap) -> list[Diagnostic]:
         wanted = [expected] if isinstance(expected, str) else list(expected)
         words = " or ".join(_a(_TYPE_WORDS.get(w, w)) for w in wanted)
         hint = _FORMAT_HINT if len(path) == 2 and path[0] == "formats" else ""
+        if "number" in wanted and isinstance(value, str) and _YAML11_NOT_A_FLOAT.fullmatch(value):
+            hint = f"YAML 1.1 reads {value} as text; write {_yaml11_float(value)}"
         return [source_map.diagnostic(path, f"expected {words}, got {_a(_type_name(value))} ({shown(value)})",
                                       hint=hint)]
     if kind in ("minItems", "minLength") and expected == 1:

@@ -127,3 +127,10 @@ def test_a_quoted_key_reaches_a_name_holding_dots(tmp_path, monkeypatch):
     for bad in ('rules."my.set', "rules..x", "rules.x.", 'rules."".x'):
         with pytest.raises(UsageError, match="quote a key holding dots"):
             parse_key_path(bad)
+
+
+def test_an_unquoted_glob_gets_the_quoted_flag_as_its_hint():
+    (error,) = check_policy("jetrl_unified", ["rules.unified[1].match=*_proj"]).errors
+    assert "undefined alias" in error.message
+    assert error.hint == """quote a glob: --set 'rules.unified[1].match="*_proj"'"""
+    assert not check_policy("jetrl_unified", ['rules.unified[1].match="*_proj"']).errors

@@ -5,7 +5,7 @@ from __future__ import annotations
 from jsonschema import Draft202012Validator
 
 from precision_engine.numerics.formats import QuantFormat
-from precision_engine.policy import load_schema
+from precision_engine.policy import check_policy, load_schema
 from precision_engine.policy.model import ImportanceSampling, KVCacheSpec, NumericsSpec, Policy
 from precision_engine.policy.schema import check_structure
 from precision_engine.policy.yaml_source import parse_yaml
@@ -65,3 +65,13 @@ def test_top_level_keys_are_required_only_without_extends():
                        "missing required key 'rules'"]
     data, source_map, _ = parse_yaml("extends: bf16_baseline\n", "p.yaml")
     assert check_structure(data, source_map) == []
+
+
+def test_a_number_yaml_reads_as_text_gets_the_spelling_it_reads_as_a_number(tmp_path):
+    """PyYAML (YAML 1.1) reads 2e0 and 1.5e3 as strings: "expected a number, got a string" alone puzzles."""
+    path = tmp_path / "e.yaml"
+    path.write_text("extends: fp8rl_rollout_tis\nname: e\ncorrection:\n  importance_sampling:\n    threshold: 2e0\n")
+    (error,) = check_policy(path).errors
+    assert error.hint == "YAML 1.1 reads 2e0 as text; write 2.0e+0"
+    path.write_text(path.read_text().replace("2e0", "2.0e+0"))
+    assert check_policy(path).policy.correction.importance_sampling.threshold == 2.0

@@ -4,6 +4,8 @@ rollout-phase model, so the rollout forward multiplies with the trainer's exact 
 Names follow the export: `<module>.weight` (float8_e4m3fn) + `<module>.weight_scale_inv` (fp32) for FP8
 linears, plain tensors under their state_dict names for everything else, and optional per-layer
 `<attention>.k_scale` / `.v_scale` (the KV-cache scales rollout engines read; checked, not held by the model).
+Fused MoE experts arrive per expert (`<experts>.{e}.{gate,up,down}_proj.weight`, HF's names) and are stacked back
+into the model's 3-D `gate_up_proj` (gate rows, then up) and `down_proj`; pre-quantized experts are refused.
 FP8 linears take the bytes through `Fp8Linear.load_quantized` (never re-quantized). A plain weight for an FP8
 linear (a BF16 export) is its master weight: the module quantizes it by its own spec, as the trainer's does.
 
@@ -18,6 +20,7 @@ architecture against the model.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,10 +31,12 @@ from precision_engine.errors import CheckpointError, UnsupportedError, UsageErro
 from precision_engine.integrations.export_files import read_checkpoint, read_json, verify_manifest
 from precision_engine.numerics.contract import FP8_TORCH_DTYPE
 from precision_engine.numerics.linear import Fp8Linear
+from precision_engine.rewrite.experts import Fp8Experts, is_fused_experts
 
 SCALE_SUFFIX = ".weight_scale_inv"
 KV_SCALE_SUFFIXES = (".k_scale", ".v_scale")
 # config.json keys that describe the file, not the architecture; every other key must equal the model's.
+_EXPERT_WEIGHT = re.compile(r"(.+)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight")  # HF's per-expert names
 _NOT_ARCHITECTURE = frozenset({"architectures", "dtype", "torch_dtype", "transformers_version", "_name_or_path",
                                "quantization_config"})
 
@@ -43,6 +48,7 @@ def load_rollout_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Te
         if name in tensors:
             raise UsageError(f"cannot load these weights: {name} arrives twice")
         tensors[name] = tensor
+    tensors = _stack_experts(model, tensors)
     fp8_modules = {name.removesuffix(SCALE_SUFFIX) for name in tensors if name.endswith(SCALE_SUFFIX)}
     params = _unique_tensors(model)
     kv = {name for name in tensors if name.endswith(KV_SCALE_SUFFIXES) and name not in params}
@@ -69,6 +75,31 @@ def load_checkpoint(model: nn.Module, directory: str | Path) -> list[str]:
         return load_rollout_weights(model, tensors.items())
     except UsageError as err:
         raise CheckpointError(f"{directory}: {err}") from None
+
+
+def _stack_experts(model: nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`tensors` with each fused experts module's per-expert weights stacked into its two 3-D Parameters' names.
+    A module whose set is incomplete is refused by name; one with FP8 scales is left to `_check` (unsupported)."""
+    per_module: dict[str, dict[tuple[int, str], str]] = {}
+    for name in tensors:
+        match = _EXPERT_WEIGHT.fullmatch(name)
+        if match and f"{match[1]}.{match[2]}.{match[3]}{SCALE_SUFFIX}" not in tensors:
+            per_module.setdefault(match[1], {})[(int(match[2]), match[3])] = name
+    stacked = dict(tensors)
+    for module_name, parts in per_module.items():
+        module = _submodule(model, module_name)
+        if not (isinstance(module, Fp8Experts) or module is not None and is_fused_experts(module)):
+            continue  # per-expert modules of the model's own (nn.Linear each): loaded by name as they are
+        expected = [(e, part) for e in range(module.num_experts) for part in ("gate_proj", "up_proj", "down_proj")]
+        absent = [f"{module_name}.{e}.{part}.weight" for e, part in expected if (e, part) not in parts]
+        if absent:
+            raise UsageError(f"cannot load these weights: {module_name}: {len(absent)} expert weight(s) missing "
+                             f"({', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''})")
+        take = {key: stacked.pop(name) for key, name in parts.items()}
+        stacked[f"{module_name}.gate_up_proj"] = torch.stack(
+            [torch.cat([take[(e, "gate_proj")], take[(e, "up_proj")]]) for e in range(module.num_experts)])
+        stacked[f"{module_name}.down_proj"] = torch.stack([take[(e, "down_proj")] for e in range(module.num_experts)])
+    return stacked
 
 
 def _unique_tensors(model: nn.Module) -> dict[str, torch.Tensor]:

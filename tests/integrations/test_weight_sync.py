@@ -119,3 +119,22 @@ def test_a_model_on_the_meta_device_is_refused_not_loaded_into_nothing(plan):
     apply(plan, rollout, "rollout")
     with pytest.raises(UsageError, match="model on the meta device .*to_empty"):
         load_rollout_weights(rollout, iter_rollout_weights(_trained(plan), plan))
+
+
+def test_bf16_moe_experts_arrive_per_expert_and_load_into_the_fused_parameters(tmp_path):
+    """The export writes HF's per-expert names; the loader refused every one as "not a parameter" (no MoE
+    checkpoint could be loaded). Stacked back, the rollout model holds the trainer's experts exactly; an
+    incomplete set is refused by name."""
+    moe = compile_plan(load_policy("jetrl_unified"), load_inventory("tiny-qwen3-moe"))
+    trainer = build_model("tiny-qwen3-moe", device="cpu", dtype="bf16", seed=5)
+    apply(moe, trainer, "train")
+    rollout = build_model("tiny-qwen3-moe", device="cpu", dtype="bf16", seed=11)
+    apply(moe, rollout, "rollout")
+    load_checkpoint(rollout, export_checkpoint(trainer, moe, tmp_path / "moe"))
+    experts = "model.layers.1.mlp.experts"
+    for param in ("gate_up_proj", "down_proj"):
+        assert torch.equal(rollout.get_parameter(f"{experts}.{param}"), trainer.get_parameter(f"{experts}.{param}"))
+    weights = dict(iter_rollout_weights(trainer, moe))
+    del weights[f"{experts}.3.up_proj.weight"]
+    with pytest.raises(UsageError, match=rf"{experts}: 1 expert weight\(s\) missing \({experts}.3.up_proj.weight\)"):
+        load_rollout_weights(rollout, weights.items())

@@ -13,7 +13,7 @@ from precision_engine.compile.render import collapse_names
 from precision_engine.models.inventory import ModelInventory, ModuleInfo, ModuleKind
 from precision_engine.numerics.capabilities import linear_problems
 from precision_engine.numerics.formats import Axis, Granularity, LinearSpec, QuantFormat
-from precision_engine.policy.diagnostics import Diagnostic
+from precision_engine.policy.diagnostics import Diagnostic, did_you_mean
 from precision_engine.policy.matching import rule_matches
 from precision_engine.policy.model import Policy, Rule
 
@@ -50,14 +50,7 @@ def _shadow_and_reach(policy: Policy, inventory: ModelInventory) -> list[Diagnos
         for rule in rules:
             matched = [m for m in inventory.modules if rule_matches(rule, m.name, m.type)]
             if not matched:
-                found.append(
-                    _at(
-                        rule,
-                        "warning",
-                        f"matches no module of {inventory.model_id}",
-                        hint=f"module names look like '{example}'; `precision plan --model` lists them",
-                    )
-                )
+                found.append(_matches_nothing(rule, inventory, example))
             elif not winners[id(rule)]:
                 found.append(
                     _at(rule, "warning", "never applies: every module it matches is taken by an earlier rule")
@@ -65,6 +58,16 @@ def _shadow_and_reach(policy: Policy, inventory: ModelInventory) -> list[Diagnos
             elif rule.linear is not None:
                 found.extend(_linear_overreach(rule, winners[id(rule)]))
     return found
+
+
+def _matches_nothing(rule: Rule, inventory: ModelInventory, example: str) -> Diagnostic:
+    """Blames `types` when no module has any of its classes (a typo there is not a `match` problem)."""
+    classes = sorted({m.type for m in inventory.modules})
+    if rule.types and not set(rule.types).intersection(classes):
+        return _at(rule, "warning", f"no module of {inventory.model_id} is a {' or '.join(rule.types)}",
+                   hint=did_you_mean(rule.types[0], classes) or f"its classes: {', '.join(classes)}", key="types")
+    return _at(rule, "warning", f"matches no module of {inventory.model_id}",
+               hint=f"module names look like '{example}'; `precision plan --model` lists them")
 
 
 def _linear_overreach(rule: Rule, won: list[ModuleInfo]) -> list[Diagnostic]:

@@ -45,6 +45,14 @@ def test_rule_matching_nothing_is_a_located_warning(tiny_moe):
     assert "matches no module of tiny-qwen3-moe" in diag.message
 
 
+def test_a_rule_whose_types_no_module_has_blames_its_types(tiny_moe):
+    """`types: [linear]` (the class is `Linear`) was reported as a `match` problem with a module-name hint."""
+    policy = one_set(rule("r[0]", types=("linear",), linear=JET_SPEC), rule("r[1]", "*"))
+    [diag] = model_diagnostics(policy, tiny_moe)
+    assert diag.key_path == "rules.r[0].types" and diag.message == "no module of tiny-qwen3-moe is a linear"
+    assert diag.hint == "did you mean 'Linear'?"
+
+
 def test_shadowed_rule_is_reported(tiny_moe):
     policy = one_set(rule("r[0]", "re:.*_proj", linear=JET_SPEC), rule("r[1]", "*.q_proj", line=4))
     [diag] = model_diagnostics(policy, tiny_moe)

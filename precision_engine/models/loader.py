@@ -192,11 +192,42 @@ def load_model(
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(Path(spec).expanduser(), dtype=_torch_dtype(dtype),
-                                                     local_files_only=True, weights_only=True)
+        # ignore_mismatched_sizes: transformers then reports a wrong shape by name instead of raising "look at the
+        # above report"; `_check_loading_info` refuses it either way.
+        model, info = AutoModelForCausalLM.from_pretrained(Path(spec).expanduser(), dtype=_torch_dtype(dtype),
+                                                           local_files_only=True, weights_only=True,
+                                                           output_loading_info=True, ignore_mismatched_sizes=True)
     except Exception as err:  # noqa: BLE001 (a damaged or foreign checkpoint is user input)
         raise ModelError(f"{spec}: cannot load its weights: {_one_line(err)}") from None
+    _check_loading_info(spec, info)
     return model.to(device).eval()
+
+
+# Unexpected tensors that are no model weight: the FP8 KV-cache scales an FP8 export holds for rollout engines.
+_KV_CACHE_SCALES = (".k_scale", ".v_scale")
+
+
+def _check_loading_info(spec: str, info: dict) -> None:
+    """Refuse weights transformers would fill with random values (missing, wrong shape) or drop (unexpected:
+    e.g. an FP8 export's `weight_scale_inv` when its config.json lost the quantization_config): a damaged
+    checkpoint would otherwise check and export as random weights. Tied weights are not reported missing."""
+    problems = {
+        "missing": sorted(info.get("missing_keys") or ()),
+        "unexpected": sorted(k for k in info.get("unexpected_keys") or () if not k.endswith(_KV_CACHE_SCALES)),
+        "of the wrong shape": sorted(
+            f"{name} ({list(stored)} stored, {list(expected)} expected)"
+            for name, stored, expected in info.get("mismatched_keys") or ()
+        ),
+    }
+    found = [f"{len(names)} {what}: {_first_few(names)}" for what, names in problems.items() if names]
+    if found:
+        raise ModelError(f"{spec}: its weights do not match its config.json ({'; '.join(found)})"
+                         " (hint: a damaged or incomplete checkpoint, or a config.json from another model)")
+
+
+def _first_few(names: list[str], count: int = 3) -> str:
+    more = f", ... ({len(names) - count} more)" if len(names) > count else ""
+    return ", ".join(names[:count]) + more
 
 
 def estimated_bytes(spec: str, *, dtype: torch.dtype | str = "bf16") -> int:

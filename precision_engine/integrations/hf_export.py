@@ -31,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 from torch import nn
 
-from precision_engine.errors import UnsupportedError, UsageError
+from precision_engine.errors import NonFiniteError, UnsupportedError, UsageError
 from precision_engine.integrations.export_files import (  # noqa: F401 (read_checkpoint: re-exported)
     MANIFEST_FILE,
     fsync_path,
@@ -244,9 +244,9 @@ def _block_fp8(module: nn.Module, fmt: QuantFormat) -> tuple[torch.Tensor, torch
 
 def check_export_target(out_dir: str | Path, *, overwrite: bool = False, source: str | Path | None = None) -> Path:
     """The resolved `out_dir`, or a UsageError, before any model work: an existing path is replaced only with
-    `overwrite`, only when it is a directory an earlier export wrote (it holds MANIFEST_FILE), and never when it
-    is, or holds, the working directory or the `source` model. Creates nothing: missing parent directories are
-    made by `export_checkpoint` when it writes (and removed again if it fails)."""
+    `overwrite`, only when it is a directory an earlier export wrote (it holds MANIFEST_FILE) and nothing else, and
+    never when it is, or holds, the working directory or the `source` model. Creates nothing: missing parent
+    directories are made by `export_checkpoint` when it writes (and removed again if it fails)."""
     from precision_engine.rl.runs.files import nearest_existing  # here: the rl.runs package is not import-cheap
 
     if not str(out_dir).strip():  # Path("") is the working directory, which an export never replaces
@@ -315,6 +315,20 @@ def _check_replaceable(out: Path, overwrite: bool, source: str | Path | None) ->
     if not is_export_dir(out):
         raise UsageError(f"--out {out}: not written by `precision export` (no {MANIFEST_FILE}); --overwrite "
                          "replaces only an earlier export (hint: choose another --out)")
+    added = _unrecorded(out)
+    if added:
+        more = f", ... ({len(added)} in all)" if len(added) > 3 else ""
+        raise UsageError(f"--out {out}: holds {', '.join(added[:3])}{more}, which the earlier export did not write; "
+                         "--overwrite would delete them (hint: move them out, or choose another --out)")
+
+
+def _unrecorded(out: Path) -> list[str]:
+    """Entries of the export directory `out` that its manifest does not record (a user's notes or eval results),
+    directories with a trailing slash: the export writes only the files it records, and the manifest itself."""
+    files = json.loads((out / MANIFEST_FILE).read_text()).get("files")
+    recorded = set(files) if isinstance(files, dict) else set()
+    added = [p for p in out.iterdir() if p.name != MANIFEST_FILE and (p.name not in recorded or p.is_dir())]
+    return sorted(f"{p.name}/" if p.is_dir() else p.name for p in added)
 
 
 def export_checkpoint(
@@ -334,7 +348,8 @@ def export_checkpoint(
     `source`: the HF model directory the weights came from; its tokenizer files and generation_config.json are
     copied (a rollout engine needs them), and it is never overwritten. `kv_scales` (FP8 KV-cache policies only)
     go into the checkpoint as per-layer `self_attn.k_scale` / `v_scale` tensors and into KV_SCALES_FILE for
-    `tp_size` ranks; `tp_size` also checks that every rank's FP8 shard is whole blocks.
+    `tp_size` ranks; `tp_size` also checks that every rank's FP8 shard is whole blocks. A weight holding NaN or Inf
+    is refused (NonFiniteError) before anything is written.
 
     Atomic and durable: everything is written and fsynced in a staging sibling directory, which then replaces
     `out_dir` (on Linux in one renameat2 exchange, so there is no moment without a checkpoint there; elsewhere
@@ -349,6 +364,7 @@ def export_checkpoint(
     if meta is not None:  # its values do not exist: the write would fail halfway with torch's NotImplementedError
         raise UsageError(f"cannot export a model on the meta device ({meta}, ...) (hint: load its weights first, "
                          "or export from a real device)")
+    _check_finite(model)
     _clean_stale(out_dir)
     created: list[Path] = []  # parent directories this export made, removed again if it fails
     staging = None
@@ -392,6 +408,16 @@ def export_checkpoint(
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
               "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json",
               "generation_config.json")
+
+
+def _check_finite(model: nn.Module) -> None:
+    """Refuse NaN or Inf in a weight: it would be written as a block of NaN FP8 bytes under a NaN scale (or a NaN
+    BF16 value) that rollout engines load without a word and `load_checkpoint` refuses."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise NonFiniteError(f"{name}: {bad} of {tensor.numel()} values are NaN or Inf; an export of them would "
+                                 "not run (hint: export from a checkpoint before the weights diverged)")
 
 
 def _copy_side_files(source: Path, staging: Path) -> None:

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from precision_engine.compile.plan import Plan
+from precision_engine.errors import NonFiniteError
 from precision_engine.policy.model import Policy
 from precision_engine.rewrite import apply
 from precision_engine.rewrite.kv_cache import KVCacheCalibrator, cache_kwargs, returned_cache
@@ -101,7 +102,7 @@ def check_identity(
     """Run `sequences` [B, T] through `model` in both phases of `plan` and compare the outputs.
 
     `model` (any weights, on any device; `pipeline.compile_for_model` and `models.loader.load_model` give
-    both) is rewritten in place and left in the rollout phase.
+    both) is rewritten in place and left in the rollout phase. NaN or Inf logits on any path raise NonFiniteError.
     """
     policy = plan.policy
     device = next(model.parameters()).device
@@ -110,13 +111,13 @@ def check_identity(
 
     apply(plan, model, "train")
     with _Recorder(model, watched) as train_outputs:
-        train_logits = _training_forward(model, sequences)
+        train_logits = _finite("training forward", _training_forward(model, sequences))
 
     apply(plan, model, "rollout")
     calibrator = _kv_calibrator(policy, model, sequences)
     layer_diffs = []
     with _Recorder(model, watched, compare_to=train_outputs.outputs, on_diff=layer_diffs.append):
-        prefill_logits = _rollout_prefill(model, sequences, calibrator)
+        prefill_logits = _finite("rollout prefill", _rollout_prefill(model, sequences, calibrator))
     kv_fp8 = "the FP8 KV cache rounds k/v, transformers' training forward does not (ours does: sampled row)" \
         if policy.kv_cache.is_fp8 else ""
     prefill = _logprob_diff(
@@ -126,7 +127,7 @@ def check_identity(
     decode_diff = None
     if decode and sequences.shape[1] > 1:
         prompt_len = prompt_len or max(1, sequences.shape[1] // 2)
-        decode_logits = _rollout_decode(model, sequences, prompt_len, calibrator)
+        decode_logits = _finite("rollout decode", _rollout_decode(model, sequences, prompt_len, calibrator))
         decode_diff = _logprob_diff(
             "decode",
             train_logits[:, prompt_len - 1 : -1],
@@ -149,6 +150,18 @@ def check_identity(
         decode=decode_diff,
         layers=tuple(layer_diffs),
     )
+
+
+def _finite(path: str, logits: torch.Tensor) -> torch.Tensor:
+    """`logits`, or a NonFiniteError: NaN logits are byte-equal to NaN logits, so a model whose weights hold a NaN
+    would otherwise pass as bitwise identical, and NaN differences compare as no difference."""
+    bad = int((~torch.isfinite(logits)).sum())
+    if bad:
+        raise NonFiniteError(
+            f"the {path} gives {bad} of {logits.numel()} logits NaN or Inf: there is nothing to compare (hint: look "
+            "for NaN/Inf in the model's weights, or an activation that overflows its dtype)"
+        )
+    return logits
 
 
 def _training_forward(model: nn.Module, sequences: torch.Tensor) -> torch.Tensor:

@@ -70,6 +70,24 @@ def test_overwrite_replaces_only_an_earlier_export(tmp_path):
     assert "quantization_config" not in json.loads((out / "config.json").read_text())
 
 
+def test_overwrite_never_deletes_files_the_user_added(tmp_path, hf_dir, monkeypatch):
+    """NOTES.md and eval_results/ beside an earlier export were deleted with it; files the export wrote itself
+    (side files, KV scales, the manifest) are replaced as before."""
+    import precision_engine.pipeline as pipeline
+
+    out = tmp_path / "ow"
+    args = ("-p", "jetrl_unified_kv", "-m", str(hf_dir), "-o", str(out), "--overwrite")
+    assert export(*args).exit_code == 0
+    assert export(*args).exit_code == 0
+    (out / "NOTES.md").write_text("keep")
+    (out / "eval_results").mkdir()
+    (out / "eval_results" / "gsm8k.json").write_text("{}")
+    monkeypatch.setattr(pipeline, "prepare", lambda *a, **k: pytest.fail("the model was prepared first"))
+    _refused(export(*args), "holds NOTES.md, eval_results/, which the earlier export did not write")
+    assert "move them out" in export(*args).output
+    assert (out / "NOTES.md").read_text() == "keep" and (out / "eval_results" / "gsm8k.json").is_file()
+
+
 def test_out_is_checked_before_any_model_work(tmp_path, monkeypatch):
     import precision_engine.pipeline as pipeline
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from precision_engine.compile import compile_plan
-from precision_engine.errors import UsageError
+from precision_engine.errors import NonFiniteError, UsageError
 from precision_engine.integrations import hf_export
 from precision_engine.integrations.hf_export import (
     KV_SCALES_FILE,
@@ -146,6 +146,17 @@ def test_meta_device_model_refused_before_any_write(plan, tmp_path):
     """Weights without values (a model built on the meta device) are named, not a NotImplementedError midway."""
     model = build_model("tiny-qwen3", device="meta", dtype="bf16")
     with pytest.raises(UsageError, match="meta device .*hint: load its weights"):
+        export_checkpoint(model, plan, tmp_path / "ckpt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_nan_weight_is_refused_before_any_write(plan, tmp_path):
+    """It was written as a block of NaN FP8 bytes under a NaN scale, which `load_checkpoint` then refused."""
+    model = build_model("tiny-qwen3", device="cpu", dtype="bf16", seed=5)
+    apply(plan, model, "rollout")
+    with torch.no_grad():
+        model.model.layers[1].self_attn.q_proj.weight[3, 7] = float("inf")
+    with pytest.raises(NonFiniteError, match=r"model.layers.1.self_attn.q_proj.weight: 1 of \d+ values are NaN or Inf"):
         export_checkpoint(model, plan, tmp_path / "ckpt")
     assert list(tmp_path.iterdir()) == []
 

@@ -71,3 +71,15 @@ def test_unified_on_cuda():
         pytest.skip("needs CUDA")
     report = check("jetrl_unified", "tiny-llama", SEQUENCES, device="cuda")
     assert report.prefill.bitwise, report.prefill
+
+
+def test_nan_logits_are_refused_not_bitwise_equal():
+    """NaN logits are byte-equal to NaN logits: a NaN weight read as "bitwise: true" and "promise holds"."""
+    from precision_engine.errors import NonFiniteError
+
+    model = build_model("tiny-llama", device="cpu", dtype="bf16", seed=0)
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
+    plan = compile_for_model("jetrl_unified", "tiny-llama")
+    with pytest.raises(NonFiniteError, match=r"the training forward gives \d+ of \d+ logits NaN or Inf"):
+        check_identity(plan, model, SEQUENCES, decode=False, layers=False)

@@ -91,15 +91,20 @@ def _check_tp(config: dict, tp: int, model_dir: Path) -> None:
 
 
 def _check_export(config: dict, numerics: RolloutNumerics, gemms: list[str], model_dir: Path) -> None:
-    """The export's FP8 layers are the policy's: same quant method and block, same modules skipped."""
+    """The export's FP8 layers are the policy's: same quant method and block, and a module is FP8 in the checkpoint
+    exactly when the policy runs it in FP8 (SGLang quantizes every GEMM the config does not skip)."""
     quant = config.get("quantization_config")
     hint = "(hint: `precision export --policy <this policy>` writes the matching checkpoint)"
+    quantized = set(gemms) - set(quant.get("ignored_layers") or ()) if quant else set()
     if not numerics.fp8_linears:
-        quantized = set(gemms) - set((quant or {}).get("ignored_layers") or ())
-        if quant and quantized:
+        if quantized:
             raise UsageError(f"{model_dir}: the checkpoint quantizes {sorted(quantized)[0]} (and "
                              f"{len(quantized) - 1} more) but the policy's {ROLLOUT} phase runs no FP8 linears {hint}")
         return
+    bf16 = quantized - set(numerics.fp8_linears)
+    if bf16:
+        raise UsageError(f"{model_dir}: the checkpoint quantizes {sorted(bf16)[0]} (and {len(bf16) - 1} more), "
+                         f"which the policy's {ROLLOUT} phase runs in BF16 {hint}")
     if not quant or quant.get("quant_method") != "fp8" or list(quant.get("weight_block_size") or []) != [128, 128]:
         raise UsageError(f"{model_dir}: the policy's {ROLLOUT} phase runs {len(numerics.fp8_linears)} FP8 linears, "
                          f"but config.json has no 128x128 block-FP8 quantization_config {hint}")

@@ -64,6 +64,18 @@ def test_an_export_for_another_policy_is_refused(tmp_path, exported, served, mes
         server_args(load_policy(served), _export(tmp_path, exported))
 
 
+def test_an_export_quantizing_modules_the_policy_keeps_in_bf16_is_refused(tmp_path):
+    """fp8_rollout_naive quantizes tiny-qwen3-moe's experts, jetrl_unified keeps them BF16: SGLang would serve
+    them in FP8 under jetrl_unified's name."""
+    plan = compile_plan(load_policy("fp8_rollout_naive"), load_inventory("tiny-qwen3-moe"))
+    model = build_model("tiny-qwen3-moe", device="cpu", dtype="bf16", seed=0)
+    out = export_checkpoint(model, plan, tmp_path / "naive")
+    assert "--quantization" in server_args(load_policy("fp8_rollout_naive"), out)
+    with pytest.raises(UsageError, match=r"quantizes model.layers.0.mlp.experts \(and 1 more\), which the policy's "
+                                         r"rollout phase runs in BF16"):
+        server_args(load_policy("jetrl_unified"), out)
+
+
 def test_a_bf16_export_is_served_in_bf16(tmp_path):
     out = _export(tmp_path, "bf16_baseline")
     assert "--quantization" not in server_args(load_policy("bf16_baseline"), out)

@@ -3,7 +3,8 @@ rollout numerics.
 
 The export carries the numerics SGLang reads at start: FP8 weights with `quantization_config` in config.json
 and, for a calibrated FP8 KV cache, `kv_cache_scales.json`. These arguments name them explicitly and check that
-the export's numerics are the policy's (FP8 or BF16 linears and their blocks, the KV scales), so a server never
+the export's numerics are the policy's (FP8 or BF16 linears and their blocks, the KV scales, the scale file's ranks
+and layers) and its weight files are there at their recorded sizes, so a server never
 runs other numerics than the plan says (SGLang would silently serve a BF16 checkpoint in BF16, or an FP8 one under
 a BF16 policy). The export does not record which policy wrote it: one with the same numerics passes.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from precision_engine.errors import UsageError
+from precision_engine.errors import CheckpointError, UsageError
 from precision_engine.integrations.sglang.rollout import ROLLOUT, RolloutNumerics, check_rollout
 from precision_engine.policy.model import Calibrate, Policy
 
@@ -26,6 +27,7 @@ def server_args(policy: Policy, model_dir: str | Path, tp: int = 1) -> list[str]
         raise UsageError(f"--tp must be >= 1, got {tp}")
     model_dir = Path(model_dir).expanduser()
     config = _read_config(model_dir)
+    _check_files(model_dir)
     _check_tp(config, tp, model_dir)
     plan = _plan(policy, model_dir)
     numerics = check_rollout(plan)
@@ -42,7 +44,7 @@ def server_args(policy: Policy, model_dir: str | Path, tp: int = 1) -> list[str]
                 raise UsageError(f"{model_dir}: the policy calibrates its FP8 KV cache, but the export has no "
                                  f"{KV_SCALES_FILE} (hint: export with KV calibration, or "
                                  "--set kv_cache.calibrate=never for SGLang's unit scales)")
-            _check_scale_ranks(scales, tp)
+            _check_scale_file(scales, tp, (config.get("text_config") or config).get("num_hidden_layers"))
             args += ["--quantization-param-path", str(scales)]
         elif calibrated := _kv_scale_tensors(model_dir):
             raise UsageError(f"{model_dir}: the checkpoint carries calibrated KV scales ({calibrated[0]} and "
@@ -74,6 +76,21 @@ def _read_config(model_dir: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"{path}: not a readable config.json ({err})") from None
+
+
+def _check_files(model_dir: Path) -> None:
+    """The weights SGLang will load are there: the single file or every shard the index names, and in an export
+    every file its manifest lists at its recorded size (`precision check` and `load_checkpoint` hash them)."""
+    from precision_engine.integrations.export_files import is_export_dir, verify_manifest, weight_files
+
+    try:
+        absent = [name for name in weight_files(model_dir) if not (model_dir / name).is_file()]
+        if absent:
+            raise CheckpointError(f"{model_dir / absent[0]}: missing (the shard index names it)")
+        if is_export_dir(model_dir):
+            verify_manifest(model_dir, hashes=False)
+    except CheckpointError as err:
+        raise UsageError(f"{err} (hint: export again; SGLang would fail to load it, or serve what is left)") from None
 
 
 def _check_tp(config: dict, tp: int, model_dir: Path) -> None:
@@ -129,13 +146,18 @@ def _kv_scale_tensors(model_dir: Path) -> list[str]:
     return names
 
 
-def _check_scale_ranks(path: Path, tp: int) -> None:
-    """SGLang looks up the scale file by TP rank: one written for fewer ranks fails at server start."""
+def _check_scale_file(path: Path, tp: int, layers: int | None) -> None:
+    """SGLang wants one entry per TP rank, each with one scale per layer: with another count of either it logs
+    and serves unit scales, so the calibration would silently not apply."""
     try:
         ranks = json.loads(path.read_text())["kv_cache"]["scaling_factor"]
+        per_rank = {rank: len(ranks[rank]) for rank in ranks}
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UsageError(f"{path}: not an SGLang KV scale file ({err})") from None
-    missing = [str(rank) for rank in range(tp) if str(rank) not in ranks]
-    if missing:
-        raise UsageError(f"{path}: has scales for {len(ranks)} TP rank(s), --tp {tp} needs rank {missing[0]} too "
-                         "(hint: export with the serving TP size)")
+    if sorted(per_rank) != sorted(map(str, range(tp))):
+        raise UsageError(f"{path}: has scales for TP rank(s) {', '.join(sorted(per_rank))}, --tp {tp} serves rank(s) "
+                         f"0 to {tp - 1}: SGLang would use unit scales (hint: export with the serving TP size)")
+    short = next((rank for rank, count in per_rank.items() if isinstance(layers, int) and count != layers), None)
+    if short is not None:
+        raise UsageError(f"{path}: rank {short} has scales for {per_rank[short]} layers, config.json's model has "
+                         f"{layers}: SGLang would use unit scales (hint: the scale file of another export?)")

@@ -1,11 +1,14 @@
 """`server_args`: an export from `export_checkpoint` is served with exactly the policy's rollout numerics, and an
 export that does not match the policy is refused before a server starts. Tiny Llama, ~1 s per export."""
 
+import json
+
 import pytest
 
 from precision_engine.compile import compile_plan
 from precision_engine.errors import UnsupportedError, UsageError
 from precision_engine.integrations import export_checkpoint
+from precision_engine.integrations.export_files import MANIFEST_FILE
 from precision_engine.integrations.sglang import check_rollout, launch_command, server_args
 from precision_engine.models.loader import build_model, load_inventory
 from precision_engine.numerics.kv_cache import KVScales
@@ -32,8 +35,38 @@ def test_calibrated_fp8_kv_cache_passes_the_exported_scale_file(tmp_path):
     args = server_args(load_policy("fp8rl_rollout_tis"), out)
     assert args[args.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
     assert args[args.index("--quantization-param-path") + 1] == str(out / "kv_cache_scales.json")
-    with pytest.raises(UsageError, match="has scales for 1 TP rank.*--tp 2 needs rank 1"):
+    with pytest.raises(UsageError, match=r"has scales for TP rank\(s\) 0, --tp 2 serves rank\(s\) 0 to 1"):
         server_args(load_policy("fp8rl_rollout_tis"), out, tp=2)
+
+
+def test_a_scale_file_for_other_ranks_or_layers_is_refused(tmp_path):
+    """SGLang logs and serves unit scales when the file's ranks are not --tp's or a rank's layers not the
+    model's: the calibration would silently not apply (a 2-rank file at --tp 1 passed, and one of 2 layers on
+    a deeper model)."""
+    out = _export(tmp_path, "fp8rl_rollout_tis", kv_scales=KVScales.ones(2))
+    path = out / "kv_cache_scales.json"
+    (out / MANIFEST_FILE).unlink()  # a directory of the user's: the manifest would refuse an edited file first
+    document = json.loads(path.read_text())
+    factors = document["kv_cache"]["scaling_factor"]
+    path.write_text(json.dumps(document | {"kv_cache": {**document["kv_cache"], "scaling_factor": {
+        **factors, "1": factors["0"]}}}))
+    with pytest.raises(UsageError, match=r"TP rank\(s\) 0, 1, --tp 1 serves rank\(s\) 0 to 0"):
+        server_args(load_policy("fp8rl_rollout_tis"), out)
+    del factors["0"]["1"]
+    path.write_text(json.dumps(document))
+    with pytest.raises(UsageError, match="rank 0 has scales for 1 layers, config.json's model has 2"):
+        server_args(load_policy("fp8rl_rollout_tis"), out)
+
+
+def test_an_export_with_missing_or_truncated_weights_is_refused(tmp_path):
+    out = _export(tmp_path, "jetrl_unified")
+    weights = out / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(UsageError, match="model.safetensors: content differs from the export manifest"):
+        server_args(load_policy("jetrl_unified"), out)
+    weights.unlink()
+    with pytest.raises(UsageError, match="no model.safetensors or model.safetensors.index.json"):
+        server_args(load_policy("jetrl_unified"), out)
 
 
 def test_uncalibrated_export_under_a_calibrating_policy_is_refused(tmp_path):
@@ -48,6 +81,7 @@ def test_calibrated_export_under_unit_scales_is_refused(tmp_path):
     """SGLang applies the checkpoint's k_scale/v_scale tensors: under calibrate=never it would not run unit scales."""
     out = _export(tmp_path, "fp8rl_rollout_tis", kv_scales=KVScales.ones(2))
     (out / "kv_cache_scales.json").unlink()  # the tensors alone decide: they are what the attention applies
+    (out / MANIFEST_FILE).unlink()  # else the manifest refuses the missing file first
     with pytest.raises(UsageError, match=r"carries calibrated KV scales \(model.layers.0.self_attn.k_scale and 3 "
                                          r"more\).*kv_cache.calibrate: never"):
         server_args(load_policy("fp8rl_rollout_tis", overrides=["kv_cache.calibrate=never"]), out)

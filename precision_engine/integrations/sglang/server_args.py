@@ -4,9 +4,9 @@ rollout numerics.
 The export carries the numerics SGLang reads at start: FP8 weights with `quantization_config` in config.json
 and, for a calibrated FP8 KV cache, `kv_cache_scales.json`. These arguments name them explicitly and check that
 the export's numerics are the policy's (FP8 or BF16 linears and their blocks, the KV scales, the scale file's ranks
-and layers) and its weight files are there at their recorded sizes, so a server never
-runs other numerics than the plan says (SGLang would silently serve a BF16 checkpoint in BF16, or an FP8 one under
-a BF16 policy). The export does not record which policy wrote it: one with the same numerics passes.
+and layers) and its weight files are there at their recorded sizes, so a server never runs other numerics than
+the plan says (SGLang would silently serve a BF16 checkpoint in BF16, or an FP8 one under a BF16 policy). The
+export does not record which policy wrote it: one with the same numerics passes.
 """
 
 from __future__ import annotations

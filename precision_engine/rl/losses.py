@@ -3,7 +3,8 @@
 - Advantages (`compute_grpo_outcome_advantage`): each sequence's reward minus its group's mean, divided by the
   group's sample standard deviation (Bessel-corrected, `torch.std`) plus epsilon 1e-6, or not divided
   (`norm_adv_by_std=False`, Dr. GRPO). A group of one sample gets mean 0 and std 1: its advantage is its
-  reward / (1 + epsilon), not 0. A group whose rewards are all equal gets 0.
+  reward / (1 + epsilon), not 0. A group whose rewards are all equal gets 0 when the mean is exact (0/1 rewards);
+  otherwise the mean's rounding error over std + epsilon (verl's value too: 0.056 for eight rewards of 0.7).
 - Policy loss (`compute_policy_loss_vanilla`): ratio = exp(clamp(logp - old_logp, +-20)); per token
   max(-A r, -A clip(r, 1 - clip_ratio_low, 1 + clip_ratio_high)), and for A < 0 also capped at -A c (dual clip,
   c = `clip_ratio_c` > 1). Then the IS weights multiply this per-token loss, and the correction's mask (the
@@ -56,6 +57,8 @@ class GRPOLossConfig:
             raise UsageError(f"unknown kl_estimator {self.kl_estimator!r}; one of {', '.join(KL_ESTIMATORS)}")
         if not self.clip_ratio_c > 1.0:
             raise UsageError(f"clip_ratio_c (dual-clip bound) must be > 1, got {self.clip_ratio_c}")
+        if not self.kl_coef >= 0:  # a negative one would reward drifting from the reference (and NaN passes `<`)
+            raise UsageError(f"kl_coef must be >= 0, got {self.kl_coef}")
         if self.clip_ratio_low < 0 or self.clip_ratio_high < 0:
             raise UsageError(f"clip ratios must be >= 0, got low {self.clip_ratio_low}, high {self.clip_ratio_high}")
 
@@ -67,6 +70,8 @@ def grpo_advantages(
     if rewards.dim() != 1 or group_ids.shape != rewards.shape:
         raise ValueError(f"rewards and group_ids must both be (B,), got {tuple(rewards.shape)} and "
                          f"{tuple(group_ids.shape)}")
+    if not rewards.is_floating_point():  # 0/1 rewards as ints or bools: a mean needs a float
+        rewards = rewards.to(torch.get_default_dtype())
     with torch.no_grad():
         advantages = torch.empty_like(rewards)
         for group in torch.unique(group_ids):
@@ -147,8 +152,8 @@ def policy_loss(
     losses_dual = -advantages * config.clip_ratio_c
     negative = advantages < 0
     pg_losses = torch.where(negative, torch.min(losses_dual, losses), losses)
-    if correction is not None and correction.weights is not None:
-        pg_losses = pg_losses * correction.weights
+    if correction is not None and correction.weights is not None:  # zero where rejected: 0 * a NaN weight is NaN
+        pg_losses = pg_losses * torch.where(mask > 0, correction.weights, 0.0)
     counts = {"num_tokens": num_tokens, "num_sequences": num_sequences}
     pg_loss = agg_loss(pg_losses, mask, config.loss_agg_mode, **counts)
     with torch.no_grad():

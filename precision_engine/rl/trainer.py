@@ -161,12 +161,18 @@ class GRPOTrainer:
 
     def _update(self, rollout: Rollout, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """Micro-batched forward/backward of the clipped, IS-corrected loss, then one optimizer step.
-        Returns the training logprobs of the whole batch (detached) and the mean of the loss metrics."""
+        Returns the training logprobs of the whole batch (detached) and the mean of the loss metrics.
+
+        `token-mean` divides by the tokens the correction keeps (verl replaces its response mask by the mask after
+        rejection), a count known only once every micro-batch's training logprobs are: the backward passes divide
+        by the generated tokens, then the gradients and loss sums are rescaled by generated / kept. A step whose
+        gradient is not finite is skipped, as verl's engines do, and says so (`actor/skipped_update`)."""
         c = self.config
         model = self.train_model()
         model.train()
         mask = rollout.generated_mask
         num_tokens, num_sequences = int(mask.sum()), mask.shape[0]
+        kept = 0  # tokens left in the loss after the correction's rejection (MIS), over all micro-batches
         train_logprobs = torch.zeros_like(rollout.logprobs)
         sums: dict[str, float] = {}
         for rows, width in _length_buckets(rollout.attention_mask, c.micro_batch_size):
@@ -183,16 +189,32 @@ class GRPOTrainer:
                 ref_logprobs=ref, num_tokens=num_tokens, num_sequences=num_sequences,
             )
             loss.backward()
+            kept += int(correction.mask.sum())
             train_logprobs[rows, :width] = old
             share = len(rows) / num_sequences  # per-micro-batch means, weighted; the losses are partial sums already
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value * (1.0 if key in _PARTIAL_SUMS else share)
+        if c.loss.loss_agg_mode == "token-mean" and 0 < kept < num_tokens:
+            _rescale(model, sums, num_tokens / kept)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), c.max_grad_norm)
-        self.optimizer.step()
+        skipped = not bool(torch.isfinite(grad_norm))  # a NaN/Inf gradient would turn every weight into NaN
+        if not skipped:
+            self.optimizer.step()
+            invalidate_weight_caches(model)
         self.optimizer.zero_grad(set_to_none=True)
-        invalidate_weight_caches(model)
         model.eval()
-        return train_logprobs, {**sums, "actor/grad_norm": float(grad_norm)}
+        return train_logprobs, {**sums, "actor/grad_norm": float(grad_norm), "actor/skipped_update": float(skipped)}
+
+
+def _rescale(model: torch.nn.Module, sums: dict[str, float], factor: float) -> None:
+    """Gradients and loss sums divided by the kept tokens instead of the generated ones (`_update`)."""
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.grad is not None:
+                param.grad.mul_(factor)
+    for key in _PARTIAL_SUMS:
+        if key in sums:
+            sums[key] *= factor
 
 
 def _length_buckets(attention_mask: torch.Tensor, size: int) -> list[tuple[torch.Tensor, int]]:

@@ -203,3 +203,14 @@ def test_empty_response_gives_zero_loss():
 def test_config_is_validated(kwargs, message):
     with pytest.raises(UsageError, match=message):
         GRPOLossConfig(**kwargs)
+
+
+def test_integer_rewards_and_a_negative_kl_coef():
+    """0/1 rewards as ints or bools raised torch's "could not infer output dtype"; a negative kl_coef passed the
+    config and failed mid-step (the trainer builds no reference model for it)."""
+    groups = torch.tensor([0, 0, 1, 1])
+    floats = grpo_advantages(torch.tensor([1.0, 0.0, 1.0, 1.0]), groups)
+    assert torch.equal(grpo_advantages(torch.tensor([1, 0, 1, 1]), groups), floats)
+    assert torch.equal(grpo_advantages(torch.tensor([True, False, True, True]), groups), floats)
+    with pytest.raises(UsageError, match="kl_coef must be >= 0, got -0.1"):
+        GRPOLossConfig(kl_coef=-0.1)

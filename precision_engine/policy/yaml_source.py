@@ -79,7 +79,6 @@ class SourceMap:
     def prune(self, document: Any) -> None:
         """Drop every path `document` does not hold. A base's map merged under a policy that replaced a list or
         scalar whole keeps the replaced value's deeper locations; pruned, a lookup falls back to the policy's."""
-
         for table in (self.values, self.keys):
             for path in [p for p in table if not node_at(document, p)[0]]:
                 del table[path]

@@ -9,9 +9,9 @@ case "$card" in
   *H200*) bash benchmarks/2026-12-07/s57_calls/call2.sh ;;
   *)
     source scripts/device_env.sh
-    gpu_tests changed 150 tests/verify tests/rewrite tests/models/gpu tests/rl/gpu
+    gpu_tests changed 140 tests/verify tests/rewrite tests/models/gpu tests/rl/gpu
     for policy in jetrl_unified jetrl_unified_kv fp8rl_rollout_tis; do
-      timeout 60 python3 -c "from precision_engine.cli.app import main; main()" check -p $policy -m tiny-llama \
+      timeout 40 python3 -c "from precision_engine.cli.app import main; main()" check -p $policy -m tiny-llama \
         --device cuda > "$OUT/check_$policy.txt" 2>&1
       echo "check $policy rc=$?"; tail -n 3 "$OUT/check_$policy.txt" | cut -c1-200
     done ;;

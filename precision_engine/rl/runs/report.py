@@ -29,6 +29,7 @@ METRICS: Mapping[str, str] = {
     "corrected": r"re:rollout_corr/.*(fraction|frac).*",
     "tokens_per_s": "throughput/tokens_per_s",
     "step_time": "time/step_s",
+    "skipped": "actor/skipped_update",  # 1 where a non-finite gradient skipped the optimizer step
 }
 # file, title, one panel per role (panels share the step axis)
 PLOTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -92,6 +93,8 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         out["tokens_per_s_mean"] = sum(values) / len(values)
     if one["step_time"]:
         out["train_time_s"] = sum(one["step_time"][1])
+    if one["skipped"]:
+        out["skipped_updates"] = int(sum(one["skipped"][1]))
     return out
 
 
@@ -189,6 +192,7 @@ def _summary_markdown(run: RunDir, stats: Mapping[str, Any], plots: Sequence[str
         *((f"{name}, mean", value) for name, value in stats.get("corrected_mean", {}).items()),
         ("throughput, tokens/s (mean)", stats.get("tokens_per_s_mean")),
         ("training time, s (sum of step times)", stats.get("train_time_s")),
+        ("updates skipped (non-finite gradient)", stats.get("skipped_updates")),
     ]
     lines += ["| | |", "|---|---|"]
     lines += [f"| {markdown_cell(name)} | {markdown_cell(fmt(value))} |" for name, value in table if value is not None]

@@ -38,6 +38,13 @@ def test_report_skips_metrics_the_run_never_logged(make_run, tmp_path):
     assert "reward, first -> last | 0.1 -> 0.5" in summary and "accuracy" not in summary
 
 
+def test_the_summary_counts_the_updates_a_non_finite_gradient_skipped(make_run):
+    rows = [{"step": s, "reward/mean": 0.5, "actor/skipped_update": float(s in (2, 4))} for s in range(1, 6)]
+    run = make_run("skipping", rows)
+    write_report(run)
+    assert "| updates skipped (non-finite gradient) | 2 |" in (run.report_dir / "summary.md").read_text()
+
+
 def test_report_of_an_empty_log_still_writes_a_summary(make_run):
     run = make_run("empty", [])
     run.metrics_path.write_text("")

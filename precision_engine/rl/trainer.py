@@ -8,9 +8,11 @@ model, correct the mismatch as the policy says, update the master weights.
     score     token_logprobs under `apply(plan, model, "train")`, micro-batch by micro-batch, with gradients
     loss      clipped policy loss (clip low/high, dual clip), times the policy's IS weights and mask, aggregated
               token-mean over the whole batch (each micro-batch normalised by the global token count, so
-              accumulation gives the full-batch gradient), plus optional KL to the initial model
-    update    AdamW on the model's parameters (the policy's master weights), grad-norm clip, then every FP8
-              weight cache is invalidated and the FP8 KV scales recalibrated when the policy says so
+              accumulation gives the full-batch gradient; under MIS the tokens kept), plus optional KL to the
+              initial model
+    update    AdamW on the model's parameters (the policy's master weights), grad-norm clip (a non-finite norm
+              skips the step, as in verl), then every FP8 weight cache is invalidated and the FP8 KV scales
+              recalibrated when the policy says so
 
 Departures from textbook GRPO (DeepSeekMath) and from the papers:
 - One policy update per rollout batch (no PPO epochs, no mini-batches): the "old" logprobs are the training

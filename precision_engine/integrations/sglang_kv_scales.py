@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from precision_engine.errors import UsageError
-from precision_engine.numerics.kv_cache import KVScales
+from precision_engine.numerics.kv_cache import KV_SCALE_SUFFIXES, KVScales
 
 
 def sglang_kv_scales(scales: KVScales, model_type: str | None, *, tp_size: int = 1) -> dict:
@@ -71,8 +71,8 @@ def kv_scale_tensors(model, scales: KVScales):
     if not (torch.isfinite(k).all() and torch.isfinite(v).all()):
         raise UsageError("KV scales contain NaN/Inf: calibration saw non-finite keys or values")
     for layer, name in enumerate(attention):
-        yield f"{name}.k_scale", k[layer].clone()
-        yield f"{name}.v_scale", v[layer].clone()
+        for suffix, scale in zip(KV_SCALE_SUFFIXES, (k, v)):
+            yield f"{name}{suffix}", scale[layer].clone()
 
 
 def write_sglang_kv_scales(path: str | Path, scales: KVScales, model_type: str | None, *, tp_size: int = 1) -> Path:

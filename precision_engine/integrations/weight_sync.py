@@ -30,11 +30,11 @@ from torch import nn
 from precision_engine.errors import CheckpointError, UnsupportedError, UsageError
 from precision_engine.integrations.export_files import read_checkpoint, read_json, verify_manifest
 from precision_engine.numerics.contract import FP8_TORCH_DTYPE
+from precision_engine.numerics.kv_cache import KV_SCALE_SUFFIXES
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.rewrite.experts import Fp8Experts, is_fused_experts
 
 SCALE_SUFFIX = ".weight_scale_inv"
-KV_SCALE_SUFFIXES = (".k_scale", ".v_scale")
 # config.json keys that describe the file, not the architecture; every other key must equal the model's.
 _EXPERT_WEIGHT = re.compile(r"(.+)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight")  # HF's per-expert names
 _NOT_ARCHITECTURE = frozenset({"architectures", "dtype", "torch_dtype", "transformers_version", "_name_or_path",

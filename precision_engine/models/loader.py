@@ -203,17 +203,16 @@ def load_model(
     return model.to(device).eval()
 
 
-# Unexpected tensors that are no model weight: the FP8 KV-cache scales an FP8 export holds for rollout engines.
-_KV_CACHE_SCALES = (".k_scale", ".v_scale")
-
-
 def _check_loading_info(spec: str, info: dict) -> None:
     """Refuse weights transformers would fill with random values (missing, wrong shape) or drop (unexpected:
     e.g. an FP8 export's `weight_scale_inv` when its config.json lost the quantization_config): a damaged
-    checkpoint would otherwise check and export as random weights. Tied weights are not reported missing."""
+    checkpoint would otherwise check and export as random weights. Tied weights are not reported missing, nor the
+    KV-cache scales an FP8-KV export carries for rollout engines (no weight of the model)."""
+    from precision_engine.numerics.kv_cache import KV_SCALE_SUFFIXES
+
     problems = {
         "missing": sorted(info.get("missing_keys") or ()),
-        "unexpected": sorted(k for k in info.get("unexpected_keys") or () if not k.endswith(_KV_CACHE_SCALES)),
+        "unexpected": sorted(k for k in info.get("unexpected_keys") or () if not k.endswith(KV_SCALE_SUFFIXES)),
         "of the wrong shape": sorted(
             f"{name} ({list(stored)} stored, {list(expected)} expected)"
             for name, stored, expected in info.get("mismatched_keys") or ()

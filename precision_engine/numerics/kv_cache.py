@@ -36,6 +36,8 @@ from precision_engine.numerics.specs import KVScale, NonFinite
 
 KV_FORMAT = QuantFormat(DType.FLOAT8_E4M3, Granularity.TENSOR)  # static scale per layer (or per head)
 KV_FP8_DTYPE = torch.float8_e4m3fn
+# The checkpoint tensors `<attention>.k_scale` / `.v_scale` that carry the scales to rollout engines.
+KV_SCALE_SUFFIXES = (".k_scale", ".v_scale")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from precision_engine.errors import CheckpointError, UsageError
 from precision_engine.integrations.sglang.rollout import ROLLOUT, RolloutNumerics, check_rollout
+from precision_engine.numerics.kv_cache import KV_SCALE_SUFFIXES
 from precision_engine.policy.model import Calibrate, Policy
 
 KV_SCALES_FILE = "kv_cache_scales.json"  # what `export_checkpoint` writes beside config.json
@@ -140,7 +141,7 @@ def _kv_scale_tensors(model_dir: Path) -> list[str]:
     for path in sorted(model_dir.glob("*.safetensors")):
         try:
             with safe_open(path, "pt") as weights:
-                names += [name for name in weights.keys() if name.endswith((".k_scale", ".v_scale"))]
+                names += [name for name in weights.keys() if name.endswith(KV_SCALE_SUFFIXES)]
         except (OSError, SafetensorError) as err:
             raise UsageError(f"{path}: not a readable safetensors file ({err})") from None
     return names

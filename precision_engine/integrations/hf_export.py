@@ -46,7 +46,7 @@ from precision_engine.integrations.sglang_kv_scales import kv_scale_tensors, wri
 from precision_engine.numerics.kv_cache import KVScales
 from precision_engine.numerics.linear import Fp8Linear
 from precision_engine.numerics.quantize import COMPUTE_TORCH_DTYPE, quantize_blocks
-from precision_engine.rewrite.experts import EXPERT_PARAMS, Fp8Experts
+from precision_engine.rewrite.experts import EXPERT_PARAMS, EXPERT_PARTS, Fp8Experts
 
 ROLLOUT = "rollout"
 KV_SCALES_FILE = "kv_cache_scales.json"  # pass to SGLang as --quantization-param-path
@@ -211,7 +211,7 @@ def _check_output_embedding(model: nn.Module, fp8: set[str]) -> None:
 def _per_expert(module: nn.Module, module_name: str, param_name: str, planned):
     """One fused 3-D Parameter -> HF per-expert tensors; gate_up_proj splits into gate_proj then up_proj."""
     weight = getattr(module, param_name)
-    parts = ("gate_proj", "up_proj") if param_name == "gate_up_proj" else ("down_proj",)
+    parts = EXPERT_PARTS[param_name]
     rows = weight.shape[1] // len(parts)
     dtype = COMPUTE_TORCH_DTYPE.get(planned.compute, torch.bfloat16)
     fp8 = planned.is_fp8

@@ -32,11 +32,12 @@ from precision_engine.integrations.export_files import read_checkpoint, read_jso
 from precision_engine.numerics.contract import FP8_TORCH_DTYPE
 from precision_engine.numerics.kv_cache import KV_SCALE_SUFFIXES
 from precision_engine.numerics.linear import Fp8Linear
-from precision_engine.rewrite.experts import Fp8Experts, is_fused_experts
+from precision_engine.rewrite.experts import EXPERT_PARTS, Fp8Experts, is_fused_experts
 
 SCALE_SUFFIX = ".weight_scale_inv"
+_EXPERT_ROWS = tuple(part for parts in EXPERT_PARTS.values() for part in parts)  # gate_proj, up_proj, down_proj
+_EXPERT_WEIGHT = re.compile(rf"(.+)\.(\d+)\.({'|'.join(_EXPERT_ROWS)})\.weight")  # HF's per-expert names
 # config.json keys that describe the file, not the architecture; every other key must equal the model's.
-_EXPERT_WEIGHT = re.compile(r"(.+)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight")  # HF's per-expert names
 _NOT_ARCHITECTURE = frozenset({"architectures", "dtype", "torch_dtype", "transformers_version", "_name_or_path",
                                "quantization_config"})
 
@@ -90,15 +91,15 @@ def _stack_experts(model: nn.Module, tensors: dict[str, torch.Tensor]) -> dict[s
         module = _submodule(model, module_name)
         if not (isinstance(module, Fp8Experts) or module is not None and is_fused_experts(module)):
             continue  # per-expert modules of the model's own (nn.Linear each): loaded by name as they are
-        expected = [(e, part) for e in range(module.num_experts) for part in ("gate_proj", "up_proj", "down_proj")]
+        expected = [(e, part) for e in range(module.num_experts) for part in _EXPERT_ROWS]
         absent = [f"{module_name}.{e}.{part}.weight" for e, part in expected if (e, part) not in parts]
         if absent:
             raise UsageError(f"cannot load these weights: {module_name}: {len(absent)} expert weight(s) missing "
                              f"({', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''})")
         take = {key: stacked.pop(name) for key, name in parts.items()}
-        stacked[f"{module_name}.gate_up_proj"] = torch.stack(
-            [torch.cat([take[(e, "gate_proj")], take[(e, "up_proj")]]) for e in range(module.num_experts)])
-        stacked[f"{module_name}.down_proj"] = torch.stack([take[(e, "down_proj")] for e in range(module.num_experts)])
+        for param, rows in EXPERT_PARTS.items():  # the export's split, undone
+            stacked[f"{module_name}.{param}"] = torch.stack(
+                [torch.cat([take[(e, part)] for part in rows]) for e in range(module.num_experts)])
     return stacked
 
 

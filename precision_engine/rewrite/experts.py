@@ -26,7 +26,9 @@ from precision_engine.numerics.contract import COMPUTE_TORCH_DTYPE, Quantized
 from precision_engine.numerics.quantize import check_finite, quantize_blocks, quantize_rows_1xG
 from precision_engine.numerics.specs import NumericsSpec
 
-EXPERT_PARAMS = ("gate_up_proj", "down_proj")
+# Each fused 3-D Parameter, and its rows as HF checkpoints name them per expert (`experts.{e}.gate_proj.weight`).
+EXPERT_PARTS = {"gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}
+EXPERT_PARAMS = tuple(EXPERT_PARTS)
 
 
 def is_fused_experts(module: nn.Module) -> bool:

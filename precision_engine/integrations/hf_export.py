@@ -37,6 +37,7 @@ from precision_engine.integrations.export_files import (  # noqa: F401 (read_che
     fsync_path,
     is_export_dir,
     read_checkpoint,
+    read_json,
     write_manifest,
 )
 from precision_engine.models.inventory import ModuleKind
@@ -325,7 +326,7 @@ def _check_replaceable(out: Path, overwrite: bool, source: str | Path | None) ->
 def _unrecorded(out: Path) -> list[str]:
     """Entries of the export directory `out` that its manifest does not record (a user's notes or eval results),
     directories with a trailing slash: the export writes only the files it records, and the manifest itself."""
-    files = json.loads((out / MANIFEST_FILE).read_text()).get("files")
+    files = read_json(out / MANIFEST_FILE, what="the export manifest").get("files")
     recorded = set(files) if isinstance(files, dict) else set()
     added = [p for p in out.iterdir() if p.name != MANIFEST_FILE and (p.name not in recorded or p.is_dir())]
     return sorted(f"{p.name}/" if p.is_dir() else p.name for p in added)

@@ -19,10 +19,12 @@ ROWS, WIDTH, PROMPT, VOCAB = 6, 9, 2, 13
 
 
 class Toy(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, seed: int = 0) -> None:
         super().__init__()
-        self.embed = torch.nn.Embedding(VOCAB, 16, dtype=torch.float64)
-        self.head = torch.nn.Linear(16, VOCAB, dtype=torch.float64)
+        with torch.random.fork_rng():  # its weights, whatever ran before
+            torch.manual_seed(seed)
+            self.embed = torch.nn.Embedding(VOCAB, 16, dtype=torch.float64)
+            self.head = torch.nn.Linear(16, VOCAB, dtype=torch.float64)
 
     def forward(self, input_ids, attention_mask=None):
         return types.SimpleNamespace(logits=self.head(torch.tanh(self.embed(input_ids))))
@@ -78,7 +80,8 @@ def test_token_mean_under_mis_divides_by_the_kept_tokens(level):
                           correction=correction, num_tokens=kept, num_sequences=ROWS)
     loss.backward()
     for got, param in zip(optimizer.grads, model.parameters()):
-        torch.testing.assert_close(got, param.grad, rtol=1e-5, atol=1e-9)
+        # fp32 sums in another order: an entry that cancels to near 0 keeps an error of the gradient's own scale
+        torch.testing.assert_close(got, param.grad, rtol=1e-5, atol=1e-5 * float(param.grad.abs().max()))
     assert metrics["actor/pg_loss"] == pytest.approx(loss.item(), rel=1e-5)
     assert metrics["actor/skipped_update"] == 0.0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from jsonschema import Draft202012Validator
 
 from precision_engine.numerics.formats import QuantFormat
@@ -9,6 +11,8 @@ from precision_engine.policy import check_policy, load_schema
 from precision_engine.policy.model import ImportanceSampling, KVCacheSpec, NumericsSpec, Policy
 from precision_engine.policy.schema import check_structure
 from precision_engine.policy.yaml_source import parse_yaml
+
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
 
 
 def test_schema_is_valid_draft_2020_12():
@@ -59,12 +63,24 @@ def test_schema_defaults_match_the_dataclass_defaults():
 
 
 def test_top_level_keys_are_required_only_without_extends():
+    """`name` is not among them: the loader names a policy without one after its file, and the schema says so."""
     data, source_map, _ = parse_yaml("version: 1\n", "p.yaml")
     missing = sorted(d.message for d in check_structure(data, source_map))
-    assert missing == ["missing required key 'name'", "missing required key 'phases'",
-                       "missing required key 'rules'"]
+    assert missing == ["missing required key 'phases'", "missing required key 'rules'"]
     data, source_map, _ = parse_yaml("extends: bf16_baseline\n", "p.yaml")
     assert check_structure(data, source_map) == []
+
+
+def test_a_policy_without_a_name_is_named_after_its_file_by_the_loader_and_passes_the_schema(tmp_path):
+    """An editor validating with schema.json and `precision validate` agree on a standalone policy without `name`."""
+    text = "\n".join(line for line in (POLICIES / "bf16_baseline.yaml").read_text().splitlines()
+                     if not line.startswith("name:"))
+    data, _, _ = parse_yaml(text, "p.yaml")
+    assert "name" not in data
+    assert list(Draft202012Validator(load_schema()).iter_errors(data)) == []
+    path = tmp_path / "my_baseline.yaml"
+    path.write_text(text)
+    assert check_policy(path).policy.name == "my_baseline"
 
 
 def test_a_number_yaml_reads_as_text_gets_the_spelling_it_reads_as_a_number(tmp_path):

@@ -329,12 +329,12 @@ def _check_cpu_memory(spec: str, config, tokens: int) -> None:
     """Refuse, before loading, a check whose model cannot fit this machine's available memory: on a CPU the
     kernel would otherwise swap or kill the process minutes in. Estimate: BF16 weights plus half again for the
     cached FP8 weights and scales, and three fp32 [tokens, vocab] logit tensors (both phases, log-softmax)."""
-    from precision_engine.models.loader import estimated_bytes
+    from precision_engine.models.loader import estimated_bytes, text_config
 
     available = _available_memory()
     if available is None:
         return
-    text = config.get("text_config") or config
+    text = text_config(config)
     vocab = int(text.get("vocab_size") or config.get("vocab_size") or 0)
     needed = int(estimated_bytes(spec) * 1.5) + 3 * tokens * vocab * 4
     if needed > available:
@@ -346,7 +346,9 @@ def _check_positions(spec: str, config, seq_len: int, sampled_len: int) -> None:
     """Refuse, before loading, sequences longer than the model's position table (config.json's
     max_position_embeddings, where it says): past it the model extrapolates, and the check would measure that.
     `sampled_len`: the sampled row's longest sequence (prompt and --gen; 0 without the row)."""
-    text = config.get("text_config") or config
+    from precision_engine.models.loader import text_config
+
+    text = text_config(config)
     limit = text.get("max_position_embeddings") or config.get("max_position_embeddings")
     if not isinstance(limit, int):
         return

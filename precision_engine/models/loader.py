@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 _CHECKPOINT_ONLY_KEYS = ("quantization_config",)
 
 
+def text_config(config: dict) -> dict:
+    """The decoder's part of a config.json: `text_config` for a multimodal model's (Qwen3-VL, Llama 4), the
+    config itself otherwise."""
+    return config.get("text_config") or config
+
+
 def resolve_config(spec: str) -> dict:
     """The config.json contents a spec names, as a dict."""
     builtin = find_builtin(spec)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from precision_engine.errors import CheckpointError, UsageError
 from precision_engine.integrations.sglang.rollout import ROLLOUT, RolloutNumerics, check_rollout
+from precision_engine.models.loader import text_config
 from precision_engine.numerics.kv_cache import KV_SCALE_SUFFIXES
 from precision_engine.policy.model import Calibrate, Policy
 
@@ -45,7 +46,7 @@ def server_args(policy: Policy, model_dir: str | Path, tp: int = 1) -> list[str]
                 raise UsageError(f"{model_dir}: the policy calibrates its FP8 KV cache, but the export has no "
                                  f"{KV_SCALES_FILE} (hint: export with KV calibration, or "
                                  "--set kv_cache.calibrate=never for SGLang's unit scales)")
-            _check_scale_file(scales, tp, (config.get("text_config") or config).get("num_hidden_layers"))
+            _check_scale_file(scales, tp, text_config(config).get("num_hidden_layers"))
             args += ["--quantization-param-path", str(scales)]
         elif calibrated := _kv_scale_tensors(model_dir):
             raise UsageError(f"{model_dir}: the checkpoint carries calibrated KV scales ({calibrated[0]} and "
@@ -97,7 +98,7 @@ def _check_files(model_dir: Path) -> None:
 def _check_tp(config: dict, tp: int, model_dir: Path) -> None:
     """SGLang splits the attention heads over the TP ranks, and the KV heads too or replicates them: a size that
     does neither fails at server start, after the weights load."""
-    text = config.get("text_config") or config
+    text = text_config(config)
     heads, kv_heads = text.get("num_attention_heads"), text.get("num_key_value_heads") or text.get(
         "num_attention_heads")
     if not isinstance(heads, int) or not isinstance(kv_heads, int):

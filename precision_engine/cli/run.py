@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NamedTuple, Optional
 
 import typer
 
@@ -46,6 +46,18 @@ MixOpt = Annotated[
 ]
 PromptsOpt = Annotated[int, typer.Option("--prompts", help="Prompts per step.")]
 SamplesOpt = Annotated[int, typer.Option("--samples", "-n", help="Samples per prompt (the GRPO group).")]
+MaxNewTokensOpt = Annotated[
+    Optional[int],
+    typer.Option("--max-new-tokens", show_default=False,
+                 help="Tokens a response may take, in rollouts and held-out evaluation (default: 6 for the recipe's "
+                      "own model, whose answers are a few characters; 512, verl's data.max_response_length, with "
+                      "--model)."),
+]
+TemperatureOpt = Annotated[float, typer.Option(
+    "--temperature", help="Rollout sampling temperature; the trainer's logprobs use the same (held-out: greedy).")]
+TopPOpt = Annotated[float, typer.Option("--top-p", help="Rollout nucleus sampling: the smallest set of tokens "
+                                        "holding this much probability (1: off).")]
+TopKOpt = Annotated[int, typer.Option("--top-k", help="Rollout sampling from the k likeliest tokens (0 or -1: off).")]
 
 
 def run(
@@ -70,6 +82,10 @@ def run(
     heldout_size: HeldoutSizeOpt = 1000,
     prompts: PromptsOpt = 32,
     samples: SamplesOpt = 8,
+    max_new_tokens: MaxNewTokensOpt = None,
+    temperature: TemperatureOpt = 1.0,
+    top_p: TopPOpt = 1.0,
+    top_k: TopKOpt = 0,
     mix: MixOpt = None,
     model: ModelOpt = None,
     data: DataOpt = None,
@@ -102,12 +118,14 @@ def run(
     loaded = load_policy(policy, overrides=tuple(set_ or ()))
     if backend == "verl":
         given = _builtin_flags_given(resume=resume, fallback=fallback, seed=seed, steps=steps, eval_every=eval_every,
-                                     heldout_size=heldout_size, prompts=prompts, samples=samples, mix=mix,
-                                     model=model, data=data, heldout=heldout, device=device)
+                                     heldout_size=heldout_size, prompts=prompts, samples=samples,
+                                     max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                     top_k=top_k, mix=mix, model=model, data=data, heldout=heldout, device=device)
         if given:
             raise UsageError(f"{', '.join(given)}: the built-in backend's flags; verl takes its own keys (hint: "
                              "actor_rollout_ref.rollout.n=4 for --samples, trainer.total_training_steps=... for "
-                             "--steps, actor_rollout_ref.model.path=DIR for --model)")
+                             "--steps, actor_rollout_ref.model.path=DIR for --model, data.max_response_length=... "
+                             "for --max-new-tokens, actor_rollout_ref.rollout.temperature=... for --temperature)")
         _run_verl(loaded, recipe, list(verl_overrides or ()), dry_run=dry_run, out=out)
         return
     if backend != "builtin":
@@ -117,7 +135,7 @@ def run(
     from precision_engine.rl.run import run as run_policy
 
     config = _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, mix, model, data, heldout,
-                     device)
+                     device, _Sampling(max_new_tokens, temperature, top_p, top_k))
     target = out or Path("runs") / f"{loaded.name}-seed{seed}"
     try:
         with _Progress(steps, loaded.name) as progress:
@@ -157,6 +175,10 @@ def ablate(
     heldout_size: HeldoutSizeOpt = 1000,
     prompts: PromptsOpt = 32,
     samples: SamplesOpt = 8,
+    max_new_tokens: MaxNewTokensOpt = None,
+    temperature: TemperatureOpt = 1.0,
+    top_p: TopPOpt = 1.0,
+    top_k: TopKOpt = 0,
     mix: MixOpt = None,
     model: ModelOpt = None,
     data: DataOpt = None,
@@ -179,7 +201,7 @@ def ablate(
         raise UsageError("ablate compares policies: pass --policy at least twice")
     loaded = [load_policy(p) for p in policies]
     config = _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, mix, model, data, heldout,
-                     device)
+                     device, _Sampling(max_new_tokens, temperature, top_p, top_k))
     with _Progress(steps * len(loaded), "ablation") as progress:
         written = ablate_policies(loaded, config, out, on_step=lambda name, step, row: progress.step(step, row, name),
                                   log=progress.log)
@@ -187,16 +209,27 @@ def ablate(
         typer.echo(f"wrote {path}")
 
 
+class _Sampling(NamedTuple):
+    """The rollouts' flags; max_new_tokens None: the default for the model (`rl.run.default_max_new_tokens`)."""
+
+    max_new_tokens: int | None
+    temperature: float
+    top_p: float
+    top_k: int
+
+
 def _config(recipe, seed, steps, eval_every, heldout_size, prompts, samples, mix, model, data, heldout,
-                     device):
+            device, sampling: _Sampling):
     from dataclasses import replace
 
     from precision_engine.pipeline import check_device
-    from precision_engine.rl.run import RunConfig
+    from precision_engine.rl.run import RunConfig, default_max_new_tokens
     from precision_engine.rl.trainer import GRPOConfig
 
     check_device(device)
-    grpo = replace(GRPOConfig(), prompts_per_step=prompts, samples_per_prompt=samples)
+    max_new_tokens = default_max_new_tokens(model) if sampling.max_new_tokens is None else sampling.max_new_tokens
+    grpo = replace(GRPOConfig(), prompts_per_step=prompts, samples_per_prompt=samples, max_new_tokens=max_new_tokens,
+                   temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
     return RunConfig(recipe=recipe, seed=seed, steps=steps, eval_every=eval_every, checkpoint_every=eval_every,
                      heldout_size=heldout_size, mix=_mix(mix), model=model,
                      train_data=None if data is None else str(data),

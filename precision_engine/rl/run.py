@@ -36,6 +36,7 @@ from precision_engine.rl.evaluate import greedy_accuracy
 from precision_engine.rl.recipes.math import MathRecipe, load_problems, load_tokenizer, reward
 from precision_engine.rl.runs import (ABLATION_FILES, RunDir, check_same_run, list_checkpoints, resume_run,
                                       save_checkpoint, write_ablation, write_report)
+from precision_engine.rl.sampling import SamplingParams
 from precision_engine.rl.trainer import GRPOConfig, GRPOTrainer
 from precision_engine.rl.warmup import WARMUP_INFO, WarmupConfig, warmed_up_model
 
@@ -53,11 +54,22 @@ _FLAGS = {
     "heldout_size": "--heldout-size", "mix": "--mix", "model": "--model",
     "train_data": "--data", "heldout_data": "--heldout", "device": "--device",
     "grpo.prompts_per_step": "--prompts", "grpo.samples_per_prompt": "--samples",
+    "grpo.max_new_tokens": "--max-new-tokens", "grpo.temperature": "--temperature", "grpo.top_p": "--top-p",
+    "grpo.top_k": "--top-k",
 }
 _MINIMUMS = {"steps": 1, "eval_every": 1, "checkpoint_every": 1, "heldout_size": 1, "grpo.prompts_per_step": 1,
-             "grpo.samples_per_prompt": 2}
-_WHY = {"grpo.samples_per_prompt": " (GRPO's advantage is a sample's reward minus its group's mean: with one sample "
-                                   "per prompt it is always 0 and nothing is learned)"}
+             "grpo.samples_per_prompt": 2, "grpo.max_new_tokens": 1}
+_NOTHING_LEARNED = "GRPO's advantage is a sample's reward minus its group's mean, always 0 {}: nothing is learned"
+_WHY = {"grpo.samples_per_prompt": f" ({_NOTHING_LEARNED.format('with one sample per prompt')})"}
+# Response lengths: the recipe's own model answers in a few characters ("42" and a newline); a user's HF model
+# reasons first, and gets verl's default data.max_response_length.
+RECIPE_MODEL_MAX_NEW_TOKENS = GRPOConfig.max_new_tokens
+HF_MODEL_MAX_NEW_TOKENS = 512
+
+
+def default_max_new_tokens(model: str | None) -> int:
+    """The response length a run gets without --max-new-tokens: the recipe's model's, or an HF model's."""
+    return RECIPE_MODEL_MAX_NEW_TOKENS if model is None else HF_MODEL_MAX_NEW_TOKENS
 _PATHS = ("model", "train_data", "heldout_data")  # recorded absolute, so a resume from elsewhere compares them
 
 
@@ -90,6 +102,18 @@ class RunConfig:
             if value < minimum:
                 why = _WHY.get(name, "")
                 raise UsageError(f"{_setting(name)} must be >= {minimum}, got {value}{why}")
+        _check_sampling(self.grpo)
+
+
+def _check_sampling(grpo: GRPOConfig) -> None:
+    """The rollouts' sampling settings, refused here rather than at the first step, after the warm-up."""
+    try:
+        SamplingParams(temperature=grpo.temperature, top_p=grpo.top_p, top_k=grpo.top_k)
+    except UsageError as err:
+        raise UsageError(f"{err} (the rollouts' sampling: --temperature, --top-p, --top-k)") from None
+    if grpo.temperature == 0:
+        greedy = "when greedy rollouts give all samples of a prompt one response"
+        raise UsageError(f"{_setting('grpo.temperature')} must be > 0 ({_NOTHING_LEARNED.format(greedy)})")
 
 
 def run(

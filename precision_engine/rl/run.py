@@ -27,18 +27,20 @@ from pathlib import Path
 import torch
 
 from precision_engine.compile.render import plan_to_dict
-from precision_engine.errors import UsageError
+from precision_engine.errors import DataError, UsageError
 from precision_engine.models.decoder import load_decoder
+from precision_engine.models.loader import resolve_config, text_config
 from precision_engine.numerics.kv_cache import KVScales
 from precision_engine.pipeline import compile_for_model, prepare
 from precision_engine.policy.model import Policy
 from precision_engine.rl.evaluate import greedy_accuracy
-from precision_engine.rl.recipes.math import MathRecipe, load_problems, load_tokenizer, reward
+from precision_engine.rl.recipes.math import (CharTokenizer, MathRecipe, Problem, load_problems, load_tokenizer,
+                                              reward, reward_backend)
 from precision_engine.rl.runs import (ABLATION_FILES, RunDir, check_same_run, list_checkpoints, resume_run,
                                       save_checkpoint, write_ablation, write_report)
 from precision_engine.rl.sampling import SamplingParams
 from precision_engine.rl.trainer import GRPOConfig, GRPOTrainer
-from precision_engine.rl.warmup import WARMUP_INFO, WarmupConfig, warmed_up_model
+from precision_engine.rl.warmup import WARMUP_INFO, WarmupConfig, recipe_model_config, warmed_up_model
 
 RECIPES = ("math",)
 MAX_SEED = 2**63 - 1  # a signed 64-bit integer, as the generators' seeds derived from it (_step_seed)
@@ -150,8 +152,10 @@ def _train(policy: Policy, config: RunConfig, out: str | Path, resumed: RunDir |
     recipe = MathRecipe(seed=config.seed, train_size=config.train_size, heldout_size=config.heldout_size,
                         mix=config.mix)
     train, heldout = _problems(recipe, config)
+    # The recipe's model reads the character vocabulary its warm-up is given: known before the warm-up runs.
+    tokenizer = load_tokenizer(config.model) if config.model else CharTokenizer()
+    _check_problems(train, heldout, tokenizer, config)
     model_dir = config.model or str(warmed_up_model(recipe, seed=config.seed, config=config.warmup, log=log))
-    tokenizer = load_tokenizer(model_dir)
     calibration = [tokenizer.encode_prompt(p) + tokenizer.encode(p.target) for p in train[:64]]
     plan = compile_for_model(policy, model_dir)
     loader = partial(load_decoder, batch_invariant=policy.numerics.batch_invariant,
@@ -276,9 +280,10 @@ def _check_out(policy: Policy, config: RunConfig, out: str | Path, *, resume: bo
 
 
 def _settings(config: RunConfig) -> dict:
-    """What run.json records as the run's settings: RunConfig's fields, the user's files as absolute paths;
-    `model` None stands for the recipe's warmed-up model (`model_dir` is added with the directory it resolved to)."""
-    settings = asdict(config)
+    """What run.json records as the run's settings: RunConfig's fields, the user's files as absolute paths, the
+    reward's backend; `model` None stands for the recipe's warmed-up model (`model_dir` is added with the directory
+    it resolved to)."""
+    settings = {**asdict(config), "reward": reward_backend()}  # two graders in one run would mix two runs
     for key in _PATHS:
         if settings[key] is not None:
             settings[key] = str(Path(settings[key]).expanduser().absolute())
@@ -294,6 +299,7 @@ def _recorded_settings(run_dir: RunDir) -> dict:
             recorded[key] = str(Path(recorded[key]).expanduser().absolute())
     if "model_dir" not in recorded and recorded.get("model") and (Path(recorded["model"]) / WARMUP_INFO).is_file():
         recorded["model"] = None
+    recorded.setdefault("reward", reward_backend())  # runs recorded before the backend was: unknown, not refused
     return recorded
 
 
@@ -314,6 +320,38 @@ def _problems(recipe: MathRecipe, config: RunConfig):
     if not train or not heldout:
         raise UsageError("the run needs at least one training and one held-out problem")
     return train, heldout[: config.heldout_size]
+
+
+def _check_problems(train: Sequence[Problem], heldout: Sequence[Problem], tokenizer, config: RunConfig) -> None:
+    """Encode every problem the run may visit once, before the warm-up: a character the tokenizer lacks, or a
+    prompt that leaves no room for --max-new-tokens within the model's positions, would otherwise stop the run at
+    the step that draws it, and again at every resume (the data order is part of the checkpoint)."""
+    limit = _position_limit(config)
+    # Where each split's problems come from, and the number of the first among those its source holds.
+    split_from_data = config.train_data and not config.heldout_data  # held-out: the head of --data
+    sources = ((train, config.train_data, config.heldout_size if split_from_data else 0),
+               (heldout, config.heldout_data or config.train_data, 0))
+    for problems, source, first in sources:
+        where = source or "the recipe's generated problems"
+        for index, problem in enumerate(problems, start=first + 1):
+            named = f"{where}: problem #{index} ({problem.prompt[:40]!r})"
+            try:
+                length = len(tokenizer.encode_prompt(problem))
+            except DataError as err:
+                raise DataError(f"{named}: {err}") from None
+            if limit is not None and length + config.grpo.max_new_tokens > limit:
+                raise DataError(
+                    f"{named} takes {length} tokens, and with {_setting('grpo.max_new_tokens')} "
+                    f"{config.grpo.max_new_tokens} exceeds the model's {limit} positions (max_position_embeddings) "
+                    "(hint: a smaller --max-new-tokens, or leave such problems out of the file)")
+
+
+def _position_limit(config: RunConfig) -> int | None:
+    """The model's max_position_embeddings (the recipe's model's without --model); None where config.json has none."""
+    if config.model is None:
+        return recipe_model_config(CharTokenizer(), config.warmup)["max_position_embeddings"]
+    limit = text_config(resolve_config(config.model)).get("max_position_embeddings")
+    return limit if isinstance(limit, int) else None
 
 
 def _evaluate(trainer: GRPOTrainer, heldout, tokenizer, max_new_tokens: int) -> float:

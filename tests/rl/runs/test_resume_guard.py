@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from precision_engine.cli.app import EXIT_ERROR, app
-from precision_engine.errors import CheckpointError, RunError, UsageError
+from precision_engine.errors import CheckpointError, DataError, RunError, UsageError
 from precision_engine.policy import load_policy
 from precision_engine.rl import run as rl_run
 from precision_engine.rl.run import RunConfig, ablate, run
@@ -81,6 +81,16 @@ def test_resume_with_other_settings_names_each_with_its_flag_and_both_values(cop
                      "grpo.samples_per_prompt (--samples): recorded 2, given 4"):
         assert expected in message
     assert "steps" not in message.split("(hint")[0]
+
+
+def test_run_json_records_the_reward_backend_and_a_resume_under_another_is_refused(copy, no_warmup, monkeypatch):
+    """math_verify installed between start and resume would grade the second half of the run differently."""
+    recorded = json.loads((copy / "run.json").read_text())["config"]["reward"]
+    assert recorded == rl_run.reward_backend()
+    other = "exact" if recorded == "math_verify" else "math_verify"
+    monkeypatch.setattr(rl_run, "reward_backend", lambda: other)
+    with pytest.raises(UsageError, match=f"reward: recorded {recorded!r}, given {other!r}".replace("'", '"')):
+        run(load_policy(POLICY), replace(CONFIG, steps=3), copy, resume=True)
 
 
 def test_resume_may_raise_the_step_count_and_run_json_records_it(copy):
@@ -161,6 +171,24 @@ def test_a_run_recorded_before_model_dir_still_resumes_with_the_recipe_model(cop
     info["config"]["model"] = info["config"].pop("model_dir")
     (copy / "run.json").write_text(json.dumps(info))
     run(load_policy(POLICY), replace(CONFIG, steps=3), copy, resume=True)
+
+
+def test_problems_the_model_cannot_read_are_refused_before_the_warm_up(tmp_path, no_warmup):
+    """A character outside the recipe model's vocabulary (row 5 of 12) or a prompt leaving no room for the response
+    stopped the run at the step that drew it, after the warm-up, and again at every resume."""
+    rows = [{"question": f"What is {i} plus {i}?", "answer": f"{i} + {i}\n#### {2 * i}"} for i in range(12)]
+    rows[5]["question"] = "What is 5 \u20ac plus 5?"
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = replace(CONFIG, train_data=str(data), heldout_size=2)
+    with pytest.raises(DataError, match="data.jsonl: problem #6 \\(\"What is 5 \u20ac.*not in its vocabulary"):
+        run(load_policy(POLICY), config, tmp_path / "run")
+    rows[5]["question"] = "What is 5 plus 5?" + " Think." * 80
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(DataError, match=r"takes \d+ tokens, and with grpo.max_new_tokens \(--max-new-tokens\) 6 "
+                                        r"exceeds the model's 512 positions"):
+        run(load_policy(POLICY), config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_ablate_refuses_a_run_with_other_settings_before_any_run_starts(copy, no_warmup, tmp_path):

@@ -27,7 +27,7 @@ def greedy_accuracy(
         chunk = problems[start : start + batch_size]
         rollout = engine.generate(
             [tokenizer.encode_prompt(p) for p in chunk], n=1, max_new_tokens=max_new_tokens, temperature=0.0,
-            eos_token_ids=[tokenizer.eos_id],
+            eos_token_ids=tokenizer.eos_ids,
         )
         texts = [tokenizer.decode(ids) for ids in rollout.responses()]
         correct += sum(reward_fn(text, p.answer) for text, p in zip(texts, chunk))

@@ -129,7 +129,7 @@ class GRPOTrainer:
         rollout = self.engine.generate(
             [self.tokenizer.encode_prompt(p) for p in problems], n=c.samples_per_prompt,
             max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
-            eos_token_ids=[self.tokenizer.eos_id], seed=seed,
+            eos_token_ids=self.tokenizer.eos_ids, seed=seed,
         )
         rollout_s = time.perf_counter() - started
         texts = [self.tokenizer.decode(ids) for ids in rollout.responses()]

@@ -67,6 +67,16 @@ def test_word_problems_read_as_sentences():
     assert int(tom.answer) == sum(numbers)
 
 
+def test_a_template_that_frames_the_answer_drops_the_word_problems_cue():
+    """With an HF tokenizer's "Question: {prompt}\\nAnswer:" a word problem read "... Answer: \\nAnswer:"."""
+    word = MathRecipe(seed=0, train_size=1, heldout_size=0, validation_size=0, mix={"word": 1}).train[0]
+    question = word.prompt.removesuffix(" Answer: ")
+    assert format_prompt(word, "Question: {prompt}\nAnswer:") == f"Question: {question}\nAnswer:"
+    assert format_prompt(word) == word.prompt  # the built-in model reads the cue as its answer frame
+    assert format_prompt(word, "<q>{prompt}  ") == f"<q>{word.prompt}  "  # nothing framed after the prompt
+    assert format_prompt(Problem("3+4=", "7", "7"), "Question: {prompt}\nAnswer:") == "Question: 3+4=\nAnswer:"
+
+
 def test_mix_is_configurable_and_validated():
     # 3-digit operands: with 2 the held-out split takes most of the 100 one-digit sums, which train then rejects
     counts = collections.Counter(p.kind for p in MathRecipe(seed=0, train_size=4_000, max_digits=3).train)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from precision_engine.errors import DataError, ModelError
-from precision_engine.rl.recipes.math import CharTokenizer, HFTokenizer, MathRecipe, Problem, load_tokenizer
+from precision_engine.rl.recipes.math import CharTokenizer, HFTokenizer, MathRecipe, Problem, load_tokenizer, reward
 
 
 def test_round_trip_on_every_generated_prompt_and_target():
@@ -26,11 +26,15 @@ def test_vocab_is_a_multiple_of_64_and_specials_are_fixed():
     assert CharTokenizer("0123456789+=").vocab_size == 64
 
 
-def test_decode_drops_specials_and_marks_unused_ids():
+def test_decode_ends_at_eos_and_marks_other_specials_and_unused_ids():
     tok = CharTokenizer()
     one, nine = tok.encode("19")
-    assert tok.decode([tok.bos_id, one, nine, tok.eos_id, tok.pad_id]) == "19"
+    assert tok.eos_ids == [tok.eos_id] and tok.decode([one, nine, tok.eos_id]) == "19"
+    assert tok.decode([one, tok.eos_id, nine]) == "1"  # nothing after the end of the response
     assert tok.decode([one, tok.vocab_size - 1, nine]) == "1\ufffd9"  # not "19": no reward for an unused id
+    four, two, newline = tok.encode("42\n")
+    text = tok.decode([four, tok.pad_id, two, tok.bos_id, newline])
+    assert text == "4\ufffd2\ufffd\n" and reward(text, "42") == 0.0  # pad and bos decoded to "": '42', a reward
 
 
 def test_encode_prompt_starts_with_bos():
@@ -85,9 +89,47 @@ def test_hf_adapter_has_the_same_interface(hf_dir):
     assert isinstance(tok, HFTokenizer)
     assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.vocab_size) == (0, 1, 2, 11)
     assert tok.encode("Tom has 7 apples") == [8, 9, 7, 10]
-    assert tok.decode([1, 8, 9, 7, 10, 2]) == "Tom has 7 apples"
+    assert tok.decode([8, 9, 7, 10, 2]) == "Tom has 7 apples"
+    assert tok.eos_ids == [2]  # no generation_config.json
     ids = tok.encode_prompt(Problem("3+4=", "7", "7"))
     assert ids == [tok.bos_id, 4, 6, 5]  # "Question: 3+4=\nAnswer:", no chat template
+
+
+def test_hf_decode_ends_at_eos_and_marks_special_and_out_of_range_ids(hf_dir):
+    """[7, 500, 8] decoded to '7 Tom': an id past len(tokenizer) (a padded embedding samples it) was dropped."""
+    tok = HFTokenizer(hf_dir)
+    assert tok.decode([7, 500, 8]) == "7\ufffdTom"
+    assert tok.decode([8, 9, 0, 7, 1, 10, 3]) == "Tom has\ufffd7\ufffdapples\ufffd"  # pad, bos, unk
+    assert tok.decode([7, 2, 8, 9]) == "7"  # the response ends at eos
+
+
+@pytest.mark.parametrize("eos, expected", [(10, [2, 10]), ([2, 6, 10], [2, 6, 10]), ([6, 2], [2, 6]), (None, [2])])
+def test_hf_eos_ids_add_generation_configs(hf_dir, eos, expected):
+    """Qwen2.5-Instruct ends at 151645 or 151643, Llama-3 at 128001, 128008 or 128009 (generation_config.json);
+    with the tokenizer's eos alone, text after another end token was appended to the answer."""
+    (hf_dir / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": eos}))
+    tok = HFTokenizer(hf_dir)
+    assert tok.eos_ids == expected and tok.eos_id == 2
+    assert tok.decode([8, 9, 7, *expected[-1:], 10]) == "Tom has 7"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "not a readable JSON file"),
+    ("[2]", "expected a JSON object, got list"),
+    ('{"eos_token_id": "2"}', "expected 'eos_token_id' to be a token id or a list of them, got '2'"),
+    ('{"eos_token_id": [2, true]}', "expected 'eos_token_id' to be a token id or a list of them"),
+    ('{"eos_token_id": -1}', "expected 'eos_token_id' to be a token id or a list of them, got -1"),
+])
+def test_a_malformed_generation_config_names_the_file(hf_dir, text, message):
+    (hf_dir / "generation_config.json").write_text(text)
+    with pytest.raises(ModelError, match=f"generation_config.json: {message}"):
+        HFTokenizer(hf_dir)
+
+
+def test_hf_encode_prompt_asks_a_word_problem_for_its_answer_once(hf_dir):
+    tok = HFTokenizer(hf_dir)
+    word = Problem("Tom has 7 apples Answer: ", "7", "7", kind="word")
+    assert tok.encode_prompt(word) == [1, 4, 8, 9, 7, 10, 5]  # "Question: Tom has 7 apples\nAnswer:"
 
 
 def test_hf_adapter_errors_name_the_directory(tmp_path):

@@ -18,7 +18,7 @@ Public API:
   `reward_backend() -> "math_verify" | "exact"`.
 - `CharTokenizer(chars=DEFAULT_CHARS)` (`.save(dir)`, `CharTokenizer.load(dir)`), `HFTokenizer(dir,
   prompt_template=...)`, `load_tokenizer(dir)`; each has encode, decode, encode_prompt, pad_id, bos_id, eos_id,
-  vocab_size, prompt_template.
+  eos_ids (every id that ends a response: generation_config.json's too), vocab_size, prompt_template.
 - `load_problems(path, *, instruction=GSM8K_INSTRUCTION) -> list[Problem]`,
   `write_verl_parquet(problems, path, split, *, data_source=DATA_SOURCE) -> Path`.
 

@@ -56,8 +56,13 @@ class Problem:
 
 def format_prompt(problem: Problem, template: str = "{prompt}") -> str:
     """The text fed to the tokenizer: `template` with `{prompt}` replaced. The built-in model reads the prompt as
-    is; an HF model without its chat template uses `HFTokenizer.prompt_template` (a Question/Answer frame)."""
-    return template.replace("{prompt}", problem.prompt)
+    is; an HF model without its chat template uses `HFTokenizer.prompt_template` (a Question/Answer frame). A
+    template with text after `{prompt}` frames the answer itself, so a word problem's own WORD_ANSWER_CUE is dropped
+    there: "Question: ... Answer:\nAnswer:" would ask twice."""
+    prompt = problem.prompt
+    if template.partition("{prompt}")[2].strip():
+        prompt = prompt.removesuffix(WORD_ANSWER_CUE)
+    return template.replace("{prompt}", prompt)
 
 
 def _number(rng: random.Random, max_digits: int) -> int:

@@ -18,11 +18,11 @@ programs where one program per row left 64 programs latency-bound; at training s
 (logits read twice, fp32 written once).
 
 `sample` draws without the logp tensor: log_softmax + Gumbel noise and y + Gumbel noise differ by a per-row
-constant, so the chunk programs keep the argmax of y - log(-log u) (u: the caller's uniforms, torch.rand with
-its generator) beside their statistics, and one program per row combines them and computes the token's
-logprob as (y_tok - m) - log_s with the same helpers. Greedy (no uniforms) is the argmax of y. Ties go to the
-lowest index, as in torch.argmax. Three device ops instead of the log-softmax, the [N, V] noise arithmetic,
-the argmax and the gather.
+constant, so the chunk programs keep the argmax of y - log(-log u) (u: the caller's uniforms, in (0, 1), see
+`sample`) beside their statistics, and one program per row combines them and computes the token's logprob as
+(y_tok - m) - log_s with the same helpers. Greedy (no uniforms) is the argmax of y. Ties go to the lowest index,
+as in torch.argmax. Three device ops instead of the log-softmax, the [N, V] noise arithmetic, the argmax and the
+gather.
 
 Every launch disables FP fusion, so no multiply-add is contracted into an FMA: the GPU rounds each operation
 as the interpreter and the twins do (transcendentals aside: exp and log are the platform's). `*_twin` are the
@@ -203,9 +203,10 @@ def sample(logits: torch.Tensor, temperature: float, uniform: torch.Tensor | Non
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [N, V] -> (tokens int64 [N], logprobs fp32 [N]).
 
-    With `uniform` (fp32 [N, V] in [0, 1), e.g. torch.rand with the caller's generator) the token is
-    argmax(y - log(-log u)), a Gumbel-max draw from softmax(y), y = logits.float() / temperature; without it,
-    argmax(y) (greedy; pass temperature 1 to record the logprob at 1). Ties: the lowest index. The logprob is
+    With `uniform` (fp32 [N, V] in (0, 1): torch.rand with the caller's generator, its zeros raised to the
+    smallest normal as `rl.sampling` does, since u = 0 scores -inf) the token is argmax(y - log(-log u)), a
+    Gumbel-max draw from softmax(y), y = logits.float() / temperature; without it, argmax(y) (greedy; pass
+    temperature 1 to record the logprob at 1). Ties: the lowest index. The logprob is
     `log_softmax(logits, temperature)` at the token, bit for bit.
     """
     _check_temperature(temperature)

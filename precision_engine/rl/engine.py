@@ -32,7 +32,7 @@ training-phase model, whatever that forward's batch size, padding side and row o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -124,16 +124,35 @@ class Engine:
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
-        eos_token_ids: Sequence[int] = (),
+        eos_token_ids: int | Sequence[int] = (),
         stop_sequences: Sequence[Sequence[int]] = (),
         seed: int = 0,
     ) -> Rollout:
-        """n samples per prompt, each ending at an EOS id, after a stop sequence, or at max_new_tokens."""
+        """n samples per prompt, each ending at an EOS id (`eos_token_ids`: one id or several), after a stop
+        sequence, or at max_new_tokens. `prompts`: a list of token-id lists (or of 1-D tensors), unpadded.
+
+        Reproducibility (the sampling module docstring says why): the same prompts in the same order, with the same
+        n, seed and parameters, give the same samples; a prompt's samples change when the other prompts of the
+        call, their order or n change, since its rows read other uniforms of each step's draw. In batch-invariant
+        mode its logits do not depend on the batch, so neither do the logprobs recorded for a given sequence, nor
+        greedy tokens."""
         params = SamplingParams(temperature, top_p, top_k)
-        if n < 1 or max_new_tokens < 1:
-            raise UsageError(f"n and max_new_tokens must be >= 1, got n={n}, max_new_tokens={max_new_tokens}")
+        for name, value in (("n", n), ("max_new_tokens", max_new_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UsageError(f"{name} must be an int >= 1, got {value!r}")
+        if isinstance(prompts, torch.Tensor):  # its truth value is ambiguous, and a padded batch would not say so
+            raise UsageError(f"prompts must be a list of token-id lists (one per prompt, unpadded), got a tensor of "
+                             f"shape {tuple(prompts.shape)} (hint: prompts.tolist() when no row is padded)")
         if not prompts or any(len(p) == 0 for p in prompts):
             raise UsageError("generate needs at least one prompt, each of at least one token")
+        longest = max(len(p) for p in prompts)
+        limit = _max_positions(self.model)
+        if limit is not None and longest + max_new_tokens > limit:
+            raise UsageError(f"the longest prompt ({longest} tokens) plus max_new_tokens={max_new_tokens} is "
+                             f"{longest + max_new_tokens} positions, the model takes at most {limit} "
+                             "(max_position_embeddings; hint: shorter prompts or a smaller max_new_tokens)")
+        if isinstance(eos_token_ids, int):  # one id, as transformers' generation config takes it
+            eos_token_ids = (eos_token_ids,)
         if any(len(s) == 0 for s in stop_sequences):
             raise UsageError("stop sequences must not be empty")
         self._check_kv_cache()
@@ -149,7 +168,6 @@ class Engine:
 
         # Prefill: each prompt once, right-padded, its logits at its last token.
         prompt_len = torch.tensor([len(p) for p in prompts], device=device)
-        longest = int(prompt_len.max())
         prompt_ids = torch.full((len(prompts), longest), pad, dtype=torch.long, device=device)
         for i, p in enumerate(prompts):
             prompt_ids[i, : len(p)] = torch.tensor(list(p), dtype=torch.long)
@@ -238,6 +256,17 @@ class Engine:
             pad_token_id=self.pad_token_id,
             temperature=temperature,
         )
+
+
+def _max_positions(model) -> int | None:
+    """max_position_embeddings of the model's text config, where it is an int (past it RoPE extrapolates): an HF
+    config's attribute, or the config.json our DecoderConfig came from (`hf`)."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    limit = getattr(text, "max_position_embeddings", None)
+    if limit is None and isinstance(getattr(text, "hf", None), Mapping):
+        limit = text.hf.get("max_position_embeddings")
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
 def _capturable(model) -> bool:

@@ -60,7 +60,7 @@ def test_same_generator_seed_same_draws():
 
 
 @pytest.mark.parametrize("kwargs", [{"temperature": -1.0}, {"temperature": math.inf}, {"top_p": 0.0},
-                                    {"top_p": 1.5}, {"top_k": -1}])
+                                    {"top_p": 1.5}, {"top_k": -2}])
 def test_bad_parameters_are_usage_errors(kwargs):
     with pytest.raises(UsageError):
         SamplingParams(**kwargs)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fifty-ninth session, call 0 (carry .whl). On any card: the GPU tests of the fifty-eighth session's changes that
 # reach the GPU (identity check's NaN refusal, apply's KV-cache mark, the engine's check, the loader, the trainer's
-# rescale and skip) and this session's sampling edge cases, then `precision check` end to end on tiny-llama for three policies (~270 s). On an H200, first
-# the re-quantizer rows (`s57_calls/call2.sh`, ~190 s).
+# rescale and skip) and this session's sampling edge cases, then `precision check` end to end on tiny-llama for
+# three policies (~300 s). On an H200, first the re-quantizer rows (`s57_calls/call2.sh`, ~190 s).
 set -u
 cd "$(dirname "$0")/../../.."
 source scripts/device_card.sh

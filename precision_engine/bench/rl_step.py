@@ -39,7 +39,7 @@ class _Prompt:
 class _TokenIds:
     """The trainer's tokenizer interface over prompts that are token ids already (no text: random weights)."""
 
-    pad_id, eos_id = 0, -1  # no EOS: every row samples all `gen` tokens
+    pad_id, eos_ids = 0, ()  # no EOS: every row samples all `gen` tokens
 
     def encode_prompt(self, problem: _Prompt) -> list[int]:
         return list(problem.ids)

@@ -124,7 +124,7 @@ class Engine:
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
-        eos_token_ids: int | Sequence[int] = (),
+        eos_token_ids: int | Sequence[int] | None = (),
         stop_sequences: Sequence[Sequence[int]] = (),
         seed: int = 0,
     ) -> Rollout:
@@ -143,6 +143,10 @@ class Engine:
         if isinstance(prompts, torch.Tensor):  # its truth value is ambiguous, and a padded batch would not say so
             raise UsageError(f"prompts must be a list of token-id lists (one per prompt, unpadded), got a tensor of "
                              f"shape {tuple(prompts.shape)} (hint: prompts.tolist() when no row is padded)")
+        if isinstance(prompts, (str, bytes)) or any(isinstance(p, (str, bytes)) for p in prompts):
+            raise UsageError("prompts must be token ids, not text (hint: the tokenizer's encode)")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise UsageError(f"seed must be an int in [0, 2**64), as torch.Generator takes it, got {seed!r}")
         if not prompts or any(len(p) == 0 for p in prompts):
             raise UsageError("generate needs at least one prompt, each of at least one token")
         longest = max(len(p) for p in prompts)
@@ -151,8 +155,8 @@ class Engine:
             raise UsageError(f"the longest prompt ({longest} tokens) plus max_new_tokens={max_new_tokens} is "
                              f"{longest + max_new_tokens} positions, the model takes at most {limit} "
                              "(max_position_embeddings; hint: shorter prompts or a smaller max_new_tokens)")
-        if isinstance(eos_token_ids, int):  # one id, as transformers' generation config takes it
-            eos_token_ids = (eos_token_ids,)
+        if eos_token_ids is None or isinstance(eos_token_ids, int):  # none, or one id, as transformers takes them
+            eos_token_ids = () if eos_token_ids is None else (eos_token_ids,)
         if any(len(s) == 0 for s in stop_sequences):
             raise UsageError("stop sequences must not be empty")
         self._check_kv_cache()

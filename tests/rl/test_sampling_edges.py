@@ -100,6 +100,19 @@ def test_an_int_eos_token_id_is_one_id(model):
     assert one.responses() == listed.responses() and bool(one.finished[0])
 
 
+def test_no_eos_is_none_or_empty_and_text_prompts_and_bad_seeds_are_usage_errors(model):
+    engine = Engine(model)
+    none = engine.generate([PROMPT], max_new_tokens=3, temperature=0, eos_token_ids=None)
+    assert none.responses() == engine.generate([PROMPT], max_new_tokens=3, temperature=0).responses()
+    for prompts in ("12+3=", ["12+3="]):
+        with pytest.raises(UsageError, match="prompts must be token ids, not text"):
+            engine.generate(prompts, max_new_tokens=2)
+    for seed in (-1, 2**64, 1.5, True):
+        with pytest.raises(UsageError, match=r"seed must be an int in \[0, 2\*\*64\)"):
+            engine.generate([PROMPT], max_new_tokens=2, seed=seed)
+    engine.generate([PROMPT], max_new_tokens=2, seed=2**64 - 1)
+
+
 def test_a_tensor_of_prompts_is_refused_and_a_list_of_1d_tensors_is_taken(model):
     engine = Engine(model)
     with pytest.raises(UsageError, match=r"prompts must be a list of token-id lists .* shape \(2, 4\)"):

@@ -120,7 +120,8 @@ def fake_math_verify(monkeypatch):
 
 
 def test_finding_the_last_box_is_linear():
-    """Rescanning from every '\\boxed{' took 17 s for 4000 unclosed ones."""
+    """A guard against the quadratic scan (rescanning from every '\\boxed{' took 17 s for 4000 unclosed ones, and
+    a policy stuck repeating it stalls the reward), not a speed claim: one pass takes milliseconds, 400x below."""
     for text in ("\\boxed{" * 4000, "\\boxed{" * 4000 + "}" * 4000):
         start = time.perf_counter()
         extract_answer(text)

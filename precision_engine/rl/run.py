@@ -61,6 +61,7 @@ _FLAGS = {
 }
 _MINIMUMS = {"steps": 1, "eval_every": 1, "checkpoint_every": 1, "heldout_size": 1, "grpo.prompts_per_step": 1,
              "grpo.samples_per_prompt": 2, "grpo.max_new_tokens": 1}
+_PATHS = ("model", "train_data", "heldout_data")  # recorded absolute, so a resume from elsewhere compares them
 _NOTHING_LEARNED = "GRPO's advantage is a sample's reward minus its group's mean, always 0 {}: nothing is learned"
 _WHY = {"grpo.samples_per_prompt": f" ({_NOTHING_LEARNED.format('with one sample per prompt')})"}
 # Response lengths: the recipe's own model answers in a few characters ("42" and a newline); a user's HF model
@@ -72,7 +73,6 @@ HF_MODEL_MAX_NEW_TOKENS = 512
 def default_max_new_tokens(model: str | None) -> int:
     """The response length a run gets without --max-new-tokens: the recipe's model's, or an HF model's."""
     return RECIPE_MODEL_MAX_NEW_TOKENS if model is None else HF_MODEL_MAX_NEW_TOKENS
-_PATHS = ("model", "train_data", "heldout_data")  # recorded absolute, so a resume from elsewhere compares them
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,8 @@ def _train(policy: Policy, config: RunConfig, out: str | Path, resumed: RunDir |
     # The recipe's model reads the character vocabulary its warm-up is given: known before the warm-up runs.
     tokenizer = load_tokenizer(config.model) if config.model else CharTokenizer()
     _check_problems(train, heldout, tokenizer, config)
-    model_dir = config.model or str(warmed_up_model(recipe, seed=config.seed, config=config.warmup, log=log))
     calibration = [tokenizer.encode_prompt(p) + tokenizer.encode(p.target) for p in train[:64]]
+    model_dir = config.model or str(warmed_up_model(recipe, seed=config.seed, config=config.warmup, log=log))
     plan = compile_for_model(policy, model_dir)
     loader = partial(load_decoder, batch_invariant=policy.numerics.batch_invariant,
                      compute_dtype=_compute_dtype(plan))

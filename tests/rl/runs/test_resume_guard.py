@@ -183,6 +183,11 @@ def test_problems_the_model_cannot_read_are_refused_before_the_warm_up(tmp_path,
     config = replace(CONFIG, train_data=str(data), heldout_size=2)
     with pytest.raises(DataError, match="data.jsonl: problem #6 \\(\"What is 5 \u20ac.*not in its vocabulary"):
         run(load_policy(POLICY), config, tmp_path / "run")
+    rows[5]["question"], rows[3]["answer"] = "What is 5 plus 5?", "3 \u20ac + 3 \u20ac\n#### 6"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(DataError, match="\u20ac.*not in its vocabulary"):  # a warm-up target of the KV calibration
+        run(load_policy(POLICY), config, tmp_path / "run")
+    rows[3]["answer"] = "3 + 3\n#### 6"
     rows[5]["question"] = "What is 5 plus 5?" + " Think." * 80
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     with pytest.raises(DataError, match=r"takes \d+ tokens, and with grpo.max_new_tokens \(--max-new-tokens\) 6 "

@@ -108,7 +108,9 @@ def _check_exportable(fp8_modules) -> None:
 def iter_rollout_weights(model: nn.Module, plan, phase: str = ROLLOUT) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) in HF naming, as the rollout engine loads them; tensors stay on the model's device.
 
-    A Parameter tied to one already yielded (tied embeddings) is skipped: loaders re-tie it from the config.
+    A Parameter tied to one already yielded (tied embeddings) is skipped: loaders re-tie it from the config. A
+    weight holding NaN or Inf raises NonFiniteError before anything is yielded: a rollout engine fed in process
+    (SGLang's update_weights_from_tensor) would serve it without a word.
     """
     phase_plan = _phase_plan(plan, phase)
     fp8 = {m.module.name for m in phase_plan.modules if m.is_fp8}
@@ -116,6 +118,7 @@ def iter_rollout_weights(model: nn.Module, plan, phase: str = ROLLOUT) -> Iterat
     _check_exportable([phase_plan.by_name[name] for name in fp8])
     _check_fused_shards(phase_plan)
     _check_output_embedding(model, fp8)
+    _check_finite(model)
     seen: set[int] = set()
     for name, tensor in model.state_dict(keep_vars=True).items():
         if id(tensor) in seen:
@@ -413,12 +416,19 @@ SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
 
 def _check_finite(model: nn.Module) -> None:
     """Refuse NaN or Inf in a weight: it would be written as a block of NaN FP8 bytes under a NaN scale (or a NaN
-    BF16 value) that rollout engines load without a word and `load_checkpoint` refuses."""
-    for name, tensor in model.state_dict().items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            bad = int((~torch.isfinite(tensor)).sum())
-            raise NonFiniteError(f"{name}: {bad} of {tensor.numel()} values are NaN or Inf; an export of them would "
-                                 "not run (hint: export from a checkpoint before the weights diverged)")
+    BF16 value) that rollout engines load without a word and `load_checkpoint` refuses. One host sync for the
+    whole model, as weight sync runs it every step."""
+    weights = [(name, t) for name, t in model.state_dict().items() if t.is_floating_point() and t.numel()]
+    if not weights:
+        return
+    device = weights[0][1].device
+    finite = torch.stack([torch.isfinite(t).all().to(device) for _, t in weights])
+    if bool(finite.all()):
+        return
+    name, tensor = weights[int((~finite).nonzero()[0])]
+    bad = int((~torch.isfinite(tensor)).sum())
+    raise NonFiniteError(f"{name}: {bad} of {tensor.numel()} values are NaN or Inf; a rollout engine given them "
+                         "would not run (hint: export or sync from a checkpoint before the weights diverged)")
 
 
 def _copy_side_files(source: Path, staging: Path) -> None:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from precision_engine.compile import compile_plan
-from precision_engine.errors import OperandError, UsageError
+from precision_engine.errors import NonFiniteError, OperandError, UsageError
 from precision_engine.integrations import export_checkpoint, iter_rollout_weights, load_checkpoint
 from precision_engine.integrations import load_rollout_weights
 from precision_engine.models import build_model, load_inventory
@@ -62,6 +62,15 @@ def test_in_process_sync_equals_checkpoint(plan):
     name = "model.layers.1.mlp.down_proj"
     assert torch.equal(_bytes(rollout.get_submodule(name).quantized_weight().data),
                        _bytes(trainer.get_submodule(name).quantized_weight().data))
+
+
+def test_a_nan_weight_is_refused_before_any_tensor_streams(plan):
+    """In process the receiving engine may be SGLang's, which would serve a NaN block without a word."""
+    trainer = _trained(plan)
+    with torch.no_grad():
+        trainer.model.layers[1].mlp.down_proj.weight[2, 5] = float("nan")
+    with pytest.raises(NonFiniteError, match=r"model.layers.1.mlp.down_proj.weight: 1 of \d+ values are NaN or Inf"):
+        next(iter_rollout_weights(trainer, plan))
 
 
 def test_pinned_bytes_give_way_after_a_weight_update(plan):

@@ -63,3 +63,11 @@ def test_the_cli_refuses_built_in_flags_and_a_missing_verl_before_writing(tmp_pa
     result = runner.invoke(app, [*verl, MODEL])
     assert result.exit_code == EXIT_ERROR and "precision-engine[verl]" in result.output
     assert not (tmp_path / "run").exists()
+
+
+def test_the_notes_say_how_the_recipes_prompts_reach_the_model_unless_the_data_is_the_users():
+    """verl applies the chat template the built-in backend does not: a reader comparing the two runs needs to know."""
+    (note,) = [n for n in _launch("jetrl_unified").notes if n.startswith("data:")]
+    assert "'####'" in note and "chat template" in note
+    own = _launch("jetrl_unified", "data.train_files=/data/train.parquet")
+    assert not [n for n in own.notes if n.startswith("data:")]

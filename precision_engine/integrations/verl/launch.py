@@ -57,6 +57,10 @@ class VerlLaunch:
         return "\n".join(lines + [""] + [f"# {note}" for note in self.notes])
 
 
+_DATA_NOTE = ("data: the math recipe's generated problems, each asking for its answer after '####', which the reward "
+              "reads; verl wraps them in the model's chat template, the built-in backend applies none")
+
+
 def build_command(policy: Policy, recipe: str, overrides: list[str], *, dry_run: bool,
                   run_dir: str | Path | None = None) -> VerlLaunch:
     """The verl command for `policy` on `recipe`; with `dry_run=False` the policy file and data are written."""
@@ -89,7 +93,8 @@ def build_command(policy: Policy, recipe: str, overrides: list[str], *, dry_run:
     resolved = merged | translation.overrides | {f"{ENV_VARS}.{k}": v for k, v in env.items()}
     argv = [sys.executable, "-m", "verl.trainer.main_ppo",
             *(_override(k, v, appended=k in appended) for k, v in resolved.items())]
-    launch = VerlLaunch(argv, resolved, env, translation.notes, files, run_dir)
+    data_note = [] if "data.train_files" in user else [_DATA_NOTE]  # the user's own files say their own format
+    launch = VerlLaunch(argv, resolved, env, [*translation.notes, *data_note], files, run_dir)
     if not dry_run:
         write_files(launch, policy)
     return launch

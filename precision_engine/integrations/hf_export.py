@@ -108,17 +108,22 @@ def _check_exportable(fp8_modules) -> None:
 def iter_rollout_weights(model: nn.Module, plan, phase: str = ROLLOUT) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) in HF naming, as the rollout engine loads them; tensors stay on the model's device.
 
-    A Parameter tied to one already yielded (tied embeddings) is skipped: loaders re-tie it from the config. A
-    weight holding NaN or Inf raises NonFiniteError before anything is yielded: a rollout engine fed in process
-    (SGLang's update_weights_from_tensor) would serve it without a word.
+    A Parameter tied to one already yielded (tied embeddings) is skipped: loaders re-tie it from the config. The
+    checks run at the call, before any tensor: a plan the rollout engines cannot load raises UnsupportedError, a
+    weight holding NaN or Inf NonFiniteError (a rollout engine fed in process, SGLang's update_weights_from_tensor,
+    would serve it without a word).
     """
     phase_plan = _phase_plan(plan, phase)
     fp8 = {m.module.name for m in phase_plan.modules if m.is_fp8}
-    experts = {m.module.name for m in phase_plan.modules if m.module.kind is ModuleKind.EXPERTS}
     _check_exportable([phase_plan.by_name[name] for name in fp8])
     _check_fused_shards(phase_plan)
     _check_output_embedding(model, fp8)
     _check_finite(model)
+    return _rollout_tensors(model, phase_plan, fp8)
+
+
+def _rollout_tensors(model: nn.Module, phase_plan, fp8: set[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    experts = {m.module.name for m in phase_plan.modules if m.module.kind is ModuleKind.EXPERTS}
     seen: set[int] = set()
     for name, tensor in model.state_dict(keep_vars=True).items():
         if id(tensor) in seen:
@@ -368,14 +373,13 @@ def export_checkpoint(
     if meta is not None:  # its values do not exist: the write would fail halfway with torch's NotImplementedError
         raise UsageError(f"cannot export a model on the meta device ({meta}, ...) (hint: load its weights first, "
                          "or export from a real device)")
-    _check_finite(model)
+    weights = iter_rollout_weights(model, plan, phase)  # its checks (NaN and Inf included) run here
     _clean_stale(out_dir)
     created: list[Path] = []  # parent directories this export made, removed again if it fails
     staging = None
     try:
         _make_parents(out_dir.parent, created)
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial.{os.getpid()}.", dir=out_dir.parent))
-        weights = iter_rollout_weights(model, plan, phase)
         if kv_scales is not None:
             weights = itertools.chain(weights, kv_scale_tensors(model, kv_scales))
         _write_shards(weights, staging, max_shard_bytes)

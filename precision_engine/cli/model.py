@@ -346,11 +346,10 @@ def _check_positions(spec: str, config, seq_len: int, sampled_len: int) -> None:
     """Refuse, before loading, sequences longer than the model's position table (config.json's
     max_position_embeddings, where it says): past it the model extrapolates, and the check would measure that.
     `sampled_len`: the sampled row's longest sequence (prompt and --gen; 0 without the row)."""
-    from precision_engine.models.loader import text_config
+    from precision_engine.models.loader import max_positions
 
-    text = text_config(config)
-    limit = text.get("max_position_embeddings") or config.get("max_position_embeddings")
-    if not isinstance(limit, int):
+    limit = max_positions(config)
+    if limit is None:
         return
     if seq_len > limit:
         raise UsageError(f"--seq-len {seq_len}: {spec} takes at most {limit} positions (max_position_embeddings)")

@@ -34,6 +34,13 @@ def text_config(config: dict) -> dict:
     return config.get("text_config") or config
 
 
+def max_positions(config: dict) -> int | None:
+    """config.json's max_position_embeddings (the decoder part's, else the top level's), None where it has none:
+    past it RoPE extrapolates."""
+    limit = text_config(config).get("max_position_embeddings") or config.get("max_position_embeddings")
+    return limit if isinstance(limit, int) else None
+
+
 def resolve_config(spec: str) -> dict:
     """The config.json contents a spec names, as a dict."""
     builtin = find_builtin(spec)

@@ -29,7 +29,7 @@ import torch
 from precision_engine.compile.render import plan_to_dict
 from precision_engine.errors import DataError, UsageError
 from precision_engine.models.decoder import load_decoder
-from precision_engine.models.loader import resolve_config, text_config
+from precision_engine.models.loader import max_positions, resolve_config
 from precision_engine.numerics.kv_cache import KVScales
 from precision_engine.pipeline import compile_for_model, prepare
 from precision_engine.policy.model import Policy
@@ -350,8 +350,7 @@ def _position_limit(config: RunConfig) -> int | None:
     """The model's max_position_embeddings (the recipe's model's without --model); None where config.json has none."""
     if config.model is None:
         return recipe_model_config(CharTokenizer(), config.warmup)["max_position_embeddings"]
-    limit = text_config(resolve_config(config.model)).get("max_position_embeddings")
-    return limit if isinstance(limit, int) else None
+    return max_positions(resolve_config(config.model))
 
 
 def _evaluate(trainer: GRPOTrainer, heldout, tokenizer, max_new_tokens: int) -> float:
